@@ -1,0 +1,61 @@
+//! Builds the Graft core: one shared library, `libgraft.so` (ReleaseFast, for use) and
+//! `libgraft-safe.so` (ReleaseSafe, bounds-checked, for tests). The library's own code targets a
+//! pinned baseline CPU; kernels are compiled once per SIMD level into separate objects whose
+//! symbols carry the level's name, and the core picks one at run time from CPUID. So one binary
+//! runs on any x86-64 machine with AVX2 and uses AVX-512 where the CPU has it.
+const std = @import("std");
+
+/// Kernel builds: symbol prefix and the CPU model it is compiled for.
+const variants = .{
+    .{ "avx2", &std.Target.x86.cpu.x86_64_v3 },
+    .{ "avx512", &std.Target.x86.cpu.x86_64_v4 },
+};
+
+const baseline: std.Target.Query = .{
+    .cpu_arch = .x86_64,
+    .os_tag = .linux,
+    .abi = .gnu,
+    .cpu_model = .{ .explicit = &std.Target.x86.cpu.x86_64_v2 },
+};
+
+pub fn build(b: *std.Build) void {
+    const fast = addCore(b, "graft", .ReleaseFast);
+    const safe = addCore(b, "graft-safe", .ReleaseSafe);
+    b.installArtifact(fast);
+    b.installArtifact(safe);
+
+    const test_step = b.step("test", "Run the Zig unit tests (allocator, kernels)");
+    const unit = b.addTest(.{ .root_module = b.createModule(.{
+        .root_source_file = b.path("zig/tests.zig"),
+        .target = b.resolveTargetQuery(.{ .cpu_model = .{ .explicit = &std.Target.x86.cpu.x86_64_v3 } }),
+        .optimize = .ReleaseSafe,
+        .link_libc = true,
+    }) });
+    test_step.dependOn(&b.addRunArtifact(unit).step);
+}
+
+fn addCore(b: *std.Build, name: []const u8, optimize: std.builtin.OptimizeMode) *std.Build.Step.Compile {
+    const root = b.createModule(.{
+        .root_source_file = b.path("zig/root.zig"),
+        .target = b.resolveTargetQuery(baseline),
+        .optimize = optimize,
+        .link_libc = true,
+        .pic = true,
+    });
+    inline for (variants) |variant| {
+        var query = baseline;
+        query.cpu_model = .{ .explicit = variant[1] };
+        const options = b.addOptions();
+        options.addOption([]const u8, "variant", variant[0]);
+        const module = b.createModule(.{
+            .root_source_file = b.path("zig/variant.zig"),
+            .target = b.resolveTargetQuery(query),
+            .optimize = optimize,
+            .link_libc = true,
+            .pic = true,
+        });
+        module.addOptions("build_options", options);
+        root.addObject(b.addObject(.{ .name = b.fmt("{s}-{s}", .{ name, variant[0] }), .root_module = module }));
+    }
+    return b.addLibrary(.{ .linkage = .dynamic, .name = name, .root_module = root });
+}

@@ -1,0 +1,53 @@
+/**
+ * Graft: tensor compute graphs for Deno with a Zig core. Build a graph from op builders, give
+ * its tensors memory on a backend, and compute it in one native call.
+ *
+ * @example
+ * ```ts
+ * import { allocTensors, Context, CpuBackend, Graph, mulMat, silu } from "./mod.ts";
+ * using cpu = new CpuBackend();
+ * const ctx = new Context();
+ * const w = ctx.newTensor("f32", [64, 32]); // K=64 inputs, M=32 outputs
+ * const x = ctx.newTensor("f32", [64, 8]); // N=8 tokens
+ * const y = silu(mulMat(w, x)); // [32, 8]
+ * const graph = Graph.build(y);
+ * using memory = allocTensors(cpu, [...ctx.tensors, ...graph.nodes]);
+ * cpu.setTensor(w, new Float32Array(64 * 32).fill(0.01));
+ * cpu.setTensor(x, new Float32Array(64 * 8).fill(1));
+ * cpu.graphCompute(graph);
+ * console.log(cpu.getTensor(y)[0]);
+ * ```
+ *
+ * @module
+ */
+
+export { type DType, dtypeSize, type TensorData } from "./src/dtype.ts";
+export * from "./src/errors.ts";
+export { closeLibrary, type LoadOptions } from "./src/ffi.ts";
+export { Op, type OpCode, opName } from "./src/op.ts";
+export { type Dims, formatShape, type Placement, Tensor, type TensorInit } from "./src/tensor.ts";
+export { Context, type Shape } from "./src/context.ts";
+export { Graph } from "./src/graph.ts";
+export {
+  add,
+  div,
+  gelu,
+  mul,
+  relu,
+  repeat,
+  scale,
+  silu,
+  sqr,
+  sqrt,
+  sub,
+} from "./src/ops/elementwise.ts";
+export { mean, sum } from "./src/ops/reduce.ts";
+export { norm, rmsNorm, softmax, type SoftmaxOptions } from "./src/ops/norm.ts";
+export { mulMat } from "./src/ops/matmul.ts";
+export { permute, reshape, transpose, view } from "./src/ops/view.ts";
+export { cont, cpy, getRows } from "./src/ops/copy.ts";
+export type { Backend, BackendBuffer, GraphPlan } from "./src/backend/backend.ts";
+export { CpuBackend, type CpuBackendOptions, CpuBuffer, CpuPlan } from "./src/backend/cpu.ts";
+export { Allocator, type AllocatorOptions, type AllocatorStats } from "./src/alloc/allocator.ts";
+export { allocTensors } from "./src/alloc/alloc_tensors.ts";
+export { type LiveAllocations, liveAllocations } from "./src/live.ts";

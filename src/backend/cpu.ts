@@ -1,0 +1,442 @@
+/**
+ * The CPU backend: buffers from the Zig core, a persistent thread pool, and graph plans that
+ * compute a whole graph in one FFI call.
+ * @module
+ */
+
+import { dtypeSize, type TensorData, typedView } from "../dtype.ts";
+import {
+  DisposedError,
+  GraftError,
+  OutOfBoundsError,
+  PlacementError,
+  StalePlanError,
+} from "../errors.ts";
+import { check, type GraftSymbols, loadLibrary, type LoadOptions } from "../ffi.ts";
+import type { Graph } from "../graph.ts";
+import type { Tensor } from "../tensor.ts";
+import type { Backend, BackendBuffer, GraphPlan } from "./backend.ts";
+import { computeNodes, encodeNodeTable } from "./node_table.ts";
+import { requireSameLayout } from "./copy.ts";
+
+/** Tensor offsets in CPU buffers are 64-byte aligned (one cache line, one zmm register). */
+export const CPU_ALIGNMENT = 64;
+
+const buffers = new FinalizationRegistry<{ lib: GraftSymbols; handle: number }>((held) => {
+  // A backstop only: buffers should be disposed explicitly.
+  held.lib.graft_buffer_free(held.handle);
+});
+
+/** Memory allocated by the Zig core. */
+export class CpuBuffer implements BackendBuffer {
+  readonly backend: CpuBackend;
+  readonly size: number;
+  readonly alignment: number = CPU_ALIGNMENT;
+  /** Native handle. */
+  readonly handle: number;
+  /** Native address of byte 0. */
+  readonly address: bigint;
+  #disposed = false;
+  readonly #lib: GraftSymbols;
+
+  /** Use {@link CpuBackend.allocBuffer}. */
+  constructor(backend: CpuBackend, lib: GraftSymbols, size: number) {
+    if (!Number.isInteger(size) || size <= 0) {
+      throw new GraftError(`allocBuffer: size must be a positive integer, got ${size}`);
+    }
+    const handle = new Uint32Array(1);
+    const address = new BigUint64Array(1);
+    check(lib, lib.graft_buffer_alloc(BigInt(size), handle, address), "allocBuffer");
+    this.backend = backend;
+    this.size = size;
+    this.handle = handle[0]!;
+    this.address = address[0]!;
+    this.#lib = lib;
+    buffers.register(this, { lib, handle: this.handle }, this);
+  }
+
+  get disposed(): boolean {
+    return this.#disposed;
+  }
+
+  dispose(): void {
+    if (this.#disposed) throw new DisposedError("CpuBuffer.dispose: buffer already disposed");
+    this.#disposed = true;
+    buffers.unregister(this);
+    check(this.#lib, this.#lib.graft_buffer_free(this.handle), "CpuBuffer.dispose");
+  }
+
+  [Symbol.dispose](): void {
+    if (!this.#disposed) this.dispose();
+  }
+}
+
+const plans = new FinalizationRegistry<{ lib: GraftSymbols; handle: number }>((held) => {
+  held.lib.graft_plan_free(held.handle);
+});
+
+/** A graph plan in native memory: the node table and its work buffer. */
+export class CpuPlan implements GraphPlan {
+  readonly graph: Graph;
+  readonly workSize: number;
+  readonly handle: number;
+  readonly threads: number;
+  readonly backend: CpuBackend;
+  /** Nodes the core computes (views excluded). */
+  readonly nodeCount: number;
+  #disposed = false;
+  readonly #lib: GraftSymbols;
+
+  /** Use {@link CpuBackend.graphPlanCreate}. */
+  constructor(backend: CpuBackend, lib: GraftSymbols, graph: Graph, threads: number) {
+    const nodes = computeNodes(graph.nodes);
+    for (const tensor of [...graph.leafs, ...graph.nodes]) {
+      backend.bufferOf(tensor, "graphPlanCreate");
+    }
+    const table = encodeNodeTable(nodes, (t) => backend.addressOf(t));
+    const handle = new Uint32Array(1);
+    const work = new BigUint64Array(1);
+    check(
+      lib,
+      lib.graft_plan_create(table, nodes.length, threads, handle, work),
+      "graphPlanCreate",
+    );
+    this.backend = backend;
+    this.graph = graph;
+    this.handle = handle[0]!;
+    this.workSize = Number(work[0]!);
+    this.threads = threads;
+    this.nodeCount = nodes.length;
+    this.#lib = lib;
+    plans.register(this, { lib, handle: this.handle }, this);
+  }
+
+  get disposed(): boolean {
+    return this.#disposed;
+  }
+
+  dispose(): void {
+    if (this.#disposed) throw new DisposedError("graphPlanFree: plan already freed");
+    this.#disposed = true;
+    plans.unregister(this);
+    check(this.#lib, this.#lib.graft_plan_free(this.handle), "graphPlanFree");
+  }
+
+  [Symbol.dispose](): void {
+    if (!this.#disposed) this.dispose();
+  }
+}
+
+/** Options of {@link CpuBackend}. */
+export interface CpuBackendOptions {
+  /** Threads that compute graphs (default: 1 per available core, at most 64). */
+  threads?: number;
+  /** Kernel build: "auto" picks the best the CPU supports. */
+  simd?: "auto" | "avx2" | "avx512";
+  /** Where to load the native library from. */
+  library?: LoadOptions;
+}
+
+function defaultThreads(): number {
+  try {
+    return Math.max(1, Math.min(64, navigator.hardwareConcurrency));
+  } catch {
+    return 1;
+  }
+}
+
+/**
+ * The CPU backend.
+ *
+ * @example
+ * ```ts
+ * import { add, allocTensors, Context, CpuBackend, Graph } from "../../mod.ts";
+ * using cpu = new CpuBackend({ threads: 2 });
+ * const ctx = new Context();
+ * const a = ctx.newTensor("f32", [3]);
+ * const b = ctx.newTensor("f32", [3]);
+ * const c = add(a, b);
+ * const graph = Graph.build(c);
+ * using buffer = allocTensors(cpu, [a, b, ...graph.nodes]);
+ * cpu.setTensor(a, new Float32Array([1, 2, 3]));
+ * cpu.setTensor(b, new Float32Array([10, 20, 30]));
+ * cpu.graphCompute(graph);
+ * console.log(cpu.getTensor(c)); // Float32Array [11, 22, 33]
+ * ```
+ */
+export class CpuBackend implements Backend {
+  readonly name = "cpu";
+  readonly alignment: number = CPU_ALIGNMENT;
+  readonly #lib: GraftSymbols;
+  #pool = 0;
+  #threads = 1;
+  #disposed = false;
+  #tail: Promise<void> = Promise.resolve();
+  #pending = 0;
+
+  constructor(options: CpuBackendOptions = {}) {
+    this.#lib = loadLibrary(options.library);
+    const simd = options.simd ?? "auto";
+    const level = simd === "auto" ? 0 : simd === "avx2" ? 1 : 2;
+    check(this.#lib, this.#lib.graft_simd_select(level), `CpuBackend simd=${simd}`);
+    this.#startPool(options.threads ?? defaultThreads());
+  }
+
+  /** The kernel build in use. */
+  get simd(): "avx2" | "avx512" {
+    return this.#lib.graft_simd_level() === 2 ? "avx512" : "avx2";
+  }
+
+  /** Threads computing graphs. */
+  get threads(): number {
+    return this.#threads;
+  }
+
+  /** Restarts the pool with `threads` threads. Plans made before must be made again. */
+  setThreads(threads: number): void {
+    this.#alive("setThreads");
+    this.#idle("setThreads");
+    check(this.#lib, this.#lib.graft_pool_destroy(this.#pool), "setThreads");
+    this.#startPool(threads);
+  }
+
+  #startPool(threads: number): void {
+    if (!Number.isInteger(threads) || threads < 1 || threads > 64) {
+      throw new GraftError(`CpuBackend: threads must be an integer in 1..64, got ${threads}`);
+    }
+    const handle = new Uint32Array(1);
+    check(this.#lib, this.#lib.graft_pool_create(threads, handle), "CpuBackend thread pool");
+    this.#pool = handle[0]!;
+    this.#threads = threads;
+  }
+
+  #alive(verb: string): void {
+    if (this.#disposed) throw new DisposedError(`CpuBackend.${verb}: backend is disposed`);
+  }
+
+  #idle(verb: string): void {
+    if (this.#pending > 0) {
+      throw new GraftError(
+        `CpuBackend.${verb}: asynchronous work is in flight; await synchronize() first`,
+      );
+    }
+  }
+
+  allocBuffer(size: number): CpuBuffer {
+    this.#alive("allocBuffer");
+    return new CpuBuffer(this, this.#lib, size);
+  }
+
+  /** The CPU buffer holding `tensor`; throws if it has no memory here. */
+  bufferOf(tensor: Tensor, verb: string): CpuBuffer {
+    const placement = tensor.placement;
+    if (!placement) throw new PlacementError(`${verb}: ${tensor.label} has no memory`);
+    const buffer = placement.buffer;
+    if (!(buffer instanceof CpuBuffer) || buffer.backend !== this) {
+      throw new PlacementError(
+        `${verb}: ${tensor.label} lives on ${buffer.backend.name}, not on this cpu backend`,
+      );
+    }
+    if (buffer.disposed) {
+      throw new DisposedError(`${verb}: the buffer holding ${tensor.label} was disposed`);
+    }
+    return buffer;
+  }
+
+  /** Native address of a placed tensor's first element. */
+  addressOf(tensor: Tensor): bigint {
+    const buffer = this.bufferOf(tensor, "addressOf");
+    return buffer.address + BigInt(tensor.placement!.offset);
+  }
+
+  #range(verb: string, tensor: Tensor, offset: number, size: number): void {
+    if (
+      !Number.isInteger(offset) || !Number.isInteger(size) || offset < 0 || size < 0 ||
+      offset + size > tensor.nbytes
+    ) {
+      throw new OutOfBoundsError(
+        `${verb}: bytes [${offset}, ${offset + size}) are outside ${tensor.label} ` +
+          `(${tensor.nbytes} bytes)`,
+      );
+    }
+  }
+
+  setTensor(tensor: Tensor, data: ArrayBufferView, offset = 0): void {
+    this.#alive("setTensor");
+    this.#idle("setTensor");
+    const buffer = this.bufferOf(tensor, "setTensor");
+    this.#range("setTensor", tensor, offset, data.byteLength);
+    const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    const at = BigInt(tensor.placement!.offset + offset);
+    check(
+      this.#lib,
+      this.#lib.graft_buffer_write(buffer.handle, at, bytes, BigInt(bytes.length)),
+      "setTensor",
+    );
+  }
+
+  getTensor(tensor: Tensor, offset = 0, size?: number): TensorData {
+    this.#alive("getTensor");
+    this.#idle("getTensor");
+    const buffer = this.bufferOf(tensor, "getTensor");
+    const length = size ?? tensor.nbytes - offset;
+    this.#range("getTensor", tensor, offset, length);
+    const out = new ArrayBuffer(length);
+    const at = BigInt(tensor.placement!.offset + offset);
+    check(
+      this.#lib,
+      this.#lib.graft_buffer_read(buffer.handle, at, new Uint8Array(out), BigInt(length)),
+      "getTensor",
+    );
+    return typedView(tensor.dtype, out, Math.floor(length / dtypeSize[tensor.dtype]));
+  }
+
+  #enqueue<T>(work: () => Promise<T> | T): Promise<T> {
+    this.#pending++;
+    const result = this.#tail.then(work);
+    this.#tail = result.then(() => {}, () => {}).finally(() => {
+      this.#pending--;
+    });
+    return result;
+  }
+
+  setTensorAsync(tensor: Tensor, data: ArrayBufferView, offset = 0): Promise<void> {
+    const copy = new Uint8Array(data.byteLength);
+    copy.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
+    return this.#enqueue(() => this.#withIdle(() => this.setTensor(tensor, copy, offset)));
+  }
+
+  getTensorAsync(tensor: Tensor, offset = 0, size?: number): Promise<TensorData> {
+    return this.#enqueue(() => this.#withIdle(() => this.getTensor(tensor, offset, size)));
+  }
+
+  // Queued work runs when everything before it has finished; it counts itself as pending, so
+  // the idle check is lifted while it runs.
+  #withIdle<T>(work: () => T): T {
+    const pending = this.#pending;
+    this.#pending = 0;
+    try {
+      return work();
+    } finally {
+      this.#pending = pending;
+    }
+  }
+
+  synchronize(): Promise<void> {
+    return this.#tail;
+  }
+
+  cpyTensorFrom(src: Tensor, dst: Tensor): Promise<void> {
+    requireSameLayout("cpyTensorFrom", src, dst);
+    const srcBuffer = src.placement?.buffer;
+    if (srcBuffer instanceof CpuBuffer && srcBuffer.backend === this) {
+      this.#copyLocal(src, dst);
+      return Promise.resolve();
+    }
+    if (!srcBuffer) {
+      return Promise.reject(new PlacementError(`cpyTensorFrom: ${src.label} has no memory`));
+    }
+    return srcBuffer.backend.getTensorAsync(src).then((data) => this.setTensor(dst, data));
+  }
+
+  cpyTensorTo(src: Tensor, dst: Tensor): Promise<void> {
+    requireSameLayout("cpyTensorTo", src, dst);
+    const dstBuffer = dst.placement?.buffer;
+    if (dstBuffer instanceof CpuBuffer && dstBuffer.backend === this) {
+      this.#copyLocal(src, dst);
+      return Promise.resolve();
+    }
+    if (!dstBuffer) {
+      return Promise.reject(new PlacementError(`cpyTensorTo: ${dst.label} has no memory`));
+    }
+    return dstBuffer.backend.setTensorAsync(dst, this.getTensor(src));
+  }
+
+  #copyLocal(src: Tensor, dst: Tensor): void {
+    this.#idle("cpyTensor");
+    const from = this.bufferOf(src, "cpyTensor");
+    const to = this.bufferOf(dst, "cpyTensor");
+    check(
+      this.#lib,
+      this.#lib.graft_buffer_copy(
+        from.handle,
+        BigInt(src.placement!.offset),
+        to.handle,
+        BigInt(dst.placement!.offset),
+        BigInt(src.nbytes),
+      ),
+      "cpyTensor",
+    );
+  }
+
+  graphPlanCreate(graph: Graph): CpuPlan {
+    this.#alive("graphPlanCreate");
+    return new CpuPlan(this, this.#lib, graph, this.#threads);
+  }
+
+  #checkPlan(plan: GraphPlan, graph: Graph | undefined): CpuPlan {
+    this.#alive("graphPlanCompute");
+    if (!(plan instanceof CpuPlan) || plan.backend !== this) {
+      throw new StalePlanError("graphPlanCompute: the plan was made by another backend");
+    }
+    if (plan.disposed) throw new DisposedError("graphPlanCompute: the plan was freed");
+    if (graph && graph !== plan.graph && graph.hash !== plan.graph.hash) {
+      throw new StalePlanError(
+        `graphPlanCompute: the plan was made for graph ${plan.graph.hash}, not ${graph.hash}`,
+      );
+    }
+    if (plan.threads !== this.#threads) {
+      throw new StalePlanError(
+        `graphPlanCompute: the plan was made for ${plan.threads} threads, the backend now has ` +
+          `${this.#threads}; create the plan again`,
+      );
+    }
+    return plan;
+  }
+
+  graphPlanCompute(plan: GraphPlan, graph?: Graph): void {
+    const cpuPlan = this.#checkPlan(plan, graph);
+    this.#idle("graphPlanCompute");
+    check(this.#lib, this.#lib.graft_plan_compute(cpuPlan.handle, this.#pool), "graphPlanCompute");
+  }
+
+  /** Computes a plan on a Deno worker thread; resolves when done. Queued with other async work. */
+  graphPlanComputeAsync(plan: GraphPlan, graph?: Graph): Promise<void> {
+    const cpuPlan = this.#checkPlan(plan, graph);
+    return this.#enqueue(async () => {
+      const status = await this.#lib.graft_plan_compute_async(cpuPlan.handle, this.#pool);
+      check(this.#lib, status, "graphPlanComputeAsync");
+    });
+  }
+
+  graphPlanFree(plan: GraphPlan): void {
+    plan.dispose();
+  }
+
+  graphCompute(graph: Graph): void {
+    using plan = this.graphPlanCreate(graph);
+    this.graphPlanCompute(plan);
+  }
+
+  /** Plans and computes without blocking; resolves when done. */
+  async graphComputeAsync(graph: Graph): Promise<void> {
+    using plan = this.graphPlanCreate(graph);
+    await this.graphPlanComputeAsync(plan);
+  }
+
+  get disposed(): boolean {
+    return this.#disposed;
+  }
+
+  /** Joins the pool's threads. Buffers and plans are disposed separately. */
+  dispose(): void {
+    if (this.#disposed) throw new DisposedError("CpuBackend.dispose: already disposed");
+    this.#idle("dispose");
+    this.#disposed = true;
+    check(this.#lib, this.#lib.graft_pool_destroy(this.#pool), "CpuBackend.dispose");
+  }
+
+  [Symbol.dispose](): void {
+    if (!this.#disposed) this.dispose();
+  }
+}

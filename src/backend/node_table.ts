@@ -1,0 +1,56 @@
+/**
+ * Encodes a graph's compute nodes into the core's node table (`zig/node.zig`, `Node`): one
+ * fixed 360-byte record per node with the op, params and the address, shape and strides of the
+ * destination and up to three sources. Views are not encoded: they are addresses, not work.
+ * @module
+ */
+
+import { dtypeCode } from "../dtype.ts";
+import { PlacementError } from "../errors.ts";
+import { coreOp, isViewOp, Op, opName } from "../op.ts";
+import type { Tensor } from "../tensor.ts";
+
+export const NODE_SIZE = 360;
+const DESC_SIZE = 80;
+const DST_OFFSET = 40;
+const SRC_OFFSET = 120;
+const SOURCES_MAX = 3;
+
+/** Resolves a placed tensor to its native address. */
+export type AddressOf = (tensor: Tensor) => bigint;
+
+/** The tensors of a graph that the core computes (every node but views). */
+export function computeNodes(nodes: readonly Tensor[]): Tensor[] {
+  return nodes.filter((t) => !isViewOp(t.op));
+}
+
+function writeDesc(view: DataView, at: number, tensor: Tensor, address: bigint): void {
+  view.setBigUint64(at, address, true);
+  for (let d = 0; d < 4; d++) {
+    view.setBigInt64(at + 8 + d * 8, BigInt(tensor.ne[d]!), true);
+    view.setBigInt64(at + 40 + d * 8, BigInt(tensor.nb[d]!), true);
+  }
+  view.setUint32(at + 72, dtypeCode[tensor.dtype], true);
+}
+
+/** Writes the node table for `nodes` (compute nodes only, in order). */
+export function encodeNodeTable(nodes: readonly Tensor[], addressOf: AddressOf): Uint8Array {
+  const table = new Uint8Array(Math.max(1, nodes.length) * NODE_SIZE);
+  const view = new DataView(table.buffer);
+  nodes.forEach((tensor, index) => {
+    const at = index * NODE_SIZE;
+    // cpy's second source is its destination: the core reads only the first.
+    const sources = tensor.op === Op.cpy ? tensor.src.slice(0, 1) : tensor.src;
+    if (sources.length > SOURCES_MAX) {
+      throw new PlacementError(`${opName(tensor.op)} has ${sources.length} sources (max 3)`);
+    }
+    view.setUint32(at, coreOp(tensor.op), true);
+    view.setUint32(at + 4, sources.length, true);
+    tensor.params.forEach((p, i) => view.setFloat32(at + 8 + i * 4, p, true));
+    writeDesc(view, at + DST_OFFSET, tensor, addressOf(tensor));
+    sources.forEach((source, i) => {
+      writeDesc(view, at + SRC_OFFSET + i * DESC_SIZE, source, addressOf(source));
+    });
+  });
+  return table;
+}

@@ -1,0 +1,101 @@
+/**
+ * Typed errors. Build-time errors (shapes, types) are thrown by op builders; native errors are
+ * the core's status codes turned into exceptions that carry the core's message.
+ * @module
+ */
+
+/** Base class of every error Graft throws. */
+export class GraftError extends Error {
+  override name = "GraftError";
+}
+
+/** Shapes that an op cannot combine; the message names the op and the shapes. */
+export class ShapeError extends GraftError {
+  override name = "ShapeError";
+}
+
+/** A dtype an op does not accept; the message names the op and the dtypes. */
+export class DTypeError extends GraftError {
+  override name = "DTypeError";
+}
+
+/** An object used after `dispose()`, or disposed twice. */
+export class DisposedError extends GraftError {
+  override name = "DisposedError";
+}
+
+/** A read or write outside a tensor or buffer. */
+export class OutOfBoundsError extends GraftError {
+  override name = "OutOfBoundsError";
+}
+
+/** A tensor that has no memory yet, or memory on another backend than the one asked. */
+export class PlacementError extends GraftError {
+  override name = "PlacementError";
+}
+
+/** A plan used with a graph it was not made for, or after a buffer it uses was freed. */
+export class StalePlanError extends GraftError {
+  override name = "StalePlanError";
+}
+
+/** The native library could not be found or loaded, or has another ABI version. */
+export class LibraryLoadError extends GraftError {
+  override name = "LibraryLoadError";
+}
+
+/** Status codes of the Zig core (`zig/node.zig`, `Status`). */
+export const Status = {
+  ok: 0,
+  invalidArgument: -1,
+  outOfMemory: -2,
+  outOfBounds: -3,
+  invalidHandle: -4,
+  unsupported: -5,
+  shapeMismatch: -6,
+  outOfSpace: -7,
+  limitReached: -8,
+  busy: -9,
+  stalePlan: -10,
+} as const;
+
+/** An error status returned by the native core. */
+export class NativeError extends GraftError {
+  override name = "NativeError";
+  /** The core's status code (see {@link Status}). */
+  readonly status: number;
+  constructor(status: number, message: string) {
+    super(message);
+    this.status = status;
+  }
+}
+
+/** The allocator or buffer is too small; `neededBytes` says how much was asked. */
+export class OutOfSpaceError extends NativeError {
+  override name = "OutOfSpaceError";
+}
+
+/** A named fixed limit of the core was reached; the message names it. */
+export class LimitError extends NativeError {
+  override name = "LimitError";
+}
+
+/** Builds the exception for a native status code. */
+export function nativeError(status: number, message: string): GraftError {
+  switch (status) {
+    case Status.outOfBounds:
+      return new OutOfBoundsError(message);
+    case Status.invalidHandle:
+      return new DisposedError(message);
+    case Status.shapeMismatch:
+      return new ShapeError(message);
+    case Status.outOfSpace:
+      return new OutOfSpaceError(status, message);
+    case Status.limitReached:
+      return new LimitError(status, message);
+    case Status.stalePlan:
+      return new StalePlanError(message);
+    default:
+      return new NativeError(status, message);
+  }
+}

@@ -1,0 +1,161 @@
+/**
+ * The one place that loads the native core. Every symbol of `zig/root.zig` is declared here
+ * with the C parameter names in comments; nothing else calls `Deno.dlopen`.
+ * @module
+ */
+
+import { LibraryLoadError, nativeError } from "./errors.ts";
+
+/** The ABI version this binding speaks; `graft_abi_version()` must return it. */
+export const ABI_VERSION = 1;
+
+/** Native symbols of the Graft core. */
+export const symbols = {
+  graft_abi_version: { parameters: [], result: "u32" },
+  /** (destination, capacity) -> full message length */
+  graft_last_error: { parameters: ["buffer", "u32"], result: "u32" },
+  graft_simd_supported: { parameters: [], result: "u32" },
+  /** (level: 0 best, 1 avx2, 2 avx512) */
+  graft_simd_select: { parameters: ["u32"], result: "i32" },
+  graft_simd_level: { parameters: [], result: "u32" },
+  /** (out: u64[6]) buffers, buffer bytes, allocators, pools, plans, plan bytes */
+  graft_live: { parameters: ["buffer"], result: "i32" },
+  /** (size_bytes, out_handle: u32*, out_address: u64*) */
+  graft_buffer_alloc: { parameters: ["u64", "buffer", "buffer"], result: "i32" },
+  /** (handle) */
+  graft_buffer_free: { parameters: ["u32"], result: "i32" },
+  /** (handle, offset, source, length) */
+  graft_buffer_write: { parameters: ["u32", "u64", "buffer", "u64"], result: "i32" },
+  /** (handle, offset, destination, length) */
+  graft_buffer_read: { parameters: ["u32", "u64", "buffer", "u64"], result: "i32" },
+  /** (source_handle, source_offset, destination_handle, destination_offset, length) */
+  graft_buffer_copy: { parameters: ["u32", "u64", "u32", "u64", "u64"], result: "i32" },
+  /** (handle, offset, length, value) */
+  graft_buffer_fill: { parameters: ["u32", "u64", "u64", "u32"], result: "i32" },
+  /** (size_bytes, alignment, measure, blocks_max, out_handle: u32*) */
+  graft_allocator_create: {
+    parameters: ["u64", "u32", "u32", "u32", "buffer"],
+    result: "i32",
+  },
+  /** (handle, size_bytes, out_offset: u64*) */
+  graft_allocator_alloc: { parameters: ["u32", "u64", "buffer"], result: "i32" },
+  /** (handle, offset, size_bytes) */
+  graft_allocator_free: { parameters: ["u32", "u64", "u64"], result: "i32" },
+  graft_allocator_reset: { parameters: ["u32"], result: "i32" },
+  /** (handle, out: u64[5]) size_max, live_blocks, live_bytes, free_blocks, largest_free */
+  graft_allocator_stats: { parameters: ["u32", "buffer"], result: "i32" },
+  graft_allocator_destroy: { parameters: ["u32"], result: "i32" },
+  /** (thread_count, out_handle: u32*) */
+  graft_pool_create: { parameters: ["u32", "buffer"], result: "i32" },
+  graft_pool_destroy: { parameters: ["u32"], result: "i32" },
+  /** (nodes: Node[], node_count, thread_count, out_handle: u32*, out_work_bytes: u64*) */
+  graft_plan_create: {
+    parameters: ["buffer", "u32", "u32", "buffer", "buffer"],
+    result: "i32",
+  },
+  /** (plan, pool): the whole graph in one call */
+  graft_plan_compute: { parameters: ["u32", "u32"], result: "i32" },
+  /** The same call on a Deno worker thread, returning a Promise. */
+  graft_plan_compute_async: {
+    name: "graft_plan_compute",
+    parameters: ["u32", "u32"],
+    result: "i32",
+    nonblocking: true,
+  },
+  graft_plan_free: { parameters: ["u32"], result: "i32" },
+} as const satisfies Deno.ForeignLibraryInterface;
+
+/** The loaded symbols. */
+export type GraftSymbols = Deno.DynamicLibrary<typeof symbols>["symbols"];
+
+/** Where to find the library; the first that exists is loaded. */
+export interface LoadOptions {
+  /** An explicit path to `libgraft.so`; tried first. */
+  path?: string;
+}
+
+const BUILD_HINT = "Build it with `./scripts/zig build` (or `deno task build`) from the " +
+  "repository root, or set GRAFT_LIB to its path.";
+
+let library: Deno.DynamicLibrary<typeof symbols> | null = null;
+
+function readEnv(name: string): string | undefined {
+  try {
+    return Deno.env.get(name);
+  } catch {
+    // Without --allow-env the variable is simply not consulted.
+    return undefined;
+  }
+}
+
+/** The library paths to try, in order: option, GRAFT_LIB, the build output. */
+export function candidatePaths(options: LoadOptions = {}): string[] {
+  const paths: string[] = [];
+  if (options.path) paths.push(options.path);
+  const fromEnv = readEnv("GRAFT_LIB");
+  if (fromEnv) paths.push(fromEnv);
+  const name = readEnv("GRAFT_SAFE") === "1" ? "libgraft-safe.so" : "libgraft.so";
+  paths.push(new URL(`../zig-out/lib/${name}`, import.meta.url).pathname);
+  return paths;
+}
+
+function exists(path: string): boolean {
+  try {
+    return Deno.statSync(path).isFile;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Loads the core once and returns its symbols; later calls return the same library.
+ * Throws {@link LibraryLoadError} naming every path tried and how to build the library.
+ */
+export function loadLibrary(options: LoadOptions = {}): GraftSymbols {
+  if (library) return library.symbols;
+  const tried = candidatePaths(options);
+  const path = tried.find(exists);
+  if (!path) {
+    throw new LibraryLoadError(
+      `Graft's native library was not found. Tried: ${tried.join(", ")}. ${BUILD_HINT}`,
+    );
+  }
+  let opened: Deno.DynamicLibrary<typeof symbols>;
+  try {
+    opened = Deno.dlopen(path, symbols);
+  } catch (cause) {
+    throw new LibraryLoadError(
+      `Graft's native library at ${path} could not be loaded: ${String(cause)}. ${BUILD_HINT}`,
+      { cause },
+    );
+  }
+  const version = opened.symbols.graft_abi_version();
+  if (version !== ABI_VERSION) {
+    opened.close();
+    throw new LibraryLoadError(
+      `${path} speaks ABI ${version}, this binding needs ${ABI_VERSION}. Rebuild it. ${BUILD_HINT}`,
+    );
+  }
+  library = opened;
+  return opened.symbols;
+}
+
+/** Closes the library. Every pool must be disposed first (their threads run its code). */
+export function closeLibrary(): void {
+  library?.close();
+  library = null;
+}
+
+const messageBuffer = new Uint8Array(512);
+const decoder = new TextDecoder();
+
+/** The core's message for its last failed call. */
+export function lastError(lib: GraftSymbols): string {
+  const length = lib.graft_last_error(messageBuffer, messageBuffer.length);
+  return decoder.decode(messageBuffer.subarray(0, Math.min(length, messageBuffer.length)));
+}
+
+/** Throws the typed error for a failed status, with `context` before the core's message. */
+export function check(lib: GraftSymbols, status: number, context: string): void {
+  if (status !== 0) throw nativeError(status, `${context}: ${lastError(lib)}`);
+}

@@ -1,0 +1,65 @@
+/**
+ * Copies and gathers: `cont` (a contiguous copy), `cpy` (into an existing tensor, converting
+ * f32 <-> f16) and `getRows` (an embedding lookup).
+ * @module
+ */
+
+import { ShapeError } from "../errors.ts";
+import { Op } from "../op.ts";
+import { formatShape, Tensor } from "../tensor.ts";
+import { requireDType } from "./check.ts";
+
+/** A contiguous copy of `a` (of a permuted or strided view, typically). */
+export function cont(a: Tensor): Tensor {
+  return new Tensor({ dtype: a.dtype, ne: a.ne, op: Op.cont, src: [a] });
+}
+
+/**
+ * Copies `a` into `b` (same element count; elements in row-major order), converting between
+ * f32 and f16. The result is a view of `b`: computing it writes `b`'s memory.
+ *
+ * @example
+ * ```ts
+ * import { Context, cpy } from "../../mod.ts";
+ * const ctx = new Context();
+ * const cache = ctx.newTensor("f16", [64, 128]);
+ * const written = cpy(ctx.newTensor("f32", [64, 128]), cache);
+ * ```
+ */
+export function cpy(a: Tensor, b: Tensor): Tensor {
+  if (a.nelements !== b.nelements) {
+    throw new ShapeError(
+      `cpy: ${formatShape(a.ne)} has ${a.nelements} elements, ${
+        formatShape(b.ne)
+      } has ${b.nelements}`,
+    );
+  }
+  const converts = (a.dtype === "f32" || a.dtype === "f16") &&
+    (b.dtype === "f32" || b.dtype === "f16");
+  if (!converts && a.dtype !== b.dtype) {
+    throw new ShapeError(`cpy: cannot copy ${a.dtype} into ${b.dtype}`);
+  }
+  return new Tensor({ dtype: b.dtype, ne: b.ne, nb: b.nb, op: Op.cpy, src: [a, b], viewSource: b });
+}
+
+/**
+ * Gathers rows: `getRows(a[ne0, rows, B], indices[N, B] i32) -> [ne0, N, B]` f32, where output
+ * row n of batch b is row `indices[n, b]` of `a` (an embedding lookup). Out-of-range indices are
+ * an error at compute time.
+ */
+export function getRows(a: Tensor, indices: Tensor): Tensor {
+  requireDType("getRows", a, ["f32", "f16"]);
+  requireDType("getRows", indices, ["i32"]);
+  if (a.ne[3] !== 1 || indices.ne[2] !== 1 || indices.ne[3] !== 1 || indices.ne[1] !== a.ne[2]) {
+    throw new ShapeError(
+      `getRows: rows ${formatShape(a.ne)} and indices ${formatShape(indices.ne)} do not match ` +
+        `(a is [ne0, rows, B], indices [N, B])`,
+    );
+  }
+  return new Tensor({
+    dtype: "f32",
+    ne: [a.ne[0], indices.ne[0], a.ne[2], 1],
+    op: Op.getRows,
+    src: [a, indices],
+  });
+}

@@ -1,0 +1,90 @@
+/**
+ * Elementwise ops: binary ops with ggml broadcasting (the second operand repeats to the first's
+ * shape), unary activations, scale and repeat. All compute in f32.
+ * @module
+ */
+
+import { Op, type OpCode } from "../op.ts";
+import { type Dims, Tensor } from "../tensor.ts";
+import { requireDType, requireFinite, requireRepeatable } from "./check.ts";
+
+function binary(op: OpCode, name: string, a: Tensor, b: Tensor): Tensor {
+  requireDType(name, a, ["f32"]);
+  requireDType(name, b, ["f32"]);
+  requireRepeatable(name, b, a);
+  return new Tensor({ dtype: "f32", ne: a.ne, op, src: [a, b] });
+}
+
+function unary(op: OpCode, name: string, a: Tensor, params: number[] = []): Tensor {
+  requireDType(name, a, ["f32"]);
+  return new Tensor({ dtype: "f32", ne: a.ne, op, src: [a], params });
+}
+
+/**
+ * `a + b`; `b` is repeated to `a`'s shape (each of `a`'s dimensions a multiple of `b`'s).
+ *
+ * @example
+ * ```ts
+ * import { Context, add } from "../../mod.ts";
+ * const ctx = new Context();
+ * const y = add(ctx.newTensor("f32", [8, 4]), ctx.newTensor("f32", [8, 1]));
+ * console.log(y.ne); // [8, 4, 1, 1]
+ * ```
+ */
+export function add(a: Tensor, b: Tensor): Tensor {
+  return binary(Op.add, "add", a, b);
+}
+
+/** `a - b`, broadcasting `b` like {@link add}. */
+export function sub(a: Tensor, b: Tensor): Tensor {
+  return binary(Op.sub, "sub", a, b);
+}
+
+/** `a * b` elementwise, broadcasting `b` like {@link add}. */
+export function mul(a: Tensor, b: Tensor): Tensor {
+  return binary(Op.mul, "mul", a, b);
+}
+
+/** `a / b` elementwise, broadcasting `b` like {@link add}. */
+export function div(a: Tensor, b: Tensor): Tensor {
+  return binary(Op.div, "div", a, b);
+}
+
+/** `a * factor`. */
+export function scale(a: Tensor, factor: number): Tensor {
+  requireFinite("scale", "factor", factor);
+  return unary(Op.scale, "scale", a, [factor]);
+}
+
+/** `a * a` elementwise. */
+export function sqr(a: Tensor): Tensor {
+  return unary(Op.sqr, "sqr", a);
+}
+
+/** Square root elementwise. */
+export function sqrt(a: Tensor): Tensor {
+  return unary(Op.sqrt, "sqrt", a);
+}
+
+/** GELU, tanh approximation (as ggml). */
+export function gelu(a: Tensor): Tensor {
+  return unary(Op.gelu, "gelu", a);
+}
+
+/** SiLU: `x * sigmoid(x)`. */
+export function silu(a: Tensor): Tensor {
+  return unary(Op.silu, "silu", a);
+}
+
+/** ReLU: `max(x, 0)`. */
+export function relu(a: Tensor): Tensor {
+  return unary(Op.relu, "relu", a);
+}
+
+/** Tiles `a` to `shape`: each dimension of `shape` must be a multiple of `a`'s. */
+export function repeat(a: Tensor, shape: Tensor | Dims): Tensor {
+  const ne = shape instanceof Tensor ? shape.ne : shape;
+  requireDType("repeat", a, ["f32"]);
+  requireRepeatable("repeat", a, new Tensor({ dtype: "f32", ne }));
+  return new Tensor({ dtype: "f32", ne, op: Op.repeat, src: [a] });
+}

@@ -1,0 +1,41 @@
+/**
+ * Matrix multiplication with ggml's orientation and batch broadcasting.
+ * @module
+ */
+
+import { ShapeError } from "../errors.ts";
+import { Op } from "../op.ts";
+import { formatShape, Tensor } from "../tensor.ts";
+import { requireDType } from "./check.ts";
+
+/**
+ * `mulMat(a[K, M, ...], b[K, N, ...]) -> [M, N, ...]`: each output element is the dot product
+ * of a row of `a` and a row of `b` (so `a` is usually a weight matrix stored row-major by output
+ * feature). Dims 2-3 of `b` must be multiples of `a`'s (`a` is broadcast over batches). `a` may be
+ * f32 or f16, `b` is f32; either may be non-contiguous.
+ *
+ * @example
+ * ```ts
+ * import { Context, mulMat } from "../../mod.ts";
+ * const ctx = new Context();
+ * const w = ctx.newTensor("f16", [768, 3072]); // K=768 inputs, M=3072 outputs
+ * const x = ctx.newTensor("f32", [768, 128]); // N=128 tokens
+ * console.log(mulMat(w, x).ne); // [3072, 128, 1, 1]
+ * ```
+ */
+export function mulMat(a: Tensor, b: Tensor): Tensor {
+  requireDType("mulMat", a, ["f32", "f16"]);
+  requireDType("mulMat", b, ["f32"]);
+  if (a.ne[0] !== b.ne[0] || b.ne[2] % a.ne[2] !== 0 || b.ne[3] % a.ne[3] !== 0) {
+    throw new ShapeError(
+      `mulMat: cannot multiply ${formatShape(a.ne)} by ${formatShape(b.ne)} ` +
+        `(ne[0] must match; b's dims 2-3 must be multiples of a's)`,
+    );
+  }
+  return new Tensor({
+    dtype: "f32",
+    ne: [a.ne[1], b.ne[1], b.ne[2], b.ne[3]],
+    op: Op.mulMat,
+    src: [a, b],
+  });
+}

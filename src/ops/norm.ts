@@ -1,0 +1,65 @@
+/**
+ * Row-wise normalisations: layer norm (without affine), RMS norm and softmax.
+ * @module
+ */
+
+import { ShapeError } from "../errors.ts";
+import { Op } from "../op.ts";
+import { formatShape, Tensor } from "../tensor.ts";
+import { requireDType, requireFinite } from "./check.ts";
+
+/** Each row: `(x - mean) / sqrt(variance + eps)`. */
+export function norm(a: Tensor, eps = 1e-5): Tensor {
+  requireDType("norm", a, ["f32"]);
+  requireFinite("norm", "eps", eps);
+  return new Tensor({ dtype: "f32", ne: a.ne, op: Op.norm, src: [a], params: [eps] });
+}
+
+/** Each row: `x / sqrt(mean(x^2) + eps)`. */
+export function rmsNorm(a: Tensor, eps = 1e-6): Tensor {
+  requireDType("rmsNorm", a, ["f32"]);
+  requireFinite("rmsNorm", "eps", eps);
+  return new Tensor({ dtype: "f32", ne: a.ne, op: Op.rmsNorm, src: [a], params: [eps] });
+}
+
+/** Options of {@link softmax}. */
+export interface SoftmaxOptions {
+  /** Added to each row after scaling, `[ne0, >= ne1]` (e.g. a causal mask of 0 and -Infinity). */
+  mask?: Tensor;
+  /** Multiplies the input before the mask (attention's `1/sqrt(head_dim)`). Default 1. */
+  scale?: number;
+}
+
+/**
+ * Each row: `softmax(x * scale + mask)`. A row that the mask hides entirely becomes zeros.
+ *
+ * @example
+ * ```ts
+ * import { Context, softmax } from "../../mod.ts";
+ * const ctx = new Context();
+ * const scores = ctx.newTensor("f32", [16, 16, 4]);
+ * const mask = ctx.newTensor("f32", [16, 16]);
+ * const p = softmax(scores, { mask, scale: 0.125 });
+ * ```
+ */
+export function softmax(a: Tensor, options: SoftmaxOptions = {}): Tensor {
+  requireDType("softmax", a, ["f32"]);
+  const scale = options.scale ?? 1;
+  requireFinite("softmax", "scale", scale);
+  const src = [a];
+  if (options.mask) {
+    const mask = options.mask;
+    requireDType("softmax", mask, ["f32"]);
+    if (
+      mask.ne[0] !== a.ne[0] || mask.ne[1] < a.ne[1] || a.ne[2] % mask.ne[2] !== 0 ||
+      a.ne[3] % mask.ne[3] !== 0
+    ) {
+      throw new ShapeError(
+        `softmax: mask ${formatShape(mask.ne)} does not fit input ${formatShape(a.ne)} ` +
+          `(mask.ne[0] == ne[0], mask.ne[1] >= ne[1], dims 2-3 must divide)`,
+      );
+    }
+    src.push(mask);
+  }
+  return new Tensor({ dtype: "f32", ne: a.ne, op: Op.softmax, src, params: [scale] });
+}

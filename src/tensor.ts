@@ -1,0 +1,180 @@
+/**
+ * Tensors are metadata only: dtype, shape and byte strides in ggml order (`ne[0]` innermost),
+ * the op that makes them and its sources. Memory is attached later by an allocator.
+ * @module
+ */
+
+import { type DType, dtypeSize } from "./dtype.ts";
+import { ShapeError } from "./errors.ts";
+import { isViewOp, Op, type OpCode } from "./op.ts";
+import type { BackendBuffer } from "./backend/backend.ts";
+
+/** A shape or stride tuple in ggml order. */
+export type Dims = readonly [number, number, number, number];
+
+/** Where a tensor's memory is: a buffer and a byte offset in it. */
+export interface Placement {
+  readonly buffer: BackendBuffer;
+  readonly offset: number;
+}
+
+let nextId = 1;
+
+/** Options of {@link Tensor}'s constructor; op builders fill them in. */
+export interface TensorInit {
+  dtype: DType;
+  ne: Dims;
+  nb?: Dims;
+  op?: OpCode;
+  src?: readonly Tensor[];
+  params?: readonly number[];
+  viewSource?: Tensor | null;
+  viewOffset?: number;
+  name?: string;
+}
+
+/** Contiguous byte strides for a shape. */
+export function contiguousStrides(dtype: DType, ne: Dims): Dims {
+  const size = dtypeSize[dtype];
+  return [size, size * ne[0], size * ne[0] * ne[1], size * ne[0] * ne[1] * ne[2]];
+}
+
+/** Formats a shape for messages: `[4, 3]`, trailing ones dropped. */
+export function formatShape(ne: Dims): string {
+  let last = 3;
+  while (last > 0 && ne[last] === 1) last--;
+  return `[${ne.slice(0, last + 1).join(", ")}]`;
+}
+
+/**
+ * A node of a compute graph: an input (op `none`) or the result of an op.
+ *
+ * @example
+ * ```ts
+ * import { Context } from "./context.ts";
+ * const ctx = new Context();
+ * const x = ctx.newTensor("f32", [4, 3]);
+ * console.log(x.ne, x.nbytes); // [4, 3, 1, 1] 48
+ * ```
+ */
+export class Tensor {
+  /** Unique within the process; graphs and plans key tensors by it. */
+  readonly id: number = nextId++;
+  readonly dtype: DType;
+  /** Elements per dimension, `ne[0]` innermost. */
+  readonly ne: Dims;
+  /** Byte stride per dimension. */
+  readonly nb: Dims;
+  readonly op: OpCode;
+  readonly src: readonly Tensor[];
+  /** Op parameters (all f32 in the node table). */
+  readonly params: readonly number[];
+  /** For views: the tensor whose memory this one shares. */
+  readonly viewSource: Tensor | null;
+  /** For views: byte offset into the view source's memory. */
+  readonly viewOffset: number;
+  name: string;
+  #placement: Placement | null = null;
+  /** Marks a graph output: the planner never reuses or frees its memory. */
+  isOutput = false;
+
+  constructor(init: TensorInit) {
+    for (const n of init.ne) {
+      if (!Number.isInteger(n) || n < 1) {
+        throw new ShapeError(`tensor shape ${JSON.stringify(init.ne)} must be positive integers`);
+      }
+    }
+    this.dtype = init.dtype;
+    this.ne = init.ne;
+    this.nb = init.nb ?? contiguousStrides(init.dtype, init.ne);
+    this.op = init.op ?? Op.none;
+    this.src = init.src ?? [];
+    this.params = init.params ?? [];
+    this.viewSource = init.viewSource ?? null;
+    this.viewOffset = init.viewOffset ?? 0;
+    this.name = init.name ?? "";
+  }
+
+  /** Number of elements. */
+  get nelements(): number {
+    return this.ne[0] * this.ne[1] * this.ne[2] * this.ne[3];
+  }
+
+  /** Number of rows (elements of dims 1-3). */
+  get nrows(): number {
+    return this.ne[1] * this.ne[2] * this.ne[3];
+  }
+
+  /** Bytes from the first element to one past the last (its memory footprint). */
+  get nbytes(): number {
+    let last = 0;
+    for (let d = 0; d < 4; d++) last += (this.ne[d]! - 1) * this.nb[d]!;
+    return last + dtypeSize[this.dtype];
+  }
+
+  /** True when elements are stored densely in ggml order. */
+  get isContiguous(): boolean {
+    const c = contiguousStrides(this.dtype, this.ne);
+    return c[0] === this.nb[0] && c[1] === this.nb[1] && c[2] === this.nb[2] &&
+      c[3] === this.nb[3];
+  }
+
+  /** True for tensors that only describe their source's memory. */
+  get isView(): boolean {
+    return isViewOp(this.op);
+  }
+
+  /** The tensor that owns this one's memory (itself unless a view). */
+  get memoryOwner(): Tensor {
+    let owner: Tensor = this;
+    while (owner.viewSource) owner = owner.viewSource;
+    return owner;
+  }
+
+  /** Byte offset of this tensor within its memory owner. */
+  get offsetInOwner(): number {
+    let offset = 0;
+    for (let t: Tensor | null = this; t?.viewSource; t = t.viewSource) offset += t.viewOffset;
+    return offset;
+  }
+
+  /** Where this tensor's memory is, following views to their owner; null if not placed. */
+  get placement(): Placement | null {
+    if (this.viewSource) {
+      const owner = this.memoryOwner.#placement;
+      return owner ? { buffer: owner.buffer, offset: owner.offset + this.offsetInOwner } : null;
+    }
+    return this.#placement;
+  }
+
+  /**
+   * Gives this tensor memory. Views take their owner's; a tensor is placed once, so a plan
+   * made from its address can never go stale by re-placement.
+   */
+  place(buffer: BackendBuffer, offset: number): void {
+    if (this.viewSource) {
+      throw new ShapeError(`tensor ${this.label} is a view: it uses its source's memory`);
+    }
+    if (this.#placement) {
+      throw new ShapeError(`tensor ${this.label} already has memory`);
+    }
+    if (offset < 0 || offset + this.nbytes > buffer.size) {
+      throw new ShapeError(
+        `tensor ${this.label} (${this.nbytes} bytes) does not fit at offset ${offset} of a ` +
+          `${buffer.size}-byte buffer`,
+      );
+    }
+    this.#placement = { buffer, offset };
+  }
+
+  /** Forgets this tensor's memory (the buffer was disposed or is being re-planned). */
+  unplace(): void {
+    this.#placement = null;
+  }
+
+  /** A short description for messages: name or id, op, dtype and shape. */
+  get label(): string {
+    const name = this.name || `#${this.id}`;
+    return `${name} (${this.dtype} ${formatShape(this.ne)})`;
+  }
+}

@@ -1,0 +1,56 @@
+//! Run-time CPU feature detection: which kernel build this machine can run.
+
+const std = @import("std");
+
+pub const SimdLevel = enum(u32) { none = 0, avx2 = 1, avx512 = 2 };
+
+const Registers = struct { eax: u32, ebx: u32, ecx: u32, edx: u32 };
+
+fn cpuid(leaf: u32, subleaf: u32) Registers {
+    var eax: u32 = undefined;
+    var ebx: u32 = undefined;
+    var ecx: u32 = undefined;
+    var edx: u32 = undefined;
+    asm volatile ("cpuid"
+        : [eax] "={eax}" (eax),
+          [ebx] "={ebx}" (ebx),
+          [ecx] "={ecx}" (ecx),
+          [edx] "={edx}" (edx),
+        : [leaf] "{eax}" (leaf),
+          [subleaf] "{ecx}" (subleaf),
+    );
+    return .{ .eax = eax, .ebx = ebx, .ecx = ecx, .edx = edx };
+}
+
+fn xgetbv() u64 {
+    var eax: u32 = undefined;
+    var edx: u32 = undefined;
+    asm volatile ("xgetbv"
+        : [eax] "={eax}" (eax),
+          [edx] "={edx}" (edx),
+        : [index] "{ecx}" (@as(u32, 0)),
+    );
+    return (@as(u64, edx) << 32) | eax;
+}
+
+fn bit(value: u32, index: u5) bool {
+    return (value >> index) & 1 == 1;
+}
+
+/// The best kernel build the CPU and the OS (saved vector state) support: x86-64-v4 needs
+/// AVX-512 F/CD/BW/DQ/VL, x86-64-v3 needs AVX2, FMA, F16C, BMI1/2, MOVBE and LZCNT.
+pub fn detect() SimdLevel {
+    const basic = cpuid(1, 0);
+    if (!bit(basic.ecx, 27)) return .none; // OSXSAVE: xgetbv is usable
+    const xcr0 = xgetbv();
+    if (xcr0 & 0b110 != 0b110) return .none; // the OS saves xmm and ymm state
+    const extended = cpuid(7, 0);
+    const amd = cpuid(0x80000001, 0);
+    const v3 = bit(basic.ecx, 12) and bit(basic.ecx, 29) and bit(basic.ecx, 22) and
+        bit(extended.ebx, 5) and bit(extended.ebx, 3) and bit(extended.ebx, 8) and bit(amd.ecx, 5);
+    if (!v3) return .none;
+    const zmm_state = xcr0 & 0b1110_0000 == 0b1110_0000;
+    const v4 = zmm_state and bit(extended.ebx, 16) and bit(extended.ebx, 17) and
+        bit(extended.ebx, 28) and bit(extended.ebx, 30) and bit(extended.ebx, 31);
+    return if (v4) .avx512 else .avx2;
+}

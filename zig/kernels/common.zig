@@ -1,0 +1,275 @@
+//! Helpers shared by every kernel family: the SIMD width of the CPU this object is compiled for,
+//! tensor and row addressing in unsigned byte arithmetic, the split of rows across threads, and
+//! chunked loads and stores that let one vector code path serve contiguous and strided rows.
+//!
+//! Kernels only run on nodes that `validate.zig` accepted, so shapes are >= 1 and strides are
+//! >= 0; the helpers convert them to `usize` once and assert the rest.
+
+const std = @import("std");
+const builtin = @import("builtin");
+const node = @import("../node.zig");
+
+pub const assert = std.debug.assert;
+pub const Node = node.Node;
+pub const Work = node.Work;
+pub const Status = node.Status;
+pub const DType = node.DType;
+pub const TensorDesc = node.TensorDesc;
+pub const dims_max = node.dims_max;
+
+/// f32 lanes of one register: 16 on AVX-512, 8 on AVX2. Each variant object is compiled for its
+/// own CPU model, so reading the target features here is the same as reading the variant name,
+/// and it also works in the unit tests, which have no `build_options`.
+pub const lanes: comptime_int = blk: {
+    if (builtin.cpu.arch.isX86()) {
+        if (builtin.cpu.has(.x86, .avx512f)) break :blk 16;
+        if (builtin.cpu.has(.x86, .avx2)) break :blk 8;
+    }
+    break :blk 4;
+};
+
+pub const F32x = @Vector(lanes, f32);
+pub const F64x = @Vector(lanes, f64);
+pub const F16x = @Vector(lanes, f16);
+const lane_index: @Vector(lanes, u32) = std.simd.iota(u32, lanes);
+
+comptime {
+    assert(lanes == 4 or lanes == 8 or lanes == 16);
+    assert(@sizeOf(F32x) == lanes * 4);
+}
+
+/// One row (or any run of equally spaced elements): element i lives at `base + i * stride`.
+pub const Strided = struct {
+    base: usize,
+    stride: usize, // bytes between consecutive elements
+
+    pub fn at(self: Strided, index: usize) usize {
+        return self.base + index * self.stride;
+    }
+};
+
+/// A validated tensor descriptor with its shape and strides as `usize`.
+pub const Tensor = struct {
+    base: usize,
+    ne: [dims_max]usize,
+    nb: [dims_max]usize,
+    dtype: DType,
+
+    pub fn from(desc: *const TensorDesc) Tensor {
+        assert(desc.dtype <= @intFromEnum(DType.i32));
+        var tensor: Tensor = .{
+            .base = @intCast(desc.data),
+            .ne = undefined,
+            .nb = undefined,
+            .dtype = @enumFromInt(desc.dtype),
+        };
+        for (0..dims_max) |d| {
+            assert(desc.ne[d] >= 1);
+            assert(desc.nb[d] >= 0);
+            tensor.ne[d] = @intCast(desc.ne[d]);
+            tensor.nb[d] = @intCast(desc.nb[d]);
+        }
+        return tensor;
+    }
+
+    pub fn size_bytes(self: Tensor) usize {
+        return self.dtype.size_bytes();
+    }
+
+    /// Rows are every (i1, i2, i3); kernels split and walk them in this flattened order.
+    pub fn rows(self: Tensor) usize {
+        return self.ne[1] * self.ne[2] * self.ne[3];
+    }
+
+    pub fn element_count(self: Tensor) usize {
+        return self.ne[0] * self.rows();
+    }
+
+    pub fn row_contiguous(self: Tensor) bool {
+        return self.nb[0] == self.size_bytes();
+    }
+
+    pub fn is_contiguous(self: Tensor) bool {
+        return self.nb[0] == self.size_bytes() and self.nb[1] == self.nb[0] * self.ne[0] and
+            self.nb[2] == self.nb[1] * self.ne[1] and self.nb[3] == self.nb[2] * self.ne[2];
+    }
+
+    pub fn row_index(self: Tensor, row_flat: usize) RowIndex {
+        assert(row_flat < self.rows());
+        return .{
+            .i1 = row_flat % self.ne[1],
+            .i2 = (row_flat / self.ne[1]) % self.ne[2],
+            .i3 = row_flat / (self.ne[1] * self.ne[2]),
+        };
+    }
+
+    pub fn row_at(self: Tensor, index: RowIndex) Strided {
+        assert(index.i1 < self.ne[1]);
+        assert(index.i2 < self.ne[2]);
+        assert(index.i3 < self.ne[3]);
+        const offset = index.i1 * self.nb[1] + index.i2 * self.nb[2] + index.i3 * self.nb[3];
+        return .{ .base = self.base + offset, .stride = self.nb[0] };
+    }
+
+    /// Flattened row `row` (see `rows`).
+    pub fn row(self: Tensor, row_flat: usize) Strided {
+        return self.row_at(self.row_index(row_flat));
+    }
+
+    /// The row a broadcast source uses for row `index` of a larger tensor: each index modulo
+    /// this tensor's extent.
+    pub fn row_broadcast(self: Tensor, index: RowIndex) Strided {
+        return self.row_at(.{
+            .i1 = index.i1 % self.ne[1],
+            .i2 = index.i2 % self.ne[2],
+            .i3 = index.i3 % self.ne[3],
+        });
+    }
+};
+
+pub const RowIndex = struct { i1: usize, i2: usize, i3: usize };
+
+/// A half-open range of items (rows, chunks, bytes) owned by one thread.
+pub const Range = struct {
+    begin: usize,
+    end: usize,
+};
+
+/// Thread t gets items [t * ceil(count / n), (t + 1) * ceil(count / n)), clipped to count, so
+/// each item is processed by exactly one thread and in the same way for any thread count.
+pub fn thread_range(count: usize, work: *const Work) Range {
+    assert(work.thread_count >= 1);
+    assert(work.thread_index < work.thread_count);
+    const per_thread = (count + work.thread_count - 1) / work.thread_count;
+    const begin = @min(count, per_thread * work.thread_index);
+    return .{ .begin = begin, .end = @min(count, begin + per_thread) };
+}
+
+pub fn load_f32(address: usize) f32 {
+    return @as(*align(1) const f32, @ptrFromInt(address)).*;
+}
+
+pub fn store_f32(address: usize, value: f32) void {
+    @as(*align(1) f32, @ptrFromInt(address)).* = value;
+}
+
+pub fn load_f16(address: usize) f16 {
+    return @as(*align(1) const f16, @ptrFromInt(address)).*;
+}
+
+pub fn store_f16(address: usize, value: f16) void {
+    @as(*align(1) f16, @ptrFromInt(address)).* = value;
+}
+
+pub fn load_u16(address: usize) u16 {
+    return @as(*align(1) const u16, @ptrFromInt(address)).*;
+}
+
+pub fn store_u16(address: usize, value: u16) void {
+    @as(*align(1) u16, @ptrFromInt(address)).* = value;
+}
+
+pub fn load_u32(address: usize) u32 {
+    return @as(*align(1) const u32, @ptrFromInt(address)).*;
+}
+
+pub fn store_u32(address: usize, value: u32) void {
+    @as(*align(1) u32, @ptrFromInt(address)).* = value;
+}
+
+/// Lanes [0, count) are valid; the rest are padding of a row's last chunk.
+pub fn lane_mask(count: usize) @Vector(lanes, bool) {
+    assert(count >= 1);
+    assert(count <= lanes);
+    return lane_index < @as(@Vector(lanes, u32), @splat(@intCast(count)));
+}
+
+/// Loads `count` f32 elements starting at element `index`: one vector load on a contiguous row
+/// with a full chunk, a gather otherwise. Padding lanes hold `fill`.
+pub fn load_chunk(row: Strided, index: usize, count: usize, fill: f32) F32x {
+    assert(count >= 1);
+    assert(count <= lanes);
+    if (count == lanes and row.stride == 4) {
+        return @as(*align(1) const [lanes]f32, @ptrFromInt(row.at(index))).*;
+    }
+    var chunk: [lanes]f32 = @splat(fill);
+    for (0..count) |lane| chunk[lane] = load_f32(row.at(index + lane));
+    return chunk;
+}
+
+/// Stores lanes [0, count) of `value` at elements [index, index + count) of `row`.
+pub fn store_chunk(row: Strided, index: usize, count: usize, value: F32x) void {
+    assert(count >= 1);
+    assert(count <= lanes);
+    if (count == lanes and row.stride == 4) {
+        @as(*align(1) [lanes]f32, @ptrFromInt(row.at(index))).* = value;
+        return;
+    }
+    const chunk: [lanes]f32 = value;
+    for (0..count) |lane| store_f32(row.at(index + lane), chunk[lane]);
+}
+
+/// Like `load_chunk` for f16 elements, widened to f32 (exact).
+pub fn load_chunk_f16(row: Strided, index: usize, count: usize) F32x {
+    assert(count >= 1);
+    assert(count <= lanes);
+    if (count == lanes and row.stride == 2) {
+        const halves: F16x = @as(*align(1) const [lanes]f16, @ptrFromInt(row.at(index))).*;
+        return @floatCast(halves);
+    }
+    var chunk: [lanes]f16 = @splat(0);
+    for (0..count) |lane| chunk[lane] = load_f16(row.at(index + lane));
+    const halves: F16x = chunk;
+    return @floatCast(halves);
+}
+
+/// Narrows lanes [0, count) to f16 (round to nearest even, overflow to infinity) and stores them.
+pub fn store_chunk_f16(row: Strided, index: usize, count: usize, value: F32x) void {
+    assert(count >= 1);
+    assert(count <= lanes);
+    const halves: F16x = @floatCast(value);
+    if (count == lanes and row.stride == 2) {
+        @as(*align(1) [lanes]f16, @ptrFromInt(row.at(index))).* = halves;
+        return;
+    }
+    const chunk: [lanes]f16 = halves;
+    for (0..count) |lane| store_f16(row.at(index + lane), chunk[lane]);
+}
+
+/// e^x for every lane, about 1 ulp: Cephes' expf. x = n ln2 + r with |r| <= ln2 / 2, e^r from a
+/// degree-7 polynomial, 2^n applied in two halves so results that overflow become +inf and
+/// results in the subnormal range round once. NaN stays NaN; -inf gives 0 (soft_max masks).
+pub fn exp(x: F32x) F32x {
+    const is_nan = x != x;
+    const clamped = @min(@max(@select(f32, is_nan, splat(0), x), splat(-104.0)), splat(89.0));
+    const n = @round(clamped * splat(1.44269504088896341));
+    var r = clamped - n * splat(0.693359375);
+    r = r - n * splat(-2.12194440e-4);
+    var p = splat(1.9875691500e-4);
+    p = p * r + splat(1.3981999507e-3);
+    p = p * r + splat(8.3334519073e-3);
+    p = p * r + splat(4.1665795894e-2);
+    p = p * r + splat(1.6666665459e-1);
+    p = p * r + splat(5.0000001201e-1);
+    p = p * (r * r) + r + splat(1.0);
+    const exponent: @Vector(lanes, i32) = @intFromFloat(n);
+    const half = exponent >> @splat(1);
+    const scaled = p * power_of_two(half) * power_of_two(exponent - half);
+    return @select(f32, is_nan, x, scaled);
+}
+
+/// 2^e for -126 <= e <= 127, built from the exponent bits.
+fn power_of_two(e: @Vector(lanes, i32)) F32x {
+    const bits: @Vector(lanes, u32) = @bitCast((e + @as(@Vector(lanes, i32), @splat(127))) << @splat(23));
+    return @bitCast(bits);
+}
+
+pub fn splat(value: f32) F32x {
+    return @splat(value);
+}
+
+comptime {
+    // exp clamps to [-104, 89]; both halves of 2^n must stay normal numbers.
+    assert(@divFloor(-150, 2) >= -126);
+    assert(128 - @divFloor(128, 2) <= 127);
+}

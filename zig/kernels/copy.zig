@@ -1,0 +1,183 @@
+//! cpy and get_rows.
+//!
+//! cpy: dst <- src0 converted, element counts equal but shapes free (ggml): elements are read in
+//! row-major logical order of src0 and written in row-major logical order of dst. Pairs f32->f32,
+//! f32->f16, f16->f32, f16->f16, i32->i32; same-dtype copies are bit exact, f32->f16 rounds to
+//! nearest even. Three paths: both contiguous with one dtype (a byte copy split across threads),
+//! equal row length (row to row, vectorized), and otherwise an element walk per dst row.
+//!
+//! get_rows: src0 [ne0, R, B, C] f32 | f16, src1 i32 [N, B, C, 1], dst f32 [ne0, N, B, C]:
+//! dst row (n, b, c) = src0 row (src1[n, b, c], b, c). An index outside [0, R) makes every thread
+//! return .out_of_bounds before any thread writes.
+
+const std = @import("std");
+const common = @import("common.zig");
+
+const assert = common.assert;
+const DType = common.DType;
+const Strided = common.Strided;
+const Tensor = common.Tensor;
+const lanes = common.lanes;
+
+/// Byte copy chunks are multiples of this, so no thread splits a cache line with another.
+const copy_granule_bytes = 64;
+
+pub fn cpy(n: *const common.Node, work: *const common.Work) common.Status {
+    const dst = Tensor.from(&n.dst);
+    const src = Tensor.from(&n.src[0]);
+    assert(dst.element_count() == src.element_count());
+    if (!pair_supported(src.dtype, dst.dtype)) return .unsupported;
+    if (dst.dtype == src.dtype and dst.is_contiguous() and src.is_contiguous()) {
+        copy_bytes(dst.base, src.base, dst.element_count() * dst.size_bytes(), work);
+    } else if (dst.ne[0] == src.ne[0]) {
+        // Equal row length: flattened row r of dst holds exactly flattened row r of src0.
+        const range = common.thread_range(dst.rows(), work);
+        for (range.begin..range.end) |row| {
+            convert_row(dst.row(row), dst.dtype, src.row(row), src.dtype, dst.ne[0]);
+        }
+    } else {
+        const range = common.thread_range(dst.rows(), work);
+        for (range.begin..range.end) |row| walk_row(dst, src, row);
+    }
+    return .ok;
+}
+
+pub fn pair_supported(from: DType, to: DType) bool {
+    return switch (from) {
+        .f32, .f16 => to == .f32 or to == .f16,
+        .i32 => to == .i32,
+    };
+}
+
+fn copy_bytes(to: usize, from: usize, size_bytes: usize, work: *const common.Work) void {
+    const granules = (size_bytes + copy_granule_bytes - 1) / copy_granule_bytes;
+    const range = common.thread_range(granules, work);
+    const begin = @min(size_bytes, range.begin * copy_granule_bytes);
+    const end = @min(size_bytes, range.end * copy_granule_bytes);
+    if (begin == end) return;
+    const destination: [*]u8 = @ptrFromInt(to);
+    const source: [*]const u8 = @ptrFromInt(from);
+    // memmove: a cpy of a tensor onto itself is legal and must not trip the overlap check.
+    @memmove(destination[begin..end], source[begin..end]);
+}
+
+/// Converts `count` elements from `src` to `dst`.
+pub fn convert_row(dst: Strided, to: DType, src: Strided, from: DType, count: usize) void {
+    assert(pair_supported(from, to));
+    if (from == to) return copy_row_bits(dst, src, count, to.size_bytes());
+    var index: usize = 0;
+    while (index < count) : (index += lanes) {
+        const chunk = @min(lanes, count - index);
+        const value = switch (from) {
+            .f32 => common.load_chunk(src, index, chunk, 0),
+            .f16 => common.load_chunk_f16(src, index, chunk),
+            .i32 => unreachable,
+        };
+        switch (to) {
+            .f32 => common.store_chunk(dst, index, chunk, value),
+            .f16 => common.store_chunk_f16(dst, index, chunk, value),
+            .i32 => unreachable,
+        }
+    }
+}
+
+fn copy_row_bits(dst: Strided, src: Strided, count: usize, size: usize) void {
+    assert(size == 2 or size == 4);
+    if (dst.stride == size and src.stride == size) {
+        const destination: [*]u8 = @ptrFromInt(dst.base);
+        const source: [*]const u8 = @ptrFromInt(src.base);
+        @memmove(destination[0 .. count * size], source[0 .. count * size]);
+        return;
+    }
+    for (0..count) |index| copy_element(dst.at(index), src.at(index), size);
+}
+
+fn copy_element(to: usize, from: usize, size: usize) void {
+    if (size == 4) {
+        common.store_u32(to, common.load_u32(from));
+    } else {
+        common.store_u16(to, common.load_u16(from));
+    }
+}
+
+/// Row `row` of dst when src0 has another row length: the row's flat element range, read from
+/// src0 by carrying src0 coordinates along (no division per element).
+fn walk_row(dst: Tensor, src: Tensor, row: usize) void {
+    const dst_row = dst.row(row);
+    const flat = row * dst.ne[0];
+    var position: [common.dims_max]usize = undefined;
+    var rest = flat;
+    for (0..common.dims_max) |d| {
+        position[d] = rest % src.ne[d];
+        rest /= src.ne[d];
+    }
+    assert(rest == 0);
+    for (0..dst.ne[0]) |index| {
+        var from = src.base;
+        for (0..common.dims_max) |d| from += position[d] * src.nb[d];
+        convert_element(dst_row.at(index), dst.dtype, from, src.dtype);
+        advance(&position, src.ne);
+    }
+}
+
+fn advance(position: *[common.dims_max]usize, ne: [common.dims_max]usize) void {
+    for (0..common.dims_max) |d| {
+        position[d] += 1;
+        if (position[d] < ne[d]) return;
+        position[d] = 0;
+    }
+}
+
+fn convert_element(to: usize, to_dtype: DType, from: usize, from_dtype: DType) void {
+    if (to_dtype == from_dtype) return copy_element(to, from, to_dtype.size_bytes());
+    const value: f32 = switch (from_dtype) {
+        .f32 => common.load_f32(from),
+        .f16 => common.load_f16(from),
+        .i32 => unreachable,
+    };
+    switch (to_dtype) {
+        .f32 => common.store_f32(to, value),
+        .f16 => common.store_f16(to, @floatCast(value)),
+        .i32 => unreachable,
+    }
+}
+
+pub fn get_rows(n: *const common.Node, work: *const common.Work) common.Status {
+    const dst = Tensor.from(&n.dst);
+    const src = Tensor.from(&n.src[0]);
+    const indices = Tensor.from(&n.src[1]);
+    assert(indices.dtype == .i32);
+    assert(dst.dtype == .f32);
+    if (!indices_in_range(indices, src.ne[1])) return .out_of_bounds;
+    const range = common.thread_range(dst.rows(), work);
+    for (range.begin..range.end) |row| {
+        const index = dst.row_index(row);
+        const source_row = row_index_value(indices, index);
+        const from = src.row_at(.{ .i1 = source_row, .i2 = index.i2, .i3 = index.i3 });
+        convert_row(dst.row_at(index), .f32, from, src.dtype, dst.ne[0]);
+    }
+    return .ok;
+}
+
+/// src1[n, b, c] for dst row (n, b, c); only called after `indices_in_range`.
+fn row_index_value(indices: Tensor, index: common.RowIndex) usize {
+    const address = indices.base + index.i1 * indices.nb[0] + index.i2 * indices.nb[1] + index.i3 * indices.nb[2];
+    const value: i32 = @bitCast(common.load_u32(address));
+    assert(value >= 0);
+    return @intCast(value);
+}
+
+/// Every thread checks every index (a few loads per row copied), so all threads agree on the
+/// status and an out-of-range index stops the node before anything is written.
+fn indices_in_range(indices: Tensor, rows: usize) bool {
+    for (0..indices.ne[2]) |batch3| {
+        for (0..indices.ne[1]) |batch2| {
+            const row = indices.row_at(.{ .i1 = batch2, .i2 = batch3, .i3 = 0 });
+            for (0..indices.ne[0]) |column| {
+                const value: i32 = @bitCast(common.load_u32(row.at(column)));
+                if (value < 0 or value >= rows) return false;
+            }
+        }
+    }
+    return true;
+}

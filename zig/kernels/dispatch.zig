@@ -1,0 +1,69 @@
+//! Maps a node to its kernel. `variant.zig` exports these two functions under per-variant names;
+//! they live here, apart from the exports, so the unit tests can call them directly.
+//!
+//! The core validates every node of a plan before computing it; the entry points validate again
+//! (a few dozen compares, next to a kernel's work) so that no input, however it arrives, reaches
+//! a kernel assert or an out-of-range address: a rejected node returns its verdict's status.
+
+const std = @import("std");
+const common = @import("common.zig");
+const validate = @import("../validate.zig");
+const elementwise = @import("elementwise.zig");
+const reduce = @import("reduce.zig");
+const norm = @import("norm.zig");
+const soft_max = @import("soft_max.zig");
+const mul_mat = @import("mul_mat.zig");
+const copy = @import("copy.zig");
+
+const assert = common.assert;
+const Node = common.Node;
+const Work = common.Work;
+const Status = common.Status;
+const Op = @import("../node.zig").Op;
+
+pub fn compute_node(n: *const Node, work: *const Work) Status {
+    if (work.thread_count == 0 or work.thread_index >= work.thread_count) return .invalid_argument;
+    const verdict = validate.validate_node(n);
+    if (verdict.status != .ok) return verdict.status;
+    const op: Op = @enumFromInt(n.op);
+    return switch (op) {
+        .add => elementwise.binary(.add, n, work),
+        .sub => elementwise.binary(.sub, n, work),
+        .mul => elementwise.binary(.mul, n, work),
+        .div => elementwise.binary(.div, n, work),
+        .scale => elementwise.unary(.scale, n, work),
+        .sqr => elementwise.unary(.sqr, n, work),
+        .sqrt => elementwise.unary(.sqrt, n, work),
+        .gelu => elementwise.unary(.gelu, n, work),
+        .silu => elementwise.unary(.silu, n, work),
+        .relu => elementwise.unary(.relu, n, work),
+        .repeat => elementwise.repeat(n, work),
+        .sum => reduce.sum(n, work),
+        .mean => reduce.mean(n, work),
+        .norm => norm.normalize(.norm, n, work),
+        .rms_norm => norm.normalize(.rms_norm, n, work),
+        .soft_max => soft_max.soft_max(n, work),
+        .mul_mat => mul_mat.mul_mat(n, work),
+        .cpy => copy.cpy(n, work),
+        .get_rows => copy.get_rows(n, work),
+        _ => .unsupported,
+    };
+}
+
+/// Scratch bytes the node needs with `thread_count` threads; 0 for a node that fails validation
+/// (compute_node refuses it anyway).
+pub fn work_size(n: *const Node, thread_count: u32) u64 {
+    if (thread_count == 0) return 0;
+    if (validate.validate_node(n).status != .ok) return 0;
+    const op: Op = @enumFromInt(n.op);
+    return switch (op) {
+        .sum => reduce.sum_work_size_bytes,
+        .mul_mat => mul_mat.work_size(n, thread_count),
+        else => 0,
+    };
+}
+
+/// Ops whose kernel calls `Work.sync`, so every thread must run it concurrently.
+pub fn uses_barrier(op: Op) bool {
+    return op == .sum or op == .mul_mat;
+}

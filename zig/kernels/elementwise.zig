@@ -1,0 +1,158 @@
+//! Element-wise kernels: binary (add, sub, mul, div with src1 broadcast by repetition), unary
+//! (scale, sqr, sqrt, gelu, silu, relu) and repeat. Every output element depends only on the
+//! input elements of the same (or the broadcast) index, so dst may alias src0 exactly.
+//!
+//! Rows are split across threads. Within a row, elements go through the same vector function in
+//! chunks of `lanes`, whether the row is contiguous (vector loads) or strided (gathers), so a
+//! value does not depend on the layout or the thread count.
+
+const std = @import("std");
+const common = @import("common.zig");
+
+const assert = common.assert;
+const F32x = common.F32x;
+const Strided = common.Strided;
+const Tensor = common.Tensor;
+const lanes = common.lanes;
+const splat = common.splat;
+
+pub const BinaryOp = enum { add, sub, mul, div };
+
+pub const UnaryOp = enum { scale, sqr, sqrt, gelu, silu, relu };
+
+pub fn binary(comptime op: BinaryOp, n: *const common.Node, work: *const common.Work) common.Status {
+    const dst = Tensor.from(&n.dst);
+    const a = Tensor.from(&n.src[0]);
+    const b = Tensor.from(&n.src[1]);
+    assert(dst.element_count() == a.element_count());
+    assert(a.ne[0] % b.ne[0] == 0);
+    const range = common.thread_range(dst.rows(), work);
+    for (range.begin..range.end) |row| {
+        const index = dst.row_index(row);
+        binary_row(op, dst.row_at(index), a.row_at(index), b.row_broadcast(index), dst.ne[0], b.ne[0]);
+    }
+    return .ok;
+}
+
+fn binary_apply(comptime op: BinaryOp, a: F32x, b: F32x) F32x {
+    return switch (op) {
+        .add => a + b,
+        .sub => a - b,
+        .mul => a * b,
+        .div => a / b,
+    };
+}
+
+/// dst[i] = a[i] op b[i % count_b]; count_b divides count.
+fn binary_row(comptime op: BinaryOp, dst: Strided, a: Strided, b: Strided, count: usize, count_b: usize) void {
+    assert(count_b >= 1);
+    assert(count % count_b == 0);
+    var index: usize = 0;
+    if (count_b == count) {
+        while (index < count) : (index += lanes) {
+            const chunk = @min(lanes, count - index);
+            const value = binary_apply(op, common.load_chunk(a, index, chunk, 1), common.load_chunk(b, index, chunk, 1));
+            common.store_chunk(dst, index, chunk, value);
+        }
+    } else if (count_b == 1) {
+        const scalar = splat(common.load_f32(b.base));
+        while (index < count) : (index += lanes) {
+            const chunk = @min(lanes, count - index);
+            common.store_chunk(dst, index, chunk, binary_apply(op, common.load_chunk(a, index, chunk, 1), scalar));
+        }
+    } else {
+        // src1's row repeats inside the row: gather it with a wrapping index, no division.
+        var index_b: usize = 0;
+        while (index < count) : (index += lanes) {
+            const chunk = @min(lanes, count - index);
+            var gathered: [lanes]f32 = @splat(1);
+            for (0..chunk) |lane| {
+                gathered[lane] = common.load_f32(b.at(index_b));
+                index_b += 1;
+                if (index_b == count_b) index_b = 0;
+            }
+            common.store_chunk(dst, index, chunk, binary_apply(op, common.load_chunk(a, index, chunk, 1), gathered));
+        }
+    }
+}
+
+pub fn unary(comptime op: UnaryOp, n: *const common.Node, work: *const common.Work) common.Status {
+    const dst = Tensor.from(&n.dst);
+    const src = Tensor.from(&n.src[0]);
+    assert(dst.element_count() == src.element_count());
+    const factor = splat(n.param_f32(0));
+    const range = common.thread_range(dst.rows(), work);
+    for (range.begin..range.end) |row| {
+        const index = dst.row_index(row);
+        const dst_row = dst.row_at(index);
+        const src_row = src.row_at(index);
+        var i: usize = 0;
+        while (i < dst.ne[0]) : (i += lanes) {
+            const chunk = @min(lanes, dst.ne[0] - i);
+            const value = unary_apply(op, common.load_chunk(src_row, i, chunk, 0), factor);
+            common.store_chunk(dst_row, i, chunk, value);
+        }
+    }
+    return .ok;
+}
+
+fn unary_apply(comptime op: UnaryOp, x: F32x, factor: F32x) F32x {
+    return switch (op) {
+        .scale => x * factor,
+        .sqr => x * x,
+        .sqrt => @sqrt(x),
+        .gelu => gelu(x),
+        .silu => x / (splat(1) + common.exp(-x)),
+        // As ggml: (x > 0) ? x : 0, so NaN and -0 give +0.
+        .relu => @select(f32, x > splat(0), x, splat(0)),
+    };
+}
+
+/// ggml's tanh approximation 0.5 x (1 + tanh(y)), y = sqrt(2/pi) (x + 0.044715 x^3). Since
+/// 0.5 (1 + tanh(y)) = 1 / (1 + e^(-2y)), this is x / (1 + e^(-2y)), which has no cancellation
+/// for large negative x, where 1 + tanh(y) would lose every digit.
+fn gelu(x: F32x) F32x {
+    const sqrt_2_over_pi: f32 = 0.79788456080286535588;
+    const y = splat(sqrt_2_over_pi) * x * (splat(1) + splat(0.044715) * x * x);
+    return x / (splat(1) + common.exp(splat(-2) * y));
+}
+
+/// dst(i) = src0(i mod src0.ne), every dst.ne[d] a multiple of src0.ne[d]. Elements are copied
+/// bit for bit, so any dtype works when dst and src0 share it.
+pub fn repeat(n: *const common.Node, work: *const common.Work) common.Status {
+    const dst = Tensor.from(&n.dst);
+    const src = Tensor.from(&n.src[0]);
+    assert(dst.dtype == src.dtype);
+    assert(dst.ne[0] % src.ne[0] == 0);
+    const range = common.thread_range(dst.rows(), work);
+    for (range.begin..range.end) |row| {
+        const index = dst.row_index(row);
+        repeat_row(dst.row_at(index), src.row_broadcast(index), dst.ne[0], src.ne[0], dst.size_bytes());
+    }
+    return .ok;
+}
+
+fn repeat_row(dst: Strided, src: Strided, count: usize, count_src: usize, size: usize) void {
+    assert(size == 2 or size == 4);
+    assert(count % count_src == 0);
+    if (dst.stride == size and src.stride == size) {
+        const bytes = count_src * size;
+        const from: [*]const u8 = @ptrFromInt(src.base);
+        var offset: usize = 0;
+        while (offset < count * size) : (offset += bytes) {
+            const to: [*]u8 = @ptrFromInt(dst.base + offset);
+            @memmove(to[0..bytes], from[0..bytes]);
+        }
+        return;
+    }
+    var index_src: usize = 0;
+    for (0..count) |index| {
+        if (size == 4) {
+            common.store_u32(dst.at(index), common.load_u32(src.at(index_src)));
+        } else {
+            common.store_u16(dst.at(index), common.load_u16(src.at(index_src)));
+        }
+        index_src += 1;
+        if (index_src == count_src) index_src = 0;
+    }
+}

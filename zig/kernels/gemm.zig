@@ -1,0 +1,518 @@
+//! f32 GEMM in ggml's orientation: C[n][m] = sum_k A[m][k] * B[n][k].
+//! A holds M rows of K (f32 or f16 weights), B holds N rows of K f32, C holds N rows of M f32.
+//! Every thread of the pool calls `sgemm` with the same arguments; each computes its share.
+//!
+//! Two paths, chosen from the arguments alone (never from the thread count):
+//! - Small N (matrix-vector and a few columns) with k-contiguous A and B: a dot-product kernel
+//!   that streams A once, unpacked, vectorized along k, a few rows of A at a time.
+//! - Otherwise a packed, cache-blocked GEMM (BLIS loop order). B is packed per (NC, KC) block into
+//!   panels [k][NR], shared by all threads (each packs a share, then a barrier); A is packed per
+//!   (MC, KC) block into panels [k][MR] (f16 converted to f32 there) in each thread's own region.
+//!   A register-tiled micro-kernel computes an MR (along m, vectors) x NR (along n, broadcasts)
+//!   tile of C. Transposed or strided operands are handled by the packing.
+//!
+//! Determinism: threads split output tiles only, never k. Every element of C is summed in the
+//! same order (KC blocks in order, k in order inside a block, one fused multiply-add per term)
+//! whatever the thread count or split, so results are bitwise identical for any thread count.
+
+const std = @import("std");
+const builtin = @import("builtin");
+const node = @import("../node.zig");
+
+pub const GemmArgs = struct {
+    m: usize,
+    n: usize,
+    k: usize,
+    a: [*]const u8,
+    a_dtype: node.DType, // f32 or f16
+    a_row_stride_bytes: isize,
+    a_element_stride_bytes: isize,
+    b: [*]const u8, // f32
+    b_row_stride_bytes: isize,
+    b_element_stride_bytes: isize,
+    c: [*]u8, // f32
+    c_row_stride_bytes: isize, // between the N rows of C
+    c_element_stride_bytes: isize, // between the M elements of a row of C
+};
+
+// ---------------------------------------------------------------------------------------------
+// Tuning, fixed at compile time from the target's SIMD level.
+
+const is_x86 = builtin.cpu.arch == .x86_64;
+const has_avx512 = is_x86 and std.Target.x86.featureSetHas(builtin.cpu.features, .avx512f);
+const has_avx2 = is_x86 and std.Target.x86.featureSetHas(builtin.cpu.features, .avx2);
+
+/// f32 lanes of one vector register.
+pub const lanes: usize = if (has_avx512) 16 else if (has_avx2) 8 else 4;
+const V = @Vector(lanes, f32);
+/// Vectors along m in one micro-tile.
+pub const mr_vectors: usize = 2;
+/// Micro-tile: MR elements of m (vectors) by NR elements of n (broadcasts).
+pub const mr: usize = mr_vectors * lanes;
+pub const nr: usize = if (has_avx512) 12 else if (has_avx2) 6 else 4;
+/// Cache blocks: a KC x NR panel of B stays in L1, an MC x KC block of A in L2, a KC x NC block of
+/// B in L3.
+pub const kc_max: usize = 256;
+pub const mc_max: usize = 8 * mr;
+pub const nc_max: usize = 4096 - 4096 % nr;
+/// Largest N that takes the dot-product path.
+pub const dot_n_max: usize = 64;
+/// Rows of A by columns of B (accumulator vectors) per step of the dot-product kernel.
+const dot_rows: usize = 4;
+const dot_cols: usize = if (has_avx512) 4 else 2;
+const dot_prefetch_bytes = 0;
+/// How far ahead along a row of A packing prefetches.
+const prefetch_bytes = 512;
+
+comptime {
+    std.debug.assert(mc_max % mr == 0);
+    std.debug.assert(nc_max % nr == 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers.
+
+inline fn offsetPtr(base: anytype, offset: isize) @TypeOf(base) {
+    const address: isize = @as(isize, @intCast(@intFromPtr(base))) + offset;
+    return @ptrFromInt(@as(usize, @intCast(address)));
+}
+
+inline fn loadScalar(comptime T: type, base: [*]const u8, offset: isize) f32 {
+    const p: *align(1) const T = @ptrCast(offsetPtr(base, offset));
+    return p.*;
+}
+
+inline fn loadVec(comptime T: type, comptime n: usize, p: [*]const u8) @Vector(n, f32) {
+    const q: *align(1) const [n]T = @ptrCast(p);
+    const v: @Vector(n, T) = q.*;
+    return if (T == f32) v else @floatCast(v);
+}
+
+inline fn iota(comptime n: usize) @Vector(n, i32) {
+    comptime var mask: [n]i32 = undefined;
+    inline for (0..n) |i| mask[i] = @intCast(i);
+    return mask;
+}
+
+const log2_lanes = std.math.log2_int(usize, lanes);
+
+/// Shuffle masks, stage s (h = 1 << s): hsum folds lanes h..2h onto 0..h; a transpose stage swaps
+/// the off-diagonal h x h blocks of each pair of rows (i, i + h).
+const masks = blk: {
+    @setEvalBranchQuota(10000);
+    var hsum_masks: [log2_lanes][lanes]i32 = undefined;
+    var lo_masks: [log2_lanes][lanes]i32 = undefined;
+    var hi_masks: [log2_lanes][lanes]i32 = undefined;
+    for (0..log2_lanes) |s| {
+        const h = 1 << s;
+        for (0..lanes) |j| {
+            hsum_masks[s][j] = if (j < h) j + h else j;
+            lo_masks[s][j] = if (j & h == 0) j else ~@as(i32, j - h);
+            hi_masks[s][j] = if (j & h == 0) j + h else ~@as(i32, j);
+        }
+    }
+    break :blk .{ .hsum = hsum_masks, .lo = lo_masks, .hi = hi_masks };
+};
+
+/// Horizontal sum in a fixed tree order.
+inline fn hsum(v: V) f32 {
+    var w = v;
+    inline for (0..log2_lanes) |i| {
+        const s = log2_lanes - 1 - i;
+        w = w + @shuffle(f32, w, undefined, masks.hsum[s]);
+    }
+    return w[0];
+}
+
+/// In-register transpose of a lanes x lanes block: rows[i][j] becomes rows[j][i].
+inline fn transpose(rows: *[lanes]V) void {
+    inline for (0..log2_lanes) |si| {
+        const s = log2_lanes - 1 - si;
+        const h = 1 << s;
+        inline for (0..lanes) |i| {
+            if (i & h == 0) {
+                const x = rows[i];
+                const y = rows[i + h];
+                rows[i] = @shuffle(f32, x, y, masks.lo[s]);
+                rows[i + h] = @shuffle(f32, x, y, masks.hi[s]);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packing.
+
+/// Packs `valid` (<= R) rows of `kc` elements, starting at `base` (row 0, element 0), into
+/// `dst` laid out [kc][R] as f32; rows from `valid` to R are zero.
+pub fn packPanel(
+    comptime R: usize,
+    comptime T: type,
+    base: [*]const u8,
+    row_stride: isize,
+    elem_stride: isize,
+    valid: usize,
+    kc: usize,
+    dst: [*]f32,
+) void {
+    const size: isize = @sizeOf(T);
+    if (elem_stride == size) {
+        // Rows contiguous along k: transpose lanes x lanes blocks in registers.
+        var k: usize = 0;
+        while (k + lanes <= kc) : (k += lanes) {
+            const kb: isize = @intCast(k);
+            inline for (0..(R + lanes - 1) / lanes) |gi| {
+                const g = gi * lanes;
+                const count = @min(lanes, R - g);
+                var rows: [lanes]V = undefined;
+                inline for (0..lanes) |i| {
+                    if (i < count and g + i < valid) {
+                        const row: isize = @intCast(g + i);
+                        const p = offsetPtr(base, row * row_stride + kb * size);
+                        @prefetch(p + prefetch_bytes, .{});
+                        rows[i] = loadVec(T, lanes, p);
+                    } else rows[i] = @splat(0);
+                }
+                transpose(&rows);
+                inline for (0..lanes) |t| {
+                    const out = dst + (k + t) * R + g;
+                    if (count == lanes) {
+                        const p: *align(4) [lanes]f32 = @ptrCast(out);
+                        p.* = rows[t];
+                    } else {
+                        const part: @Vector(count, f32) = @shuffle(f32, rows[t], undefined, iota(count));
+                        const p: *align(4) [count]f32 = @ptrCast(out);
+                        p.* = part;
+                    }
+                }
+            }
+        }
+        while (k < kc) : (k += 1) {
+            const kb: isize = @intCast(k);
+            for (0..R) |i| {
+                dst[k * R + i] = if (i < valid)
+                    loadScalar(T, base, @as(isize, @intCast(i)) * row_stride + kb * size)
+                else
+                    0;
+            }
+        }
+    } else if (row_stride == size and valid == R) {
+        // Columns contiguous along the rows (a transposed operand): one vector per k.
+        for (0..kc) |k| {
+            const v = loadVec(T, R, offsetPtr(base, @as(isize, @intCast(k)) * elem_stride));
+            const p: *align(4) [R]f32 = @ptrCast(dst + k * R);
+            p.* = v;
+        }
+    } else {
+        for (0..kc) |k| {
+            const kb: isize = @intCast(k);
+            for (0..R) |i| {
+                dst[k * R + i] = if (i < valid)
+                    loadScalar(T, base, @as(isize, @intCast(i)) * row_stride + kb * elem_stride)
+                else
+                    0;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Micro-kernel.
+
+const CTile = struct {
+    ptr: [*]u8, // element (m0, n0)
+    row_stride: isize, // between n
+    elem_stride: isize, // between m
+};
+
+/// C tile (mr x cols) (+)= A panel [kc][mr] x B panel [kc][nr] (first `cols` columns used).
+fn microKernel(
+    comptime cols: usize,
+    kc: usize,
+    a: [*]const f32,
+    b: [*]const f32,
+    c: CTile,
+    m_valid: usize,
+    accumulate: bool,
+) void {
+    var acc: [cols][mr_vectors]V = undefined;
+    inline for (0..cols) |j| {
+        inline for (0..mr_vectors) |v| acc[j][v] = @splat(0);
+    }
+    var pa = a;
+    var pb = b;
+    for (0..kc) |_| {
+        var av: [mr_vectors]V = undefined;
+        inline for (0..mr_vectors) |v| av[v] = pa[v * lanes ..][0..lanes].*;
+        inline for (0..cols) |j| {
+            const bv: V = @splat(pb[j]);
+            inline for (0..mr_vectors) |v| acc[j][v] = @mulAdd(V, av[v], bv, acc[j][v]);
+        }
+        pa += mr;
+        pb += nr;
+    }
+    if (c.elem_stride == @sizeOf(f32) and m_valid == mr) {
+        inline for (0..cols) |j| {
+            const row: [*]u8 = offsetPtr(c.ptr, @as(isize, @intCast(j)) * c.row_stride);
+            inline for (0..mr_vectors) |v| {
+                const p: *align(1) [lanes]f32 = @ptrCast(row + v * lanes * 4);
+                if (accumulate) {
+                    const old: V = p.*;
+                    p.* = old + acc[j][v];
+                } else p.* = acc[j][v];
+            }
+        }
+    } else {
+        inline for (0..cols) |j| {
+            const row: [*]u8 = offsetPtr(c.ptr, @as(isize, @intCast(j)) * c.row_stride);
+            const values: [mr]f32 = @bitCast(acc[j]);
+            for (0..m_valid) |i| {
+                const p: *align(1) f32 = @ptrCast(offsetPtr(row, @as(isize, @intCast(i)) * c.elem_stride));
+                p.* = if (accumulate) p.* + values[i] else values[i];
+            }
+        }
+    }
+}
+
+fn microKernelAny(cols: usize, kc: usize, a: [*]const f32, b: [*]const f32, c: CTile, m_valid: usize, accumulate: bool) void {
+    switch (cols) {
+        inline 1...nr => |n| microKernel(n, kc, a, b, c, m_valid, accumulate),
+        else => unreachable,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Work buffer layout.
+
+const Layout = struct {
+    kc: usize, // largest KC block
+    b_panels: usize, // NR panels in the largest NC block
+    b_floats: usize, // floats of one packed-B buffer
+    b_buffers: usize,
+    a_floats: usize, // floats of one thread's packed-A block
+    total_bytes: usize,
+};
+
+/// Unlike @min, never narrows the result type to a comptime operand's.
+inline fn min(x: usize, y: usize) usize {
+    return if (x < y) x else y;
+}
+
+fn roundUp(x: usize, to: usize) usize {
+    return (x + to - 1) / to * to;
+}
+
+fn useDot(args: *const GemmArgs) bool {
+    const a_size: isize = @intCast(args.a_dtype.size_bytes());
+    // Past a few columns the dot path pays a horizontal sum per element: only for long rows.
+    return (args.n <= 4 or (args.n <= dot_n_max and args.k >= 256)) and
+        args.a_element_stride_bytes == a_size and args.b_element_stride_bytes == @sizeOf(f32);
+}
+
+fn layout(args: *const GemmArgs, thread_count: u32) Layout {
+    const kc = min(args.k, kc_max);
+    const b_panels = (min(args.n, nc_max) + nr - 1) / nr;
+    const b_floats = roundUp(kc * b_panels * nr, 16);
+    const b_buffers: usize = if (thread_count > 1) 2 else 1;
+    const a_floats = roundUp(min(mc_max, roundUp(args.m, mr)) * kc, 16);
+    return .{
+        .kc = kc,
+        .b_panels = b_panels,
+        .b_floats = b_floats,
+        .b_buffers = b_buffers,
+        .a_floats = a_floats,
+        .total_bytes = (b_floats * b_buffers + a_floats * thread_count) * @sizeOf(f32),
+    };
+}
+
+/// Scratch bytes `sgemm` needs in `Work.scratch` for these arguments and thread count.
+pub fn work_size_bytes(args: *const GemmArgs, thread_count: u32) usize {
+    if (args.m == 0 or args.n == 0 or args.k == 0 or useDot(args)) return 0;
+    return layout(args, @max(thread_count, 1)).total_bytes;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entry point.
+
+pub fn sgemm(args: *const GemmArgs, work: *const node.Work) void {
+    std.debug.assert(args.a_dtype != .i32);
+    if (args.m == 0 or args.n == 0) return;
+    if (args.k == 0) return zeroFill(args, work);
+    if (useDot(args)) {
+        switch (args.a_dtype) {
+            .f16 => dotPath(f16, args, work),
+            else => dotPath(f32, args, work),
+        }
+        return;
+    }
+    switch (args.a_dtype) {
+        .f16 => packedPath(f16, args, work),
+        else => packedPath(f32, args, work),
+    }
+}
+
+fn zeroFill(args: *const GemmArgs, work: *const node.Work) void {
+    const t = work.thread_index;
+    const tc = work.thread_count;
+    const begin = args.n * t / tc;
+    const end = args.n * (t + 1) / tc;
+    for (begin..end) |n| {
+        for (0..args.m) |m| {
+            const offset = @as(isize, @intCast(n)) * args.c_row_stride_bytes + @as(isize, @intCast(m)) * args.c_element_stride_bytes;
+            const p: *align(1) f32 = @ptrCast(offsetPtr(args.c, offset));
+            p.* = 0;
+        }
+    }
+}
+
+fn packedPath(comptime T: type, args: *const GemmArgs, work: *const node.Work) void {
+    const M = args.m;
+    const N = args.n;
+    const K = args.k;
+    const t: usize = work.thread_index;
+    const tc: usize = work.thread_count;
+    const lay = layout(args, work.thread_count);
+    std.debug.assert(work.scratch_size_bytes >= lay.total_bytes);
+    const scratch: [*]f32 = @ptrCast(@alignCast(work.scratch));
+    const a_pack = scratch + lay.b_floats * lay.b_buffers + lay.a_floats * t;
+
+    const m_panels = (M + mr - 1) / mr;
+    const n_panels_total = (N + nr - 1) / nr;
+    // Split rows of A (m) when there are enough of them, else the columns (n) of each B block.
+    const split_m = tc == 1 or m_panels >= 4 * tc or n_panels_total < m_panels;
+    const my_m_begin = if (split_m) (m_panels * t / tc) * mr else 0;
+    const my_m_end = if (split_m) min(M, (m_panels * (t + 1) / tc) * mr) else M;
+
+    var iteration: usize = 0;
+    var jc: usize = 0;
+    while (jc < N) : (jc += nc_max) {
+        const nc = min(nc_max, N - jc);
+        const np = (nc + nr - 1) / nr;
+        var pc: usize = 0;
+        while (pc < K) : (pc += kc_max) {
+            const kc = min(kc_max, K - pc);
+            const b_pack = scratch + lay.b_floats * (iteration % lay.b_buffers);
+            iteration += 1;
+            // Each thread packs a share of the B panels, then all wait for the whole block.
+            {
+                const p_begin = np * t / tc;
+                const p_end = np * (t + 1) / tc;
+                for (p_begin..p_end) |p| {
+                    const n0 = jc + p * nr;
+                    const base = offsetPtr(args.b, @as(isize, @intCast(n0)) * args.b_row_stride_bytes +
+                        @as(isize, @intCast(pc)) * args.b_element_stride_bytes);
+                    packPanel(nr, f32, base, args.b_row_stride_bytes, args.b_element_stride_bytes, min(nr, N - n0), kc, b_pack + p * nr * kc);
+                }
+                if (tc > 1) work.sync();
+            }
+            const jp_begin = if (split_m) 0 else np * t / tc;
+            const jp_end = if (split_m) np else np * (t + 1) / tc;
+            if (jp_begin == jp_end) continue;
+            const accumulate = pc > 0;
+            var ic = my_m_begin;
+            while (ic < my_m_end) : (ic += mc_max) {
+                const mc = min(mc_max, my_m_end - ic);
+                const ip = (mc + mr - 1) / mr;
+                for (0..ip) |i| {
+                    const m0 = ic + i * mr;
+                    const base = offsetPtr(args.a, @as(isize, @intCast(m0)) * args.a_row_stride_bytes +
+                        @as(isize, @intCast(pc)) * args.a_element_stride_bytes);
+                    packPanel(mr, T, base, args.a_row_stride_bytes, args.a_element_stride_bytes, min(mr, M - m0), kc, a_pack + i * mr * kc);
+                }
+                for (jp_begin..jp_end) |jp| {
+                    const n0 = jc + jp * nr;
+                    const cols = min(nr, N - n0);
+                    const b_panel = b_pack + jp * nr * kc;
+                    for (0..ip) |i| {
+                        const m0 = ic + i * mr;
+                        const tile: CTile = .{
+                            .ptr = offsetPtr(args.c, @as(isize, @intCast(n0)) * args.c_row_stride_bytes +
+                                @as(isize, @intCast(m0)) * args.c_element_stride_bytes),
+                            .row_stride = args.c_row_stride_bytes,
+                            .elem_stride = args.c_element_stride_bytes,
+                        };
+                        microKernelAny(cols, kc, a_pack + i * mr * kc, b_panel, tile, min(mr, M - m0), accumulate);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dot-product path for small N: streams A once without packing.
+
+fn dotPath(comptime T: type, args: *const GemmArgs, work: *const node.Work) void {
+    // Each element of C is one accumulator vector over k, then a fixed-order horizontal sum, so
+    // the grouping of rows and columns below (and the thread split) never changes a result.
+    const t: usize = work.thread_index;
+    const tc: usize = work.thread_count;
+    const groups = args.m / dot_rows;
+    const g_begin = groups * t / tc;
+    const g_end = groups * (t + 1) / tc;
+    for (g_begin..g_end) |g| dotColumns(T, dot_rows, args, g * dot_rows);
+    if (t == tc - 1) {
+        for (groups * dot_rows..args.m) |m| dotColumns(T, 1, args, m);
+    }
+}
+
+/// Rows m0..m0+R of C against every column, `dot_cols` columns at a time.
+fn dotColumns(comptime T: type, comptime R: usize, args: *const GemmArgs, m0: usize) void {
+    var n0: usize = 0;
+    while (n0 < args.n) : (n0 += dot_cols) {
+        switch (min(dot_cols, args.n - n0)) {
+            inline 1...dot_cols => |cols| dotRows(T, R, cols, args, m0, n0),
+            else => unreachable,
+        }
+    }
+}
+
+fn dotRows(comptime T: type, comptime R: usize, comptime N: usize, args: *const GemmArgs, m0: usize, n0: usize) void {
+    const K = args.k;
+    var a_rows: [R][*]const u8 = undefined;
+    inline for (0..R) |r| a_rows[r] = offsetPtr(args.a, @as(isize, @intCast(m0 + r)) * args.a_row_stride_bytes);
+    var b_rows: [N][*]const u8 = undefined;
+    inline for (0..N) |j| b_rows[j] = offsetPtr(args.b, @as(isize, @intCast(n0 + j)) * args.b_row_stride_bytes);
+    var acc: [R][N]V = undefined;
+    inline for (0..R) |r| {
+        inline for (0..N) |j| acc[r][j] = @splat(0);
+    }
+    var k: usize = 0;
+    while (k + lanes <= K) : (k += lanes) {
+        var bv: [N]V = undefined;
+        inline for (0..N) |j| bv[j] = loadVec(f32, lanes, b_rows[j] + k * 4);
+        inline for (0..R) |r| {
+            if (dot_prefetch_bytes > 0) @prefetch(a_rows[r] + k * @sizeOf(T) + dot_prefetch_bytes, .{});
+            const av = loadVec(T, lanes, a_rows[r] + k * @sizeOf(T));
+            inline for (0..N) |j| acc[r][j] = @mulAdd(V, av, bv[j], acc[r][j]);
+        }
+    }
+    if (k < K) {
+        const rest = K - k;
+        var bv: [N]V = undefined;
+        inline for (0..N) |j| {
+            var buf: [lanes]f32 = @splat(0);
+            const src: [*]align(1) const f32 = @ptrCast(b_rows[j] + k * 4);
+            for (0..rest) |i| buf[i] = src[i];
+            bv[j] = buf;
+        }
+        inline for (0..R) |r| {
+            var buf: [lanes]T = @splat(0);
+            const src: [*]align(1) const T = @ptrCast(a_rows[r] + k * @sizeOf(T));
+            for (0..rest) |i| buf[i] = src[i];
+            const av: V = if (T == f32) buf else @floatCast(@as(@Vector(lanes, T), buf));
+            inline for (0..N) |j| acc[r][j] = @mulAdd(V, av, bv[j], acc[r][j]);
+        }
+    }
+    inline for (0..R) |r| {
+        inline for (0..N) |j| {
+            const offset = @as(isize, @intCast(n0 + j)) * args.c_row_stride_bytes + @as(isize, @intCast(m0 + r)) * args.c_element_stride_bytes;
+            const p: *align(1) f32 = @ptrCast(offsetPtr(args.c, offset));
+            p.* = hsum(acc[r][j]);
+        }
+    }
+}
+
+test {
+    _ = @import("gemm_test.zig");
+}

@@ -1,0 +1,69 @@
+//! Row normalizations, as ggml computes them (sums in f64, the scaling in f32):
+//! norm: y = x - mean, dst = y / sqrt(mean(y^2) + eps); rms_norm: dst = x / sqrt(mean(x^2) + eps).
+//! Each row is read before any of its elements is written, element by element, so dst may alias
+//! src0 exactly.
+
+const std = @import("std");
+const common = @import("common.zig");
+const reduce = @import("reduce.zig");
+
+const assert = common.assert;
+const F32x = common.F32x;
+const F64x = common.F64x;
+const Strided = common.Strided;
+const Tensor = common.Tensor;
+const lanes = common.lanes;
+const splat = common.splat;
+
+pub const Kind = enum { norm, rms_norm };
+
+pub fn normalize(comptime kind: Kind, n: *const common.Node, work: *const common.Work) common.Status {
+    const dst = Tensor.from(&n.dst);
+    const src = Tensor.from(&n.src[0]);
+    assert(dst.element_count() == src.element_count());
+    const eps: f64 = n.param_f32(0);
+    const count = src.ne[0];
+    const range = common.thread_range(src.rows(), work);
+    for (range.begin..range.end) |row| {
+        const index = src.row_index(row);
+        const src_row = src.row_at(index);
+        const dst_row = dst.row_at(index);
+        switch (kind) {
+            .norm => {
+                const mean: f32 = @floatCast(reduce.row_sum(src_row, count) / @as(f64, @floatFromInt(count)));
+                const variance = squares_sum(src_row, count, mean) / @as(f64, @floatFromInt(count));
+                const scale: f32 = @floatCast(1.0 / @sqrt(variance + eps));
+                scale_row(dst_row, src_row, count, mean, scale);
+            },
+            .rms_norm => {
+                const mean_square = squares_sum(src_row, count, 0) / @as(f64, @floatFromInt(count));
+                const scale: f32 = @floatCast(1.0 / @sqrt(mean_square + eps));
+                scale_row(dst_row, src_row, count, 0, scale);
+            },
+        }
+    }
+    return .ok;
+}
+
+/// Sum of (x - center)^2 in f64, the difference taken in f32 as ggml does.
+fn squares_sum(row: Strided, count: usize, center: f32) f64 {
+    var total: F64x = @splat(0);
+    var index: usize = 0;
+    while (index < count) : (index += lanes) {
+        const chunk = @min(lanes, count - index);
+        const centered = common.load_chunk(row, index, chunk, center) - splat(center);
+        const wide: F64x = @floatCast(centered);
+        total += wide * wide;
+    }
+    return @reduce(.Add, total);
+}
+
+/// dst = (x - center) * scale.
+fn scale_row(dst: Strided, src: Strided, count: usize, center: f32, scale: f32) void {
+    var index: usize = 0;
+    while (index < count) : (index += lanes) {
+        const chunk = @min(lanes, count - index);
+        const value = (common.load_chunk(src, index, chunk, center) - splat(center)) * splat(scale);
+        common.store_chunk(dst, index, chunk, value);
+    }
+}

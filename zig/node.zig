@@ -1,0 +1,152 @@
+//! The node table: the compact, fixed-layout description of one graph node that TypeScript
+//! writes and the kernels read. Its layout is part of the ABI (see `src/backend/node_table.ts`),
+//! so every offset is pinned by a compile-time assert below.
+
+const std = @import("std");
+
+pub const dims_max = 4;
+pub const sources_max = 3;
+pub const params_max = 8;
+
+/// Element types. The numbering is shared with TypeScript (`src/dtype.ts`).
+pub const DType = enum(u32) {
+    f32 = 0,
+    f16 = 1,
+    i32 = 2,
+
+    pub fn size_bytes(dtype: DType) usize {
+        return switch (dtype) {
+            .f32, .i32 => 4,
+            .f16 => 2,
+        };
+    }
+};
+
+/// Operations the CPU core executes. Views (view, reshape, permute, transpose) never reach the
+/// core: they only change a tensor's data address and strides. The numbering is shared with
+/// TypeScript (`src/op.ts`).
+pub const Op = enum(u32) {
+    add = 1,
+    sub = 2,
+    mul = 3,
+    div = 4,
+    scale = 5, // params[0]: f32 factor
+    sqr = 6,
+    sqrt = 7,
+    sum = 8, // dst [1,1,1,1]: sum of every element
+    mean = 9, // dst [1, ne1, ne2, ne3]: mean of each row
+    repeat = 10, // dst shape is a multiple of src0's
+    mul_mat = 11, // src0 [K,M,a,b] (f32|f16) x src1 [K,N,c,d] f32 -> dst [M,N,c,d] f32
+    cpy = 12, // dst (any strides, any dtype of f32/f16; or i32->i32) <- src0; cont is cpy too
+    get_rows = 13, // src0 [ne0, rows, ne2] f32|f16, src1 [n, ne2] i32 -> dst [ne0, n, ne2] f32
+    norm = 14, // params[0]: f32 eps
+    rms_norm = 15, // params[0]: f32 eps
+    soft_max = 16, // params[0]: f32 scale; src1 (optional) mask [ne0, >=ne1] f32
+    gelu = 17,
+    silu = 18,
+    relu = 19,
+    _,
+};
+
+/// Where one tensor's elements live: a native address and ggml-order shape and byte strides.
+pub const TensorDesc = extern struct {
+    data: u64,
+    ne: [dims_max]i64,
+    nb: [dims_max]i64,
+    dtype: u32,
+    reserved: u32,
+
+    pub fn element_count(self: *const TensorDesc) i64 {
+        return self.ne[0] * self.ne[1] * self.ne[2] * self.ne[3];
+    }
+
+    pub fn rows(self: *const TensorDesc) i64 {
+        return self.ne[1] * self.ne[2] * self.ne[3];
+    }
+
+    pub fn is_contiguous(self: *const TensorDesc) bool {
+        const size: i64 = @intCast(DType.size_bytes(@enumFromInt(self.dtype)));
+        return self.nb[0] == size and self.nb[1] == self.nb[0] * self.ne[0] and
+            self.nb[2] == self.nb[1] * self.ne[1] and self.nb[3] == self.nb[2] * self.ne[2];
+    }
+
+    /// True when the elements of each row are adjacent (the fast path of row kernels).
+    pub fn rows_contiguous(self: *const TensorDesc) bool {
+        return self.nb[0] == @as(i64, @intCast(DType.size_bytes(@enumFromInt(self.dtype))));
+    }
+
+    /// Address of the first element of row (i1, i2, i3).
+    pub fn row(self: *const TensorDesc, index1: i64, index2: i64, index3: i64) usize {
+        const offset = index1 * self.nb[1] + index2 * self.nb[2] + index3 * self.nb[3];
+        return @intCast(@as(i64, @intCast(self.data)) + offset);
+    }
+
+    /// Bytes from the first element to one past the last, for bounds checks.
+    pub fn extent_bytes(self: *const TensorDesc) u64 {
+        var last: i64 = 0;
+        for (0..dims_max) |d| last += (self.ne[d] - 1) * self.nb[d];
+        return @intCast(last + @as(i64, @intCast(DType.size_bytes(@enumFromInt(self.dtype)))));
+    }
+};
+
+pub const Node = extern struct {
+    op: u32,
+    src_count: u32,
+    /// Raw 32-bit parameter slots; each op documents whether a slot is f32 or i32.
+    params: [params_max]u32,
+    dst: TensorDesc,
+    src: [sources_max]TensorDesc,
+
+    pub fn param_f32(self: *const Node, index: usize) f32 {
+        return @bitCast(self.params[index]);
+    }
+
+    pub fn param_i32(self: *const Node, index: usize) i32 {
+        return @bitCast(self.params[index]);
+    }
+};
+
+comptime {
+    std.debug.assert(@sizeOf(TensorDesc) == 80);
+    std.debug.assert(@offsetOf(TensorDesc, "ne") == 8);
+    std.debug.assert(@offsetOf(TensorDesc, "nb") == 40);
+    std.debug.assert(@offsetOf(TensorDesc, "dtype") == 72);
+    std.debug.assert(@offsetOf(Node, "params") == 8);
+    std.debug.assert(@offsetOf(Node, "dst") == 40);
+    std.debug.assert(@offsetOf(Node, "src") == 120);
+    std.debug.assert(@sizeOf(Node) == 360);
+}
+
+/// Status codes shared by every export and every kernel. 0 is success; errors are negative.
+/// The numbering is shared with TypeScript (`src/errors.ts`).
+pub const Status = enum(c_int) {
+    ok = 0,
+    invalid_argument = -1,
+    out_of_memory = -2,
+    out_of_bounds = -3,
+    invalid_handle = -4, // freed, never allocated, or of another kind: use after free, double free
+    unsupported = -5, // op or dtype combination the core does not run
+    shape_mismatch = -6,
+    out_of_space = -7, // an allocator or caller buffer is too small; the size needed is reported
+    limit_reached = -8, // a named fixed limit (see the message)
+    busy = -9, // a pool or plan is already computing
+    stale_plan = -10, // a plan refers to a buffer that was freed since it was made
+};
+
+/// What a kernel is handed: this thread's index and count, the plan's whole work buffer (at least
+/// `work_size_bytes(node, thread_count)` bytes, 64-byte aligned; a kernel partitions it itself),
+/// and a barrier across all threads of the pool, for kernels with phases (pack, then compute).
+/// Every thread of the pool calls the kernel for every node, so a kernel that calls the barrier
+/// must do so the same number of times on every thread.
+pub const Work = extern struct {
+    thread_index: u32,
+    thread_count: u32,
+    scratch: [*]align(64) u8,
+    scratch_size_bytes: u64,
+    barrier_context: *anyopaque,
+    barrier: *const fn (context: *anyopaque) callconv(.c) void,
+
+    pub fn sync(self: *const Work) void {
+        self.barrier(self.barrier_context);
+    }
+};

@@ -1,0 +1,434 @@
+//! The C ABI of the Graft core: every export lives here, each named `graft_*` and returning a
+//! `Status` (0 ok, negative error) with results through out-pointers. No Zig error or panic
+//! crosses the boundary. Objects are u32 handles (see registry.zig); ownership stays here.
+
+const std = @import("std");
+const assert = std.debug.assert;
+const node_abi = @import("node.zig");
+const status_module = @import("status.zig");
+const registry_module = @import("registry.zig");
+const allocator_module = @import("allocator.zig");
+const pool_module = @import("pool.zig");
+const plan_module = @import("plan.zig");
+const validate = @import("validate.zig");
+const cpu = @import("cpu.zig");
+
+const Node = node_abi.Node;
+const Status = node_abi.Status;
+const fail = status_module.fail;
+
+/// Bumped whenever an export, the node table or a status code changes meaning.
+pub const abi_version: u32 = 1;
+
+pub const buffers_max = 4096;
+pub const allocators_max = 4096;
+pub const pools_max = 64;
+pub const plans_max = 4096;
+pub const buffer_alignment = 64;
+pub const free_blocks_max = 1 << 20;
+
+const gpa = std.heap.c_allocator;
+
+const Buffer = struct {
+    memory: []align(buffer_alignment) u8,
+};
+
+const AllocatorObject = struct {
+    allocator: allocator_module.Allocator,
+};
+
+var buffers: registry_module.Registry(Buffer, .buffer, buffers_max) = .{};
+var allocators: registry_module.Registry(AllocatorObject, .allocator, allocators_max) = .{};
+var pools: registry_module.Registry(pool_module.Pool, .pool, pools_max) = .{};
+var plans: registry_module.Registry(plan_module.Plan, .plan, plans_max) = .{};
+var live_buffer_bytes = std.atomic.Value(u64).init(0);
+var live_plan_bytes = std.atomic.Value(u64).init(0);
+
+extern fn graft_avx2_compute_node(node: *const Node, work: *const node_abi.Work) callconv(.c) c_int;
+extern fn graft_avx2_work_size(node: *const Node, thread_count: u32) callconv(.c) u64;
+extern fn graft_avx512_compute_node(node: *const Node, work: *const node_abi.Work) callconv(.c) c_int;
+extern fn graft_avx512_work_size(node: *const Node, thread_count: u32) callconv(.c) u64;
+
+const kernels_avx2: plan_module.Kernels = .{
+    .compute_node = graft_avx2_compute_node,
+    .work_size = graft_avx2_work_size,
+};
+const kernels_avx512: plan_module.Kernels = .{
+    .compute_node = graft_avx512_compute_node,
+    .work_size = graft_avx512_work_size,
+};
+
+var simd_selected: cpu.SimdLevel = .none;
+var simd_mutex: std.Thread.Mutex = .{};
+
+fn kernels() ?plan_module.Kernels {
+    simd_mutex.lock();
+    defer simd_mutex.unlock();
+    if (simd_selected == .none) simd_selected = cpu.detect();
+    return switch (simd_selected) {
+        .none => null,
+        .avx2 => kernels_avx2,
+        .avx512 => kernels_avx512,
+    };
+}
+
+fn status_code(status: Status) c_int {
+    return @intFromEnum(status);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Library
+
+export fn graft_abi_version() u32 {
+    return abi_version;
+}
+
+/// Copies the last error message into `destination` and returns its full length.
+export fn graft_last_error(destination: [*]u8, capacity: u32) u32 {
+    return @intCast(status_module.copy_message(destination[0..capacity]));
+}
+
+/// The best SIMD level this CPU supports (0 none, 1 AVX2, 2 AVX-512).
+export fn graft_simd_supported() u32 {
+    return @intFromEnum(cpu.detect());
+}
+
+/// The SIMD level kernels run at. Level 0 picks the best supported; a level the CPU lacks fails.
+export fn graft_simd_select(level: u32) c_int {
+    const supported = cpu.detect();
+    const wanted: cpu.SimdLevel = if (level == 0) supported else switch (level) {
+        1 => .avx2,
+        2 => .avx512,
+        else => return status_code(fail(.invalid_argument, "simd level {d} is not 0, 1 or 2", .{level})),
+    };
+    if (wanted == .none or @intFromEnum(wanted) > @intFromEnum(supported)) {
+        return status_code(fail(.unsupported, "this CPU does not support simd level {d} (best: {d})", .{ @intFromEnum(wanted), @intFromEnum(supported) }));
+    }
+    simd_mutex.lock();
+    defer simd_mutex.unlock();
+    simd_selected = wanted;
+    return 0;
+}
+
+export fn graft_simd_level() u32 {
+    _ = kernels();
+    return @intFromEnum(simd_selected);
+}
+
+/// Live native objects, for leak checks: buffers, buffer bytes, allocators, pools, plans, plan bytes.
+export fn graft_live(out: *[6]u64) c_int {
+    out.* = .{
+        buffers.live_count,
+        live_buffer_bytes.load(.monotonic),
+        allocators.live_count,
+        pools.live_count,
+        plans.live_count,
+        live_plan_bytes.load(.monotonic),
+    };
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Buffers
+
+export fn graft_buffer_alloc(size_bytes: u64, out_handle: *u32, out_address: *u64) c_int {
+    if (size_bytes == 0) return status_code(fail(.invalid_argument, "buffer size is 0", .{}));
+    const memory = gpa.alignedAlloc(u8, .fromByteUnits(buffer_alignment), @intCast(size_bytes)) catch {
+        return status_code(fail(.out_of_memory, "cannot allocate a buffer of {d} bytes", .{size_bytes}));
+    };
+    const buffer = gpa.create(Buffer) catch {
+        gpa.free(memory);
+        return status_code(fail(.out_of_memory, "cannot allocate a buffer record", .{}));
+    };
+    buffer.* = .{ .memory = memory };
+    const handle = buffers.insert(buffer) orelse {
+        gpa.free(memory);
+        gpa.destroy(buffer);
+        return status_code(fail(.limit_reached, "buffers_max ({d}) live buffers reached", .{buffers_max}));
+    };
+    _ = live_buffer_bytes.fetchAdd(size_bytes, .monotonic);
+    out_handle.* = handle;
+    out_address.* = @intFromPtr(memory.ptr);
+    return 0;
+}
+
+export fn graft_buffer_free(handle: u32) c_int {
+    const buffer = buffers.remove(handle) orelse return status_code(stale_buffer(handle));
+    _ = live_buffer_bytes.fetchSub(buffer.memory.len, .monotonic);
+    gpa.free(buffer.memory);
+    gpa.destroy(buffer);
+    return 0;
+}
+
+fn stale_buffer(handle: u32) Status {
+    return fail(.invalid_handle, "buffer handle 0x{x} is not live (freed, or never a buffer)", .{handle});
+}
+
+fn buffer_range(handle: u32, offset: u64, length: u64) error{Failed}![]u8 {
+    const buffer = buffers.get(handle) orelse {
+        _ = stale_buffer(handle);
+        return error.Failed;
+    };
+    const size = buffer.memory.len;
+    if (offset > size or length > size - offset) {
+        _ = fail(.out_of_bounds, "range [{d}, {d}) is outside the buffer of {d} bytes", .{ offset, offset +| length, size });
+        return error.Failed;
+    }
+    return buffer.memory[@intCast(offset)..][0..@intCast(length)];
+}
+
+export fn graft_buffer_write(handle: u32, offset: u64, source: [*]const u8, length: u64) c_int {
+    const range = buffer_range(handle, offset, length) catch return range_error(handle);
+    @memcpy(range, source[0..range.len]);
+    return 0;
+}
+
+export fn graft_buffer_read(handle: u32, offset: u64, destination: [*]u8, length: u64) c_int {
+    const range = buffer_range(handle, offset, length) catch return range_error(handle);
+    @memcpy(destination[0..range.len], range);
+    return 0;
+}
+
+export fn graft_buffer_copy(source_handle: u32, source_offset: u64, destination_handle: u32, destination_offset: u64, length: u64) c_int {
+    const source = buffer_range(source_handle, source_offset, length) catch return range_error(source_handle);
+    const destination = buffer_range(destination_handle, destination_offset, length) catch return range_error(destination_handle);
+    // memmove semantics: the ranges may overlap within one buffer.
+    if (@intFromPtr(destination.ptr) <= @intFromPtr(source.ptr)) {
+        std.mem.copyForwards(u8, destination, source);
+    } else {
+        std.mem.copyBackwards(u8, destination, source);
+    }
+    return 0;
+}
+
+export fn graft_buffer_fill(handle: u32, offset: u64, length: u64, value: u32) c_int {
+    const range = buffer_range(handle, offset, length) catch return range_error(handle);
+    @memset(range, @truncate(value));
+    return 0;
+}
+
+fn range_error(handle: u32) c_int {
+    return status_code(if (buffers.get(handle) == null) .invalid_handle else .out_of_bounds);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Allocators (offsets within a buffer; no memory of their own beyond the free-block list)
+
+export fn graft_allocator_create(size_bytes: u64, alignment: u32, measure: u32, blocks_max: u32, out_handle: *u32) c_int {
+    if (alignment == 0 or !std.math.isPowerOfTwo(alignment)) {
+        return status_code(fail(.invalid_argument, "alignment {d} is not a power of two", .{alignment}));
+    }
+    if (blocks_max == 0 or blocks_max > free_blocks_max) {
+        return status_code(fail(.invalid_argument, "blocks_max {d} is not in 1..{d} (free_blocks_max)", .{ blocks_max, free_blocks_max }));
+    }
+    const object = gpa.create(AllocatorObject) catch return status_code(fail(.out_of_memory, "allocator record", .{}));
+    const blocks = gpa.alloc(allocator_module.Block, blocks_max) catch {
+        gpa.destroy(object);
+        return status_code(fail(.out_of_memory, "free-block list of {d}", .{blocks_max}));
+    };
+    object.* = .{ .allocator = .init(blocks, size_bytes, alignment, measure != 0) };
+    out_handle.* = allocators.insert(object) orelse {
+        gpa.free(blocks);
+        gpa.destroy(object);
+        return status_code(fail(.limit_reached, "allocators_max ({d}) live allocators reached", .{allocators_max}));
+    };
+    return 0;
+}
+
+fn get_allocator(handle: u32) ?*allocator_module.Allocator {
+    const object = allocators.get(handle) orelse {
+        _ = fail(.invalid_handle, "allocator handle 0x{x} is not live", .{handle});
+        return null;
+    };
+    return &object.allocator;
+}
+
+export fn graft_allocator_alloc(handle: u32, size_bytes: u64, out_offset: *u64) c_int {
+    const allocator = get_allocator(handle) orelse return status_code(.invalid_handle);
+    out_offset.* = allocator.alloc(size_bytes) catch {
+        return status_code(fail(.out_of_space, "allocator of {d} bytes cannot fit {d} bytes (largest free block {d}, {d} bytes live)", .{ allocator.size_bytes, allocator.aligned_size(size_bytes), allocator.largest_free_block(), allocator.live_bytes }));
+    };
+    return 0;
+}
+
+export fn graft_allocator_free(handle: u32, offset: u64, size_bytes: u64) c_int {
+    const allocator = get_allocator(handle) orelse return status_code(.invalid_handle);
+    allocator.free(offset, size_bytes) catch |err| return status_code(switch (err) {
+        error.FreeBlocksFull => fail(.limit_reached, "the allocator's free-block list is full ({d} blocks: raise blocks_max)", .{allocator.blocks.len}),
+        error.InvalidFree, error.OutOfSpace => fail(.invalid_argument, "free of [{d}, +{d}) is not a live block (double free, or never allocated)", .{ offset, size_bytes }),
+    });
+    return 0;
+}
+
+export fn graft_allocator_reset(handle: u32) c_int {
+    const allocator = get_allocator(handle) orelse return status_code(.invalid_handle);
+    allocator.reset();
+    return 0;
+}
+
+/// size_max_bytes, live_blocks, live_bytes, free_block_count, largest_free_block.
+export fn graft_allocator_stats(handle: u32, out: *[5]u64) c_int {
+    const allocator = get_allocator(handle) orelse return status_code(.invalid_handle);
+    out.* = .{ allocator.size_max_bytes, allocator.live_blocks, allocator.live_bytes, allocator.block_count, allocator.largest_free_block() };
+    return 0;
+}
+
+export fn graft_allocator_destroy(handle: u32) c_int {
+    const object = allocators.remove(handle) orelse return status_code(fail(.invalid_handle, "allocator handle 0x{x} is not live", .{handle}));
+    gpa.free(object.allocator.blocks);
+    gpa.destroy(object);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Thread pools
+
+export fn graft_pool_create(thread_count: u32, out_handle: *u32) c_int {
+    if (thread_count == 0 or thread_count > pool_module.threads_max) {
+        return status_code(fail(.invalid_argument, "thread count {d} is not in 1..{d} (threads_max)", .{ thread_count, pool_module.threads_max }));
+    }
+    const pool = gpa.create(pool_module.Pool) catch return status_code(fail(.out_of_memory, "pool record", .{}));
+    pool.start(thread_count) catch {
+        gpa.destroy(pool);
+        return status_code(fail(.out_of_memory, "cannot start {d} threads", .{thread_count}));
+    };
+    out_handle.* = pools.insert(pool) orelse {
+        pool.stop();
+        gpa.destroy(pool);
+        return status_code(fail(.limit_reached, "pools_max ({d}) live pools reached", .{pools_max}));
+    };
+    return 0;
+}
+
+export fn graft_pool_destroy(handle: u32) c_int {
+    const pool = pools.get(handle) orelse return status_code(fail(.invalid_handle, "pool handle 0x{x} is not live", .{handle}));
+    if (pool.busy.load(.acquire)) return status_code(fail(.busy, "pool is computing a graph; wait for it before disposing", .{}));
+    _ = pools.remove(handle);
+    pool.stop();
+    gpa.destroy(pool);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Graph plans
+
+export fn graft_plan_create(nodes: [*]const Node, node_count: u32, thread_count: u32, out_handle: *u32, out_work_bytes: *u64) c_int {
+    const selected = kernels() orelse return status_code(fail(.unsupported, "this CPU lacks AVX2/FMA/F16C: no kernel build runs here", .{}));
+    if (node_count > plan_module.nodes_max) {
+        return status_code(fail(.limit_reached, "graph of {d} nodes exceeds nodes_max ({d})", .{ node_count, plan_module.nodes_max }));
+    }
+    if (thread_count == 0 or thread_count > pool_module.threads_max) {
+        return status_code(fail(.invalid_argument, "thread count {d} is not in 1..{d}", .{ thread_count, pool_module.threads_max }));
+    }
+    const source = nodes[0..node_count];
+    var handles_found = std.AutoArrayHashMap(u32, void).init(gpa);
+    defer handles_found.deinit();
+    var work_bytes: u64 = 0;
+    for (source, 0..) |*node, index| {
+        const verdict = validate.validate_node(node);
+        if (verdict.status != .ok) {
+            return status_code(fail(verdict.status, "node {d}: {s}", .{ index, verdict.reason }));
+        }
+        const status = check_node_memory(node, index, &handles_found);
+        if (status != .ok) return status_code(status);
+        work_bytes = @max(work_bytes, selected.work_size(node, thread_count));
+    }
+    return status_code(make_plan(source, thread_count, work_bytes, handles_found.keys(), out_handle, out_work_bytes));
+}
+
+fn make_plan(source: []const Node, thread_count: u32, work_bytes: u64, handles: []const u32, out_handle: *u32, out_work_bytes: *u64) Status {
+    const plan = gpa.create(plan_module.Plan) catch return fail(.out_of_memory, "plan record", .{});
+    const copied = gpa.dupe(Node, source) catch {
+        gpa.destroy(plan);
+        return fail(.out_of_memory, "node table of {d} nodes", .{source.len});
+    };
+    const work = gpa.alignedAlloc(u8, .fromByteUnits(buffer_alignment), @intCast(work_bytes)) catch {
+        gpa.free(copied);
+        gpa.destroy(plan);
+        return fail(.out_of_memory, "work buffer of {d} bytes", .{work_bytes});
+    };
+    const handle_copy = gpa.dupe(u32, handles) catch {
+        gpa.free(work);
+        gpa.free(copied);
+        gpa.destroy(plan);
+        return fail(.out_of_memory, "buffer list", .{});
+    };
+    plan.* = .{ .nodes = copied, .work = work, .buffer_handles = handle_copy, .thread_count = thread_count };
+    out_handle.* = plans.insert(plan) orelse {
+        free_plan(plan);
+        return fail(.limit_reached, "plans_max ({d}) live plans reached", .{plans_max});
+    };
+    _ = live_plan_bytes.fetchAdd(plan_bytes(plan), .monotonic);
+    out_work_bytes.* = work_bytes;
+    return .ok;
+}
+
+fn plan_bytes(plan: *const plan_module.Plan) u64 {
+    return plan.nodes.len * @sizeOf(Node) + plan.work.len;
+}
+
+fn free_plan(plan: *plan_module.Plan) void {
+    gpa.free(plan.buffer_handles);
+    gpa.free(plan.work);
+    gpa.free(plan.nodes);
+    gpa.destroy(plan);
+}
+
+/// Every tensor a node reads or writes must lie wholly inside one live buffer, so no kernel
+/// can touch memory the core did not hand out.
+fn check_node_memory(node: *const Node, index: usize, handles: *std.AutoArrayHashMap(u32, void)) Status {
+    const status = check_tensor_memory(&node.dst, index, "dst", handles);
+    if (status != .ok) return status;
+    for (node.src[0..node.src_count], 0..) |*tensor, source_index| {
+        const names = [_][]const u8{ "src0", "src1", "src2" };
+        const source_status = check_tensor_memory(tensor, index, names[source_index], handles);
+        if (source_status != .ok) return source_status;
+    }
+    return .ok;
+}
+
+fn check_tensor_memory(tensor: *const node_abi.TensorDesc, index: usize, role: []const u8, handles: *std.AutoArrayHashMap(u32, void)) Status {
+    const begin = tensor.data;
+    const extent = tensor.extent_bytes();
+    buffers.mutex.lock();
+    defer buffers.mutex.unlock();
+    for (buffers.items, 0..) |maybe_buffer, slot| {
+        const buffer = maybe_buffer orelse continue;
+        const base = @intFromPtr(buffer.memory.ptr);
+        if (begin < base or begin - base >= buffer.memory.len) continue;
+        if (extent > buffer.memory.len - (begin - base)) {
+            return fail(.out_of_bounds, "node {d}: {s} spans {d} bytes from offset {d}, past the end of its buffer ({d} bytes)", .{ index, role, extent, begin - base, buffer.memory.len });
+        }
+        const handle = buffers.handle_at(@intCast(slot));
+        handles.put(handle, {}) catch return fail(.out_of_memory, "buffer list", .{});
+        return .ok;
+    }
+    return fail(.out_of_bounds, "node {d}: {s} at address 0x{x} is in no live buffer", .{ index, role, begin });
+}
+
+export fn graft_plan_compute(plan_handle: u32, pool_handle: u32) c_int {
+    const plan = plans.get(plan_handle) orelse return status_code(fail(.invalid_handle, "plan handle 0x{x} is not live (freed?)", .{plan_handle}));
+    const pool = pools.get(pool_handle) orelse return status_code(fail(.invalid_handle, "pool handle 0x{x} is not live (disposed?)", .{pool_handle}));
+    for (plan.buffer_handles) |handle| {
+        if (buffers.get(handle) == null) return status_code(fail(.stale_plan, "a buffer this plan uses was freed after the plan was made", .{}));
+    }
+    const selected = kernels() orelse return status_code(fail(.unsupported, "no kernel build runs on this CPU", .{}));
+    const outcome = plan_module.compute(plan, pool, selected);
+    if (outcome.status == .ok) return 0;
+    if (outcome.status == .busy) return status_code(fail(.busy, "the pool or plan is already computing", .{}));
+    const op = plan.nodes[outcome.node_index].op;
+    return status_code(fail(outcome.status, "node {d} (op {d}) failed in its kernel", .{ outcome.node_index, op }));
+}
+
+export fn graft_plan_free(handle: u32) c_int {
+    const plan = plans.get(handle) orelse return status_code(fail(.invalid_handle, "plan handle 0x{x} is not live (double free?)", .{handle}));
+    if (plan.computing.load(.acquire)) return status_code(fail(.busy, "plan is computing", .{}));
+    _ = plans.remove(handle);
+    _ = live_plan_bytes.fetchSub(plan_bytes(plan), .monotonic);
+    free_plan(plan);
+    return 0;
+}
+
+comptime {
+    assert(buffers_max <= registry_module.slots_max);
+}

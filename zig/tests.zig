@@ -1,0 +1,6 @@
+//! Root of `zig build test`: pulls in every file's tests.
+test {
+    _ = @import("allocator.zig");
+    _ = @import("registry.zig");
+    _ = @import("kernels/tests.zig");
+}

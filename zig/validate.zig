@@ -1,0 +1,234 @@
+//! Checks one node of a plan before anything computes it: known op, source count, per-tensor
+//! sanity (dtype code, ne >= 1, nb >= 0, no overflow), allowed dtypes and shape consistency per
+//! op. Kernels assume every rule here holds, so this file is the single statement of what each
+//! op accepts. Plain scalar code: it runs in the baseline library, before any variant is chosen.
+
+const std = @import("std");
+const node = @import("node.zig");
+
+const assert = std.debug.assert;
+const Node = node.Node;
+const Op = node.Op;
+const Status = node.Status;
+const TensorDesc = node.TensorDesc;
+const DType = node.DType;
+const dims_max = node.dims_max;
+
+pub const Verdict = struct {
+    status: Status,
+    reason: []const u8, // static; names the op and the broken rule
+
+    pub const ok: Verdict = .{ .status = .ok, .reason = "ok" };
+};
+
+/// Largest extent of one dimension and of a whole tensor, in elements; far above any real
+/// tensor, low enough that index and byte arithmetic in the kernels cannot overflow 64 bits.
+pub const ne_max: i64 = 1 << 40;
+pub const element_count_max: i64 = 1 << 44;
+/// Largest stride and largest byte extent of a tensor.
+pub const nb_max: i64 = 1 << 48;
+pub const extent_bytes_max: i64 = 1 << 56;
+
+comptime {
+    assert(element_count_max * 4 < extent_bytes_max);
+    assert(@as(i128, element_count_max) * ne_max < std.math.maxInt(i128));
+    assert(@as(i128, extent_bytes_max) + @as(i128, ne_max) * nb_max < std.math.maxInt(i128));
+}
+
+pub fn validate_node(n: *const Node) Verdict {
+    const op: Op = @enumFromInt(n.op);
+    return switch (op) {
+        _ => .{ .status = .unsupported, .reason = "unknown op code" },
+        inline else => |known| validate_op(known, n),
+    };
+}
+
+fn validate_op(comptime op: Op, n: *const Node) Verdict {
+    const name = @tagName(op);
+    const counts = source_counts(op);
+    if (n.src_count < counts[0] or n.src_count > counts[1]) {
+        return fail(.invalid_argument, name ++ ": wrong src_count");
+    }
+    if (check_tensor(name ++ ": dst", &n.dst, true)) |verdict| return verdict;
+    inline for (0..node.sources_max) |s| {
+        if (s < n.src_count) {
+            const label = std.fmt.comptimePrint("{s}: src{d}", .{ name, s });
+            if (check_tensor(label, &n.src[s], false)) |verdict| return verdict;
+        }
+    }
+    return switch (op) {
+        .add, .sub, .mul, .div => check_binary(name, n),
+        .scale, .sqr, .sqrt, .gelu, .silu, .relu, .norm, .rms_norm => check_unary(name, n),
+        .sum => check_sum(n),
+        .mean => check_mean(n),
+        .repeat => check_repeat(n),
+        .mul_mat => check_mul_mat(n),
+        .cpy => check_cpy(n),
+        .get_rows => check_get_rows(n),
+        .soft_max => check_soft_max(n),
+        _ => unreachable,
+    };
+}
+
+/// Inclusive bounds on src_count.
+fn source_counts(comptime op: Op) [2]u32 {
+    return switch (op) {
+        .add, .sub, .mul, .div, .mul_mat, .get_rows => .{ 2, 2 },
+        .soft_max => .{ 1, 2 },
+        else => .{ 1, 1 },
+    };
+}
+
+fn fail(status: Status, reason: []const u8) Verdict {
+    assert(status != .ok);
+    return .{ .status = status, .reason = reason };
+}
+
+/// Dtype code, null data, ne in [1, ne_max], nb in [0, nb_max], overflow-free extent. A dst
+/// stride of 0 over more than one element is refused: threads would race on one address.
+fn check_tensor(comptime label: []const u8, t: *const TensorDesc, is_dst: bool) ?Verdict {
+    if (t.dtype > @intFromEnum(DType.i32)) return fail(.invalid_argument, label ++ ".dtype unknown");
+    if (t.data == 0) return fail(.invalid_argument, label ++ ".data is null");
+    // i128: each factor is bounded below, so neither product can overflow before its check.
+    var count: i128 = 1;
+    var extent: i128 = 0;
+    inline for (0..dims_max) |d| {
+        const dim = std.fmt.comptimePrint("[{d}]", .{d});
+        if (t.ne[d] < 1) return fail(.invalid_argument, label ++ ".ne" ++ dim ++ " < 1");
+        if (t.ne[d] > ne_max) return fail(.limit_reached, label ++ ".ne" ++ dim ++ " > ne_max");
+        if (t.nb[d] < 0) return fail(.invalid_argument, label ++ ".nb" ++ dim ++ " < 0");
+        if (t.nb[d] > nb_max) return fail(.limit_reached, label ++ ".nb" ++ dim ++ " > nb_max");
+        if (is_dst and t.nb[d] == 0 and t.ne[d] > 1) {
+            return fail(.invalid_argument, label ++ ".nb" ++ dim ++ " == 0 with ne" ++ dim ++ " > 1");
+        }
+        count *= t.ne[d];
+        if (count > element_count_max) return fail(.limit_reached, label ++ " has more than element_count_max elements");
+        extent += (t.ne[d] - 1) * t.nb[d];
+        if (extent > extent_bytes_max) return fail(.limit_reached, label ++ " spans more than extent_bytes_max bytes");
+    }
+    return null;
+}
+
+fn dtype_of(t: *const TensorDesc) DType {
+    assert(t.dtype <= @intFromEnum(DType.i32));
+    return @enumFromInt(t.dtype);
+}
+
+fn same_shape(a: *const TensorDesc, b: *const TensorDesc) bool {
+    return std.mem.eql(i64, &a.ne, &b.ne);
+}
+
+fn check_binary(comptime name: []const u8, n: *const Node) Verdict {
+    const a = &n.src[0];
+    const b = &n.src[1];
+    if (dtype_of(&n.dst) != .f32 or dtype_of(a) != .f32 or dtype_of(b) != .f32) {
+        return fail(.unsupported, name ++ ": dst, src0 and src1 must be f32");
+    }
+    if (!same_shape(&n.dst, a)) return fail(.shape_mismatch, name ++ ": dst.ne != src0.ne");
+    for (0..dims_max) |d| {
+        if (@mod(a.ne[d], b.ne[d]) != 0) {
+            return fail(.shape_mismatch, name ++ ": src1.ne[d] does not divide src0.ne[d]");
+        }
+    }
+    return .ok;
+}
+
+/// Unary element-wise ops and the row norms: f32 in, f32 out, one shape.
+fn check_unary(comptime name: []const u8, n: *const Node) Verdict {
+    if (dtype_of(&n.dst) != .f32 or dtype_of(&n.src[0]) != .f32) {
+        return fail(.unsupported, name ++ ": dst and src0 must be f32");
+    }
+    if (!same_shape(&n.dst, &n.src[0])) return fail(.shape_mismatch, name ++ ": dst.ne != src0.ne");
+    return .ok;
+}
+
+fn check_sum(n: *const Node) Verdict {
+    if (dtype_of(&n.dst) != .f32 or dtype_of(&n.src[0]) != .f32) {
+        return fail(.unsupported, "sum: dst and src0 must be f32");
+    }
+    if (n.dst.element_count() != 1) return fail(.shape_mismatch, "sum: dst.ne != [1, 1, 1, 1]");
+    return .ok;
+}
+
+fn check_mean(n: *const Node) Verdict {
+    const src = &n.src[0];
+    if (dtype_of(&n.dst) != .f32 or dtype_of(src) != .f32) {
+        return fail(.unsupported, "mean: dst and src0 must be f32");
+    }
+    const expected = [dims_max]i64{ 1, src.ne[1], src.ne[2], src.ne[3] };
+    if (!std.mem.eql(i64, &n.dst.ne, &expected)) {
+        return fail(.shape_mismatch, "mean: dst.ne != [1, src0.ne[1], src0.ne[2], src0.ne[3]]");
+    }
+    return .ok;
+}
+
+fn check_repeat(n: *const Node) Verdict {
+    if (dtype_of(&n.dst) != dtype_of(&n.src[0])) return fail(.unsupported, "repeat: dst.dtype != src0.dtype");
+    for (0..dims_max) |d| {
+        if (@mod(n.dst.ne[d], n.src[0].ne[d]) != 0) {
+            return fail(.shape_mismatch, "repeat: src0.ne[d] does not divide dst.ne[d]");
+        }
+    }
+    return .ok;
+}
+
+fn check_mul_mat(n: *const Node) Verdict {
+    const a = &n.src[0];
+    const b = &n.src[1];
+    const c = &n.dst;
+    if (dtype_of(a) == .i32) return fail(.unsupported, "mul_mat: src0 must be f32 or f16");
+    if (dtype_of(b) != .f32) return fail(.unsupported, "mul_mat: src1 must be f32");
+    if (dtype_of(c) != .f32) return fail(.unsupported, "mul_mat: dst must be f32");
+    if (a.ne[0] != b.ne[0]) return fail(.shape_mismatch, "mul_mat: src0.ne[0] != src1.ne[0]");
+    if (@mod(b.ne[2], a.ne[2]) != 0) return fail(.shape_mismatch, "mul_mat: src0.ne[2] does not divide src1.ne[2]");
+    if (@mod(b.ne[3], a.ne[3]) != 0) return fail(.shape_mismatch, "mul_mat: src0.ne[3] does not divide src1.ne[3]");
+    if (c.ne[0] != a.ne[1]) return fail(.shape_mismatch, "mul_mat: dst.ne[0] != src0.ne[1]");
+    if (c.ne[1] != b.ne[1]) return fail(.shape_mismatch, "mul_mat: dst.ne[1] != src1.ne[1]");
+    if (c.ne[2] != b.ne[2]) return fail(.shape_mismatch, "mul_mat: dst.ne[2] != src1.ne[2]");
+    if (c.ne[3] != b.ne[3]) return fail(.shape_mismatch, "mul_mat: dst.ne[3] != src1.ne[3]");
+    return .ok;
+}
+
+fn check_cpy(n: *const Node) Verdict {
+    const from = dtype_of(&n.src[0]);
+    const to = dtype_of(&n.dst);
+    const float_pair = (from == .f32 or from == .f16) and (to == .f32 or to == .f16);
+    if (!float_pair and !(from == .i32 and to == .i32)) {
+        return fail(.unsupported, "cpy: dtype pair must be f32/f16 -> f32/f16 or i32 -> i32");
+    }
+    if (n.dst.element_count() != n.src[0].element_count()) {
+        return fail(.shape_mismatch, "cpy: dst and src0 element counts differ");
+    }
+    return .ok;
+}
+
+fn check_get_rows(n: *const Node) Verdict {
+    const src = &n.src[0];
+    const indices = &n.src[1];
+    if (dtype_of(src) == .i32) return fail(.unsupported, "get_rows: src0 must be f32 or f16");
+    if (dtype_of(indices) != .i32) return fail(.unsupported, "get_rows: src1 must be i32");
+    if (dtype_of(&n.dst) != .f32) return fail(.unsupported, "get_rows: dst must be f32");
+    if (indices.ne[1] != src.ne[2]) return fail(.shape_mismatch, "get_rows: src1.ne[1] != src0.ne[2]");
+    if (indices.ne[2] != src.ne[3]) return fail(.shape_mismatch, "get_rows: src1.ne[2] != src0.ne[3]");
+    if (indices.ne[3] != 1) return fail(.shape_mismatch, "get_rows: src1.ne[3] != 1");
+    const expected = [dims_max]i64{ src.ne[0], indices.ne[0], src.ne[2], src.ne[3] };
+    if (!std.mem.eql(i64, &n.dst.ne, &expected)) {
+        return fail(.shape_mismatch, "get_rows: dst.ne != [src0.ne[0], src1.ne[0], src0.ne[2], src0.ne[3]]");
+    }
+    return .ok;
+}
+
+fn check_soft_max(n: *const Node) Verdict {
+    const src = &n.src[0];
+    if (dtype_of(&n.dst) != .f32 or dtype_of(src) != .f32) {
+        return fail(.unsupported, "soft_max: dst and src0 must be f32");
+    }
+    if (!same_shape(&n.dst, src)) return fail(.shape_mismatch, "soft_max: dst.ne != src0.ne");
+    if (n.src_count == 2) {
+        const mask = &n.src[1];
+        if (dtype_of(mask) != .f32) return fail(.unsupported, "soft_max: mask (src1) must be f32");
+        if (mask.ne[0] != src.ne[0]) return fail(.shape_mismatch, "soft_max: src1.ne[0] != src0.ne[0]");
+        if (mask.ne[1] < src.ne[1]) return fail(.shape_mismatch, "soft_max: src1.ne[1] < src0.ne[1]");
+    }
+    return .ok;
+}

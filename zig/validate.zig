@@ -87,7 +87,9 @@ fn fail(status: Status, reason: []const u8) Verdict {
 /// Dtype code, null data, ne in [1, ne_max], nb in [0, nb_max], overflow-free extent. A dst
 /// stride of 0 over more than one element is refused: threads would race on one address.
 fn check_tensor(comptime label: []const u8, t: *const TensorDesc, is_dst: bool) ?Verdict {
-    if (t.dtype > @intFromEnum(DType.i32)) return fail(.invalid_argument, label ++ ".dtype unknown");
+    if (t.dtype > @intFromEnum(DType.i32)) {
+        return fail(.invalid_argument, label ++ ".dtype unknown");
+    }
     if (t.data == 0) return fail(.invalid_argument, label ++ ".data is null");
     // i128: each factor is bounded below, so neither product can overflow before its check.
     var count: i128 = 1;
@@ -99,12 +101,19 @@ fn check_tensor(comptime label: []const u8, t: *const TensorDesc, is_dst: bool) 
         if (t.nb[d] < 0) return fail(.invalid_argument, label ++ ".nb" ++ dim ++ " < 0");
         if (t.nb[d] > nb_max) return fail(.limit_reached, label ++ ".nb" ++ dim ++ " > nb_max");
         if (is_dst and t.nb[d] == 0 and t.ne[d] > 1) {
-            return fail(.invalid_argument, label ++ ".nb" ++ dim ++ " == 0 with ne" ++ dim ++ " > 1");
+            return fail(
+                .invalid_argument,
+                label ++ ".nb" ++ dim ++ " == 0 with ne" ++ dim ++ " > 1",
+            );
         }
         count *= t.ne[d];
-        if (count > element_count_max) return fail(.limit_reached, label ++ " has more than element_count_max elements");
+        if (count > element_count_max) {
+            return fail(.limit_reached, label ++ " has more than element_count_max elements");
+        }
         extent += (t.ne[d] - 1) * t.nb[d];
-        if (extent > extent_bytes_max) return fail(.limit_reached, label ++ " spans more than extent_bytes_max bytes");
+        if (extent > extent_bytes_max) {
+            return fail(.limit_reached, label ++ " spans more than extent_bytes_max bytes");
+        }
     }
     return null;
 }
@@ -163,7 +172,9 @@ fn check_mean(n: *const Node) Verdict {
 }
 
 fn check_repeat(n: *const Node) Verdict {
-    if (dtype_of(&n.dst) != dtype_of(&n.src[0])) return fail(.unsupported, "repeat: dst.dtype != src0.dtype");
+    if (dtype_of(&n.dst) != dtype_of(&n.src[0])) {
+        return fail(.unsupported, "repeat: dst.dtype != src0.dtype");
+    }
     for (0..dims_max) |d| {
         if (@mod(n.dst.ne[d], n.src[0].ne[d]) != 0) {
             return fail(.shape_mismatch, "repeat: src0.ne[d] does not divide dst.ne[d]");
@@ -180,8 +191,12 @@ fn check_mul_mat(n: *const Node) Verdict {
     if (dtype_of(b) != .f32) return fail(.unsupported, "mul_mat: src1 must be f32");
     if (dtype_of(c) != .f32) return fail(.unsupported, "mul_mat: dst must be f32");
     if (a.ne[0] != b.ne[0]) return fail(.shape_mismatch, "mul_mat: src0.ne[0] != src1.ne[0]");
-    if (@mod(b.ne[2], a.ne[2]) != 0) return fail(.shape_mismatch, "mul_mat: src0.ne[2] does not divide src1.ne[2]");
-    if (@mod(b.ne[3], a.ne[3]) != 0) return fail(.shape_mismatch, "mul_mat: src0.ne[3] does not divide src1.ne[3]");
+    if (@mod(b.ne[2], a.ne[2]) != 0) {
+        return fail(.shape_mismatch, "mul_mat: src0.ne[2] does not divide src1.ne[2]");
+    }
+    if (@mod(b.ne[3], a.ne[3]) != 0) {
+        return fail(.shape_mismatch, "mul_mat: src0.ne[3] does not divide src1.ne[3]");
+    }
     if (c.ne[0] != a.ne[1]) return fail(.shape_mismatch, "mul_mat: dst.ne[0] != src0.ne[1]");
     if (c.ne[1] != b.ne[1]) return fail(.shape_mismatch, "mul_mat: dst.ne[1] != src1.ne[1]");
     if (c.ne[2] != b.ne[2]) return fail(.shape_mismatch, "mul_mat: dst.ne[2] != src1.ne[2]");
@@ -208,12 +223,19 @@ fn check_get_rows(n: *const Node) Verdict {
     if (dtype_of(src) == .i32) return fail(.unsupported, "get_rows: src0 must be f32 or f16");
     if (dtype_of(indices) != .i32) return fail(.unsupported, "get_rows: src1 must be i32");
     if (dtype_of(&n.dst) != .f32) return fail(.unsupported, "get_rows: dst must be f32");
-    if (indices.ne[1] != src.ne[2]) return fail(.shape_mismatch, "get_rows: src1.ne[1] != src0.ne[2]");
-    if (indices.ne[2] != src.ne[3]) return fail(.shape_mismatch, "get_rows: src1.ne[2] != src0.ne[3]");
+    if (indices.ne[1] != src.ne[2]) {
+        return fail(.shape_mismatch, "get_rows: src1.ne[1] != src0.ne[2]");
+    }
+    if (indices.ne[2] != src.ne[3]) {
+        return fail(.shape_mismatch, "get_rows: src1.ne[2] != src0.ne[3]");
+    }
     if (indices.ne[3] != 1) return fail(.shape_mismatch, "get_rows: src1.ne[3] != 1");
     const expected = [dims_max]i64{ src.ne[0], indices.ne[0], src.ne[2], src.ne[3] };
     if (!std.mem.eql(i64, &n.dst.ne, &expected)) {
-        return fail(.shape_mismatch, "get_rows: dst.ne != [src0.ne[0], src1.ne[0], src0.ne[2], src0.ne[3]]");
+        return fail(
+            .shape_mismatch,
+            "get_rows: dst.ne != [src0.ne[0], src1.ne[0], src0.ne[2], src0.ne[3]]",
+        );
     }
     return .ok;
 }
@@ -227,8 +249,12 @@ fn check_soft_max(n: *const Node) Verdict {
     if (n.src_count == 2) {
         const mask = &n.src[1];
         if (dtype_of(mask) != .f32) return fail(.unsupported, "soft_max: mask (src1) must be f32");
-        if (mask.ne[0] != src.ne[0]) return fail(.shape_mismatch, "soft_max: src1.ne[0] != src0.ne[0]");
-        if (mask.ne[1] < src.ne[1]) return fail(.shape_mismatch, "soft_max: src1.ne[1] < src0.ne[1]");
+        if (mask.ne[0] != src.ne[0]) {
+            return fail(.shape_mismatch, "soft_max: src1.ne[0] != src0.ne[0]");
+        }
+        if (mask.ne[1] < src.ne[1]) {
+            return fail(.shape_mismatch, "soft_max: src1.ne[1] < src0.ne[1]");
+        }
     }
     return .ok;
 }

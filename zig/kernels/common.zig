@@ -260,7 +260,9 @@ pub fn exp(x: F32x) F32x {
 
 /// 2^e for -126 <= e <= 127, built from the exponent bits.
 fn power_of_two(e: @Vector(lanes, i32)) F32x {
-    const bits: @Vector(lanes, u32) = @bitCast((e + @as(@Vector(lanes, i32), @splat(127))) << @splat(23));
+    const bits: @Vector(lanes, u32) = @bitCast(
+        (e + @as(@Vector(lanes, i32), @splat(127))) << @splat(23),
+    );
     return @bitCast(bits);
 }
 

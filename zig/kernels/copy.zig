@@ -161,7 +161,8 @@ pub fn get_rows(n: *const common.Node, work: *const common.Work) common.Status {
 
 /// src1[n, b, c] for dst row (n, b, c); only called after `indices_in_range`.
 fn row_index_value(indices: Tensor, index: common.RowIndex) usize {
-    const address = indices.base + index.i1 * indices.nb[0] + index.i2 * indices.nb[1] + index.i3 * indices.nb[2];
+    const offset = index.i1 * indices.nb[0] + index.i2 * indices.nb[1] + index.i3 * indices.nb[2];
+    const address = indices.base + offset;
     const value: i32 = @bitCast(common.load_u32(address));
     assert(value >= 0);
     return @intCast(value);

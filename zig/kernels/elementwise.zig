@@ -20,7 +20,11 @@ pub const BinaryOp = enum { add, sub, mul, div };
 
 pub const UnaryOp = enum { scale, sqr, sqrt, gelu, silu, relu };
 
-pub fn binary(comptime op: BinaryOp, n: *const common.Node, work: *const common.Work) common.Status {
+pub fn binary(
+    comptime op: BinaryOp,
+    n: *const common.Node,
+    work: *const common.Work,
+) common.Status {
     const dst = Tensor.from(&n.dst);
     const a = Tensor.from(&n.src[0]);
     const b = Tensor.from(&n.src[1]);
@@ -29,7 +33,14 @@ pub fn binary(comptime op: BinaryOp, n: *const common.Node, work: *const common.
     const range = common.thread_range(dst.rows(), work);
     for (range.begin..range.end) |row| {
         const index = dst.row_index(row);
-        binary_row(op, dst.row_at(index), a.row_at(index), b.row_broadcast(index), dst.ne[0], b.ne[0]);
+        binary_row(
+            op,
+            dst.row_at(index),
+            a.row_at(index),
+            b.row_broadcast(index),
+            dst.ne[0],
+            b.ne[0],
+        );
     }
     return .ok;
 }
@@ -44,21 +55,37 @@ fn binary_apply(comptime op: BinaryOp, a: F32x, b: F32x) F32x {
 }
 
 /// dst[i] = a[i] op b[i % count_b]; count_b divides count.
-fn binary_row(comptime op: BinaryOp, dst: Strided, a: Strided, b: Strided, count: usize, count_b: usize) void {
+fn binary_row(
+    comptime op: BinaryOp,
+    dst: Strided,
+    a: Strided,
+    b: Strided,
+    count: usize,
+    count_b: usize,
+) void {
     assert(count_b >= 1);
     assert(count % count_b == 0);
     var index: usize = 0;
     if (count_b == count) {
         while (index < count) : (index += lanes) {
             const chunk = @min(lanes, count - index);
-            const value = binary_apply(op, common.load_chunk(a, index, chunk, 1), common.load_chunk(b, index, chunk, 1));
+            const value = binary_apply(
+                op,
+                common.load_chunk(a, index, chunk, 1),
+                common.load_chunk(b, index, chunk, 1),
+            );
             common.store_chunk(dst, index, chunk, value);
         }
     } else if (count_b == 1) {
         const scalar = splat(common.load_f32(b.base));
         while (index < count) : (index += lanes) {
             const chunk = @min(lanes, count - index);
-            common.store_chunk(dst, index, chunk, binary_apply(op, common.load_chunk(a, index, chunk, 1), scalar));
+            common.store_chunk(
+                dst,
+                index,
+                chunk,
+                binary_apply(op, common.load_chunk(a, index, chunk, 1), scalar),
+            );
         }
     } else {
         // src1's row repeats inside the row: gather it with a wrapping index, no division.
@@ -71,7 +98,12 @@ fn binary_row(comptime op: BinaryOp, dst: Strided, a: Strided, b: Strided, count
                 index_b += 1;
                 if (index_b == count_b) index_b = 0;
             }
-            common.store_chunk(dst, index, chunk, binary_apply(op, common.load_chunk(a, index, chunk, 1), gathered));
+            common.store_chunk(
+                dst,
+                index,
+                chunk,
+                binary_apply(op, common.load_chunk(a, index, chunk, 1), gathered),
+            );
         }
     }
 }
@@ -127,7 +159,13 @@ pub fn repeat(n: *const common.Node, work: *const common.Work) common.Status {
     const range = common.thread_range(dst.rows(), work);
     for (range.begin..range.end) |row| {
         const index = dst.row_index(row);
-        repeat_row(dst.row_at(index), src.row_broadcast(index), dst.ne[0], src.ne[0], dst.size_bytes());
+        repeat_row(
+            dst.row_at(index),
+            src.row_broadcast(index),
+            dst.ne[0],
+            src.ne[0],
+            dst.size_bytes(),
+        );
     }
     return .ok;
 }

@@ -53,7 +53,7 @@ pub const nr: usize = if (has_avx512) 12 else if (has_avx2) 6 else 4;
 /// Cache blocks: a KC x NR panel of B stays in L1, an MC x KC block of A in L2, a KC x NC block of
 /// B in L3.
 pub const kc_max: usize = 256;
-pub const mc_max: usize = 8 * mr;
+pub const mc_max: usize = 256;
 pub const nc_max: usize = 4096 - 4096 % nr;
 /// Largest N that takes the dot-product path.
 pub const dot_n_max: usize = 64;
@@ -145,7 +145,7 @@ inline fn transpose(rows: *[lanes]V) void {
 
 /// Packs `valid` (<= R) rows of `kc` elements, starting at `base` (row 0, element 0), into
 /// `dst` laid out [kc][R] as f32; rows from `valid` to R are zero.
-pub fn packPanel(
+fn packPanel(
     comptime R: usize,
     comptime T: type,
     base: [*]const u8,
@@ -408,7 +408,7 @@ fn packedPath(comptime T: type, args: *const GemmArgs, work: *const node.Work) v
             const jp_begin = if (split_m) 0 else np * t / tc;
             const jp_end = if (split_m) np else np * (t + 1) / tc;
             if (jp_begin == jp_end) continue;
-            const accumulate = pc > 0;
+            const accumulate = false;
             var ic = my_m_begin;
             while (ic < my_m_end) : (ic += mc_max) {
                 const mc = min(mc_max, my_m_end - ic);

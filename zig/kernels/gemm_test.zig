@@ -300,6 +300,9 @@ const thread_cases = [_]Case{
     .{ .m = 1100, .n = 7, .k = 530, .a_layout = .transposed },
     .{ .m = 129, .n = 65, .k = 257, .b_layout = .strided, .c_layout = .transposed },
     .{ .m = 40, .n = 5000, .k = 9 },
+    .{ .m = 103, .n = 37, .k = 300 }, // dot-product path, with a column tail
+    .{ .m = 65, .n = 64, .k = 256, .a_dtype = .f16 },
+    .{ .m = 70, .n = 65, .k = 1000 }, // just past the dot-product path
 };
 
 test "gemm: real threads (1, 2, 3) give correct and bitwise identical results" {

@@ -23,7 +23,11 @@ pub fn mul_mat(n: *const common.Node, work: *const common.Work) common.Status {
     const ratio3 = b.ne[3] / a.ne[3];
     for (0..b.ne[3]) |batch3| {
         for (0..b.ne[2]) |batch2| {
-            const batch_a: common.RowIndex = .{ .i1 = 0, .i2 = batch2 / ratio2, .i3 = batch3 / ratio3 };
+            const batch_a: common.RowIndex = .{
+                .i1 = 0,
+                .i2 = batch2 / ratio2,
+                .i3 = batch3 / ratio3,
+            };
             const batch_bc: common.RowIndex = .{ .i1 = 0, .i2 = batch2, .i3 = batch3 };
             const args = batch_args(a, b, c, batch_a, batch_bc);
             gemm.sgemm(&args, work);
@@ -32,7 +36,13 @@ pub fn mul_mat(n: *const common.Node, work: *const common.Work) common.Status {
     return .ok;
 }
 
-fn batch_args(a: Tensor, b: Tensor, c: Tensor, batch_a: common.RowIndex, batch_bc: common.RowIndex) gemm.GemmArgs {
+fn batch_args(
+    a: Tensor,
+    b: Tensor,
+    c: Tensor,
+    batch_a: common.RowIndex,
+    batch_bc: common.RowIndex,
+) gemm.GemmArgs {
     assert(c.ne[0] == a.ne[1]);
     assert(c.ne[1] == b.ne[1]);
     return .{

@@ -17,7 +17,11 @@ const splat = common.splat;
 
 pub const Kind = enum { norm, rms_norm };
 
-pub fn normalize(comptime kind: Kind, n: *const common.Node, work: *const common.Work) common.Status {
+pub fn normalize(
+    comptime kind: Kind,
+    n: *const common.Node,
+    work: *const common.Work,
+) common.Status {
     const dst = Tensor.from(&n.dst);
     const src = Tensor.from(&n.src[0]);
     assert(dst.element_count() == src.element_count());
@@ -30,7 +34,9 @@ pub fn normalize(comptime kind: Kind, n: *const common.Node, work: *const common
         const dst_row = dst.row_at(index);
         switch (kind) {
             .norm => {
-                const mean: f32 = @floatCast(reduce.row_sum(src_row, count) / @as(f64, @floatFromInt(count)));
+                const mean: f32 = @floatCast(
+                    reduce.row_sum(src_row, count) / @as(f64, @floatFromInt(count)),
+                );
                 const variance = squares_sum(src_row, count, mean) / @as(f64, @floatFromInt(count));
                 const scale: f32 = @floatCast(1.0 / @sqrt(variance + eps));
                 scale_row(dst_row, src_row, count, mean, scale);

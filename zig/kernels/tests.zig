@@ -344,7 +344,16 @@ fn binary_reference(op: Op, a: f64, b: f64) f64 {
     };
 }
 
-fn expect_binary(op: Op, ne: Shape, ne_b: Shape, layout_a: Layout, layout_b: Layout, layout_dst: Layout, in_place: bool, random: std.Random) !void {
+fn expect_binary(
+    op: Op,
+    ne: Shape,
+    ne_b: Shape,
+    layout_a: Layout,
+    layout_b: Layout,
+    layout_dst: Layout,
+    in_place: bool,
+    random: std.Random,
+) !void {
     var a = try TestTensor.init(.f32, ne, layout_a);
     defer a.deinit();
     var b = try TestTensor.init(.f32, ne_b, layout_b);
@@ -373,29 +382,74 @@ test "binary ops match float64 with broadcasting, strides and in-place dst" {
         for (shapes) |ne| {
             for (broadcast_shapes(ne)) |ne_b| {
                 for (layouts) |layout| {
-                    try expect_binary(op, ne, ne_b, layout, layout, .contiguous, false, prng.random());
-                    try expect_binary(op, ne, ne_b, .contiguous, layout, .strided, false, prng.random());
+                    try expect_binary(
+                        op,
+                        ne,
+                        ne_b,
+                        layout,
+                        layout,
+                        .contiguous,
+                        false,
+                        prng.random(),
+                    );
+                    try expect_binary(
+                        op,
+                        ne,
+                        ne_b,
+                        .contiguous,
+                        layout,
+                        .strided,
+                        false,
+                        prng.random(),
+                    );
                 }
-                try expect_binary(op, ne, ne_b, .strided, .contiguous, .contiguous, true, prng.random());
-                try expect_binary(op, ne, ne_b, .contiguous, .contiguous, .contiguous, true, prng.random());
+                try expect_binary(
+                    op,
+                    ne,
+                    ne_b,
+                    .strided,
+                    .contiguous,
+                    .contiguous,
+                    true,
+                    prng.random(),
+                );
+                try expect_binary(
+                    op,
+                    ne,
+                    ne_b,
+                    .contiguous,
+                    .contiguous,
+                    .contiguous,
+                    true,
+                    prng.random(),
+                );
             }
         }
     }
 }
+
+const gelu_coefficient = @sqrt(2.0 / std.math.pi);
 
 fn unary_reference(op: Op, x: f64, factor: f64) f64 {
     return switch (op) {
         .scale => x * factor,
         .sqr => x * x,
         .sqrt => @sqrt(x),
-        .gelu => 0.5 * x * (1 + std.math.tanh(@sqrt(2.0 / std.math.pi) * (x + 0.044715 * x * x * x))),
+        .gelu => 0.5 * x * (1 + std.math.tanh(gelu_coefficient * (x + 0.044715 * x * x * x))),
         .silu => x / (1 + @exp(-x)),
         .relu => if (x > 0) x else 0,
         else => unreachable,
     };
 }
 
-fn expect_unary(op: Op, ne: Shape, layout_src: Layout, layout_dst: Layout, magnitude: f32, random: std.Random) !void {
+fn expect_unary(
+    op: Op,
+    ne: Shape,
+    layout_src: Layout,
+    layout_dst: Layout,
+    magnitude: f32,
+    random: std.Random,
+) !void {
     var src = try TestTensor.init(.f32, ne, layout_src);
     defer src.deinit();
     var dst = try TestTensor.init(.f32, ne, layout_dst);
@@ -447,7 +501,14 @@ test "exp is within 2e-7 relative of float64, with exact infinities, zeros and N
     try testing.expectEqual(@as(f32, 1), common.exp(common.splat(0))[0]);
 }
 
-fn expect_repeat(dtype: DType, ne_src: Shape, factors: Shape, layout_src: Layout, layout_dst: Layout, random: std.Random) !void {
+fn expect_repeat(
+    dtype: DType,
+    ne_src: Shape,
+    factors: Shape,
+    layout_src: Layout,
+    layout_dst: Layout,
+    random: std.Random,
+) !void {
     var ne_dst: Shape = undefined;
     for (0..node.dims_max) |d| ne_dst[d] = ne_src[d] * factors[d];
     var src = try TestTensor.init(dtype, ne_src, layout_src);
@@ -540,7 +601,15 @@ test "sum and mean match float64 for every layout and thread count (sum on real 
     try expect_sum(.{ 3, 200, 1, 1 }, .strided, prng.random());
 }
 
-fn expect_norm(op: Op, ne: Shape, layout_src: Layout, layout_dst: Layout, in_place: bool, magnitude: f32, random: std.Random) !void {
+fn expect_norm(
+    op: Op,
+    ne: Shape,
+    layout_src: Layout,
+    layout_dst: Layout,
+    in_place: bool,
+    magnitude: f32,
+    random: std.Random,
+) !void {
     var src = try TestTensor.init(.f32, ne, layout_src);
     defer src.deinit();
     var dst = try TestTensor.init(.f32, ne, layout_dst);
@@ -597,7 +666,13 @@ test "norm and rms_norm match float64 on strided rows and in place" {
 
 const MaskKind = enum { none, random, causal };
 
-fn expect_soft_max(ne: Shape, mask_kind: MaskKind, layout: Layout, in_place: bool, random: std.Random) !void {
+fn expect_soft_max(
+    ne: Shape,
+    mask_kind: MaskKind,
+    layout: Layout,
+    in_place: bool,
+    random: std.Random,
+) !void {
     var src = try TestTensor.init(.f32, ne, layout);
     defer src.deinit();
     var dst = try TestTensor.init(.f32, ne, .contiguous);
@@ -633,7 +708,11 @@ fn expect_soft_max(ne: Shape, mask_kind: MaskKind, layout: Layout, in_place: boo
         soft_max_reference(values);
     }
     const sources = [_]TensorDesc{ src.desc, mask.desc };
-    var n = make_node(.soft_max, if (in_place) src.desc else dst.desc, if (mask_kind == .none) sources[0..1] else &sources);
+    var n = make_node(
+        .soft_max,
+        if (in_place) src.desc else dst.desc,
+        if (mask_kind == .none) sources[0..1] else &sources,
+    );
     n.params[0] = @bitCast(scale);
     try testing.expectEqual(node.Status.ok, validate.validate_node(&n).status);
     const buffers = [_][]align(64) u8{ src.memory, dst.memory, mask.memory };
@@ -677,7 +756,14 @@ const MatMulCase = struct {
     batch_b: [2]i64,
 };
 
-fn expect_mul_mat(case: MatMulCase, dtype_a: DType, layout_a: Layout, layout_b: Layout, layout_c: Layout, random: std.Random) !void {
+fn expect_mul_mat(
+    case: MatMulCase,
+    dtype_a: DType,
+    layout_a: Layout,
+    layout_b: Layout,
+    layout_c: Layout,
+    random: std.Random,
+) !void {
     const ne_a: Shape = .{ case.k, case.m, case.batch_a[0], case.batch_a[1] };
     const ne_b: Shape = .{ case.k, case.n, case.batch_b[0], case.batch_b[1] };
     const ne_c: Shape = .{ case.m, case.n, case.batch_b[0], case.batch_b[1] };
@@ -691,12 +777,17 @@ fn expect_mul_mat(case: MatMulCase, dtype_a: DType, layout_a: Layout, layout_b: 
     b.fill_random(random, 1);
     const reference = try allocator.alloc(f64, c.count());
     defer allocator.free(reference);
-    const ratio = [2]usize{ @intCast(@divExact(case.batch_b[0], case.batch_a[0])), @intCast(@divExact(case.batch_b[1], case.batch_a[1])) };
+    const ratio = [2]usize{
+        @intCast(@divExact(case.batch_b[0], case.batch_a[0])),
+        @intCast(@divExact(case.batch_b[1], case.batch_a[1])),
+    };
     for (reference, 0..) |*value, flat| {
         const p = coordinates(ne_c, flat);
         var total: f64 = 0;
         for (0..@as(usize, @intCast(case.k))) |k| {
-            const value_a = a.value_at(flat_index(ne_a, .{ k, p[0], p[2] / ratio[0], p[3] / ratio[1] }));
+            const value_a = a.value_at(
+                flat_index(ne_a, .{ k, p[0], p[2] / ratio[0], p[3] / ratio[1] }),
+            );
             total += value_a * b.value_at(flat_index(ne_b, .{ k, p[1], p[2], p[3] }));
         }
         value.* = total;
@@ -705,7 +796,13 @@ fn expect_mul_mat(case: MatMulCase, dtype_a: DType, layout_a: Layout, layout_b: 
     try testing.expectEqual(node.Status.ok, validate.validate_node(&n).status);
     const buffers = [_][]align(64) u8{ a.memory, b.memory, c.memory };
     // f16 weights: a faster gemm may round src1 to f16 as ggml does.
-    try expect_node(&n, &buffers, 2, reference, if (dtype_a == .f16) tolerance_f16 else tolerance_f32);
+    try expect_node(
+        &n,
+        &buffers,
+        2,
+        reference,
+        if (dtype_a == .f16) tolerance_f16 else tolerance_f32,
+    );
 }
 
 test "mul_mat matches float64 for f32 and f16 weights, strides and broadcast batches" {
@@ -730,7 +827,15 @@ test "mul_mat matches float64 for f32 and f16 weights, strides and broadcast bat
 // ---------------------------------------------------------------------------------------------
 // cpy and get_rows.
 
-fn expect_cpy(from: DType, to: DType, ne_src: Shape, ne_dst: Shape, layout_src: Layout, layout_dst: Layout, random: std.Random) !void {
+fn expect_cpy(
+    from: DType,
+    to: DType,
+    ne_src: Shape,
+    ne_dst: Shape,
+    layout_src: Layout,
+    layout_dst: Layout,
+    random: std.Random,
+) !void {
     var src = try TestTensor.init(from, ne_src, layout_src);
     defer src.deinit();
     var dst = try TestTensor.init(to, ne_dst, layout_dst);
@@ -769,14 +874,29 @@ test "cpy converts every dtype pair exactly across layouts and reshapes" {
         for (reshapes) |shape| {
             for (layouts) |layout_src| {
                 for (layouts) |layout_dst| {
-                    try expect_cpy(pair[0], pair[1], shape[0], shape[1], layout_src, layout_dst, prng.random());
+                    try expect_cpy(
+                        pair[0],
+                        pair[1],
+                        shape[0],
+                        shape[1],
+                        layout_src,
+                        layout_dst,
+                        prng.random(),
+                    );
                 }
             }
         }
     }
 }
 
-fn expect_get_rows(dtype: DType, ne_src: Shape, count: i64, layout_src: Layout, layout_indices: Layout, random: std.Random) !void {
+fn expect_get_rows(
+    dtype: DType,
+    ne_src: Shape,
+    count: i64,
+    layout_src: Layout,
+    layout_indices: Layout,
+    random: std.Random,
+) !void {
     const ne_indices: Shape = .{ count, ne_src[2], ne_src[3], 1 };
     const ne_dst: Shape = .{ ne_src[0], count, ne_src[2], ne_src[3] };
     var src = try TestTensor.init(dtype, ne_src, layout_src);
@@ -793,7 +913,9 @@ fn expect_get_rows(dtype: DType, ne_src: Shape, count: i64, layout_src: Layout, 
     defer allocator.free(reference);
     for (reference, 0..) |*value, flat| {
         const p = coordinates(ne_dst, flat);
-        const row: usize = @intFromFloat(indices.value_at(flat_index(ne_indices, .{ p[1], p[2], p[3], 0 })));
+        const row: usize = @intFromFloat(
+            indices.value_at(flat_index(ne_indices, .{ p[1], p[2], p[3], 0 })),
+        );
         value.* = src.value_at(flat_index(ne_src, .{ p[0], row, p[2], p[3] }));
     }
     var n = make_node(.get_rows, dst.desc, &.{ src.desc, indices.desc });
@@ -854,14 +976,46 @@ test "validate_node names the op and the broken rule; compute_node refuses the s
     defer half.deinit();
 
     try expect_verdict(&make_node(.add, a.desc, &.{ a.desc, a.desc }), .ok, "ok");
-    try expect_verdict(&make_node(.add, a.desc, &.{ a.desc, b.desc }), .shape_mismatch, "add: src1.ne[d] does not divide src0.ne[d]");
-    try expect_verdict(&make_node(.add, a.desc, &.{a.desc}), .invalid_argument, "add: wrong src_count");
-    try expect_verdict(&make_node(.mul, a.desc, &.{ half.desc, a.desc }), .unsupported, "mul: dst, src0 and src1 must be f32");
-    try expect_verdict(&make_node(.mul_mat, a.desc, &.{ a.desc, b.desc }), .shape_mismatch, "mul_mat: src0.ne[0] != src1.ne[0]");
-    try expect_verdict(&make_node(.soft_max, a.desc, &.{ a.desc, b.desc }), .shape_mismatch, "soft_max: src1.ne[0] != src0.ne[0]");
-    try expect_verdict(&make_node(.cpy, b.desc, &.{a.desc}), .shape_mismatch, "cpy: dst and src0 element counts differ");
-    try expect_verdict(&make_node(.get_rows, a.desc, &.{ a.desc, a.desc }), .unsupported, "get_rows: src1 must be i32");
-    try expect_verdict(&make_node(.sum, a.desc, &.{a.desc}), .shape_mismatch, "sum: dst.ne != [1, 1, 1, 1]");
+    try expect_verdict(
+        &make_node(.add, a.desc, &.{ a.desc, b.desc }),
+        .shape_mismatch,
+        "add: src1.ne[d] does not divide src0.ne[d]",
+    );
+    try expect_verdict(
+        &make_node(.add, a.desc, &.{a.desc}),
+        .invalid_argument,
+        "add: wrong src_count",
+    );
+    try expect_verdict(
+        &make_node(.mul, a.desc, &.{ half.desc, a.desc }),
+        .unsupported,
+        "mul: dst, src0 and src1 must be f32",
+    );
+    try expect_verdict(
+        &make_node(.mul_mat, a.desc, &.{ a.desc, b.desc }),
+        .shape_mismatch,
+        "mul_mat: src0.ne[0] != src1.ne[0]",
+    );
+    try expect_verdict(
+        &make_node(.soft_max, a.desc, &.{ a.desc, b.desc }),
+        .shape_mismatch,
+        "soft_max: src1.ne[0] != src0.ne[0]",
+    );
+    try expect_verdict(
+        &make_node(.cpy, b.desc, &.{a.desc}),
+        .shape_mismatch,
+        "cpy: dst and src0 element counts differ",
+    );
+    try expect_verdict(
+        &make_node(.get_rows, a.desc, &.{ a.desc, a.desc }),
+        .unsupported,
+        "get_rows: src1 must be i32",
+    );
+    try expect_verdict(
+        &make_node(.sum, a.desc, &.{a.desc}),
+        .shape_mismatch,
+        "sum: dst.ne != [1, 1, 1, 1]",
+    );
 
     var unknown = make_node(.add, a.desc, &.{ a.desc, a.desc });
     unknown.op = 99;
@@ -871,22 +1025,46 @@ test "validate_node names the op and the broken rule; compute_node refuses the s
 
     var bad = a.desc;
     bad.ne[2] = 0;
-    try expect_verdict(&make_node(.relu, a.desc, &.{bad}), .invalid_argument, "relu: src0.ne[2] < 1");
+    try expect_verdict(
+        &make_node(.relu, a.desc, &.{bad}),
+        .invalid_argument,
+        "relu: src0.ne[2] < 1",
+    );
     bad = a.desc;
     bad.nb[1] = -4;
-    try expect_verdict(&make_node(.relu, bad, &.{a.desc}), .invalid_argument, "relu: dst.nb[1] < 0");
+    try expect_verdict(
+        &make_node(.relu, bad, &.{a.desc}),
+        .invalid_argument,
+        "relu: dst.nb[1] < 0",
+    );
     bad = a.desc;
     bad.nb[1] = 0;
-    try expect_verdict(&make_node(.relu, bad, &.{a.desc}), .invalid_argument, "relu: dst.nb[1] == 0 with ne[1] > 1");
+    try expect_verdict(
+        &make_node(.relu, bad, &.{a.desc}),
+        .invalid_argument,
+        "relu: dst.nb[1] == 0 with ne[1] > 1",
+    );
     bad = a.desc;
     bad.dtype = 7;
-    try expect_verdict(&make_node(.relu, a.desc, &.{bad}), .invalid_argument, "relu: src0.dtype unknown");
+    try expect_verdict(
+        &make_node(.relu, a.desc, &.{bad}),
+        .invalid_argument,
+        "relu: src0.dtype unknown",
+    );
     bad = a.desc;
     bad.ne = .{ 1 << 30, 1 << 30, 1, 1 };
-    try expect_verdict(&make_node(.relu, a.desc, &.{bad}), .limit_reached, "relu: src0 has more than element_count_max elements");
+    try expect_verdict(
+        &make_node(.relu, a.desc, &.{bad}),
+        .limit_reached,
+        "relu: src0 has more than element_count_max elements",
+    );
     bad = a.desc;
     bad.data = 0;
-    try expect_verdict(&make_node(.relu, a.desc, &.{bad}), .invalid_argument, "relu: src0.data is null");
+    try expect_verdict(
+        &make_node(.relu, a.desc, &.{bad}),
+        .invalid_argument,
+        "relu: src0.data is null",
+    );
     // A zero source stride broadcasts and is fine.
     bad = a.desc;
     bad.nb[1] = 0;

@@ -9,7 +9,13 @@ import type { BlockConfig, BlockWeights } from "./block.ts";
 type Data = Record<keyof BlockWeights, Float32Array>;
 
 /** out[n][m] = sum_k w[m][k] * x[n][k]  (ggml mulMat: w is [K, M], x is [K, N]). */
-function matmul(w: ArrayLike<number>, x: ArrayLike<number>, k: number, m: number, n: number): Float64Array {
+function matmul(
+  w: ArrayLike<number>,
+  x: ArrayLike<number>,
+  k: number,
+  m: number,
+  n: number,
+): Float64Array {
   const out = new Float64Array(m * n);
   for (let j = 0; j < n; j++) {
     for (let i = 0; i < m; i++) {
@@ -21,7 +27,13 @@ function matmul(w: ArrayLike<number>, x: ArrayLike<number>, k: number, m: number
   return out;
 }
 
-function rmsNormRows(x: ArrayLike<number>, gain: ArrayLike<number>, dim: number, rows: number, eps: number): Float64Array {
+function rmsNormRows(
+  x: ArrayLike<number>,
+  gain: ArrayLike<number>,
+  dim: number,
+  rows: number,
+  eps: number,
+): Float64Array {
   const out = new Float64Array(dim * rows);
   for (let r = 0; r < rows; r++) {
     let ss = 0;
@@ -32,7 +44,12 @@ function rmsNormRows(x: ArrayLike<number>, gain: ArrayLike<number>, dim: number,
   return out;
 }
 
-function attention(q: Float64Array, k: Float64Array, v: Float64Array, c: BlockConfig): Float64Array {
+function attention(
+  q: Float64Array,
+  k: Float64Array,
+  v: Float64Array,
+  c: BlockConfig,
+): Float64Array {
   const { dim, heads, seq } = c;
   const hd = dim / heads;
   const scale = 1 / Math.sqrt(hd);

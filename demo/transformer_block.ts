@@ -8,7 +8,7 @@
 
 import { parseArgs } from "node:util";
 import { allocTensors, CpuBackend, liveAllocations } from "../mod.ts";
-import { blockData, type BlockConfig, buildBlock, DEFAULT_BLOCK } from "./block.ts";
+import { type BlockConfig, blockData, buildBlock, DEFAULT_BLOCK } from "./block.ts";
 import { referenceBlock, relativeError } from "./block_reference.ts";
 
 const TOLERANCE = 1e-4;
@@ -54,15 +54,21 @@ function main(): number {
   let checksum = 0;
   for (const v of out) checksum += v;
   const c = config;
-  console.log(`graft demo: transformer block dim=${c.dim} heads=${c.heads} seq=${c.seq} ffn=${c.ffn}`);
+  console.log(
+    `graft demo: transformer block dim=${c.dim} heads=${c.heads} seq=${c.seq} ffn=${c.ffn}`,
+  );
   console.log(`  backend        cpu (${cpu.simd}, ${cpu.threads} threads)`);
-  console.log(`  nodes          ${block.graph.nodes.length} (${plan.nodeCount} computed, rest views)`);
+  console.log(
+    `  nodes          ${block.graph.nodes.length} (${plan.nodeCount} computed, rest views)`,
+  );
   console.log(`  weights        ${weights.size} bytes`);
   console.log(`  activations    ${activations.size} bytes (every tensor its own block)`);
   console.log(`  work buffer    ${plan.workSize} bytes`);
   console.log(`  checksum       ${checksum.toFixed(6)}`);
   console.log(`  time per run   ${msPerRun.toFixed(3)} ms (mean of ${runs})`);
-  console.log(`  vs float64     max relative error ${error.toExponential(2)} (tolerance ${TOLERANCE})`);
+  console.log(
+    `  vs float64     max relative error ${error.toExponential(2)} (tolerance ${TOLERANCE})`,
+  );
   return error <= TOLERANCE ? 0 : 1;
 }
 

@@ -126,15 +126,16 @@ export class Tensor {
 
   /** The tensor that owns this one's memory (itself unless a view). */
   get memoryOwner(): Tensor {
-    let owner: Tensor = this;
+    let owner = this.viewSource;
+    if (!owner) return this;
     while (owner.viewSource) owner = owner.viewSource;
     return owner;
   }
 
   /** Byte offset of this tensor within its memory owner. */
   get offsetInOwner(): number {
-    let offset = 0;
-    for (let t: Tensor | null = this; t?.viewSource; t = t.viewSource) offset += t.viewOffset;
+    let offset = this.viewOffset;
+    for (let t = this.viewSource; t?.viewSource; t = t.viewSource) offset += t.viewOffset;
     return offset;
   }
 

@@ -110,7 +110,7 @@ fn check_tensor(comptime label: []const u8, t: *const TensorDesc, is_dst: bool) 
         if (count > element_count_max) {
             return fail(.limit_reached, label ++ " has more than element_count_max elements");
         }
-        extent += (t.ne[d] - 1) * t.nb[d];
+        extent += @as(i128, t.ne[d] - 1) * t.nb[d];
         if (extent > extent_bytes_max) {
             return fail(.limit_reached, label ++ " spans more than extent_bytes_max bytes");
         }

@@ -5,11 +5,16 @@
 //! Two paths, chosen from the arguments alone (never from the thread count):
 //! - Small N (matrix-vector and a few columns) with k-contiguous A and B: a dot-product kernel
 //!   that streams A once, unpacked, vectorized along k, a few rows of A at a time.
-//! - Otherwise a packed, cache-blocked GEMM (BLIS loop order). B is packed per (NC, KC) block into
-//!   panels [k][NR], shared by all threads (each packs a share, then a barrier); A is packed per
-//!   (MC, KC) block into panels [k][MR] (f16 converted to f32 there) in each thread's own region.
-//!   A register-tiled micro-kernel computes an MR (along m, vectors) x NR (along n, broadcasts)
-//!   tile of C. Transposed or strided operands are handled by the packing.
+//! - Otherwise a packed, cache-blocked GEMM (BLIS loop order). Per (NC, KC) block each thread
+//!   packs the B panels it needs into panels [k][NR], and per (MC, KC) block the rows of A it
+//!   needs into panels [k][MR] (f16 converted to f32 there), both in its own scratch region, so
+//!   threads never wait on each other (no barrier: `Work.sync` is not used). A register-tiled
+//!   micro-kernel computes an MR (along m, vectors) x NR (along n, broadcasts) tile of C.
+//!   Transposed or strided operands are handled by the packing (in-register transposes when a
+//!   row is contiguous along k, vector copies when contiguous along m).
+//!
+//! Threads split the rows of A (m) when there are enough, else the columns of each B block (n);
+//! the redundant packing that costs (B per thread, or A per thread) is small next to the work.
 //!
 //! Determinism: threads split output tiles only, never k. Every element of C is summed in the
 //! same order (KC blocks in order, k in order inside a block, one fused multiply-add per term)
@@ -54,7 +59,7 @@ pub const nr: usize = if (has_avx512) 12 else if (has_avx2) 6 else 4;
 /// B in L3.
 pub const kc_max: usize = 256;
 pub const mc_max: usize = 256;
-pub const nc_max: usize = 4096 - 4096 % nr;
+pub const nc_max: usize = 2048 - 2048 % nr;
 /// Largest N that takes the dot-product path.
 pub const dot_n_max: usize = 64;
 /// Rows of A by columns of B (accumulator vectors) per step of the dot-product kernel.
@@ -284,11 +289,11 @@ fn microKernelAny(cols: usize, kc: usize, a: [*]const f32, b: [*]const f32, c: C
 // ---------------------------------------------------------------------------------------------
 // Work buffer layout.
 
+/// Each thread has its own region: a packed-B block, then a packed-A block.
 const Layout = struct {
     kc: usize, // largest KC block
     b_panels: usize, // NR panels in the largest NC block
-    b_floats: usize, // floats of one packed-B buffer
-    b_buffers: usize,
+    b_floats: usize, // floats of one thread's packed-B block
     a_floats: usize, // floats of one thread's packed-A block
     total_bytes: usize,
 };
@@ -313,15 +318,13 @@ fn layout(args: *const GemmArgs, thread_count: u32) Layout {
     const kc = min(args.k, kc_max);
     const b_panels = (min(args.n, nc_max) + nr - 1) / nr;
     const b_floats = roundUp(kc * b_panels * nr, 16);
-    const b_buffers: usize = if (thread_count > 1) 2 else 1;
     const a_floats = roundUp(min(mc_max, roundUp(args.m, mr)) * kc, 16);
     return .{
         .kc = kc,
         .b_panels = b_panels,
         .b_floats = b_floats,
-        .b_buffers = b_buffers,
         .a_floats = a_floats,
-        .total_bytes = (b_floats * b_buffers + a_floats * thread_count) * @sizeOf(f32),
+        .total_bytes = (b_floats + a_floats) * thread_count * @sizeOf(f32),
     };
 }
 
@@ -374,7 +377,8 @@ fn packedPath(comptime T: type, args: *const GemmArgs, work: *const node.Work) v
     const lay = layout(args, work.thread_count);
     std.debug.assert(work.scratch_size_bytes >= lay.total_bytes);
     const scratch: [*]f32 = @ptrCast(@alignCast(work.scratch));
-    const a_pack = scratch + lay.b_floats * lay.b_buffers + lay.a_floats * t;
+    const b_pack = scratch + (lay.b_floats + lay.a_floats) * t;
+    const a_pack = b_pack + lay.b_floats;
 
     const m_panels = (M + mr - 1) / mr;
     const n_panels_total = (N + nr - 1) / nr;
@@ -383,7 +387,6 @@ fn packedPath(comptime T: type, args: *const GemmArgs, work: *const node.Work) v
     const my_m_begin = if (split_m) (m_panels * t / tc) * mr else 0;
     const my_m_end = if (split_m) min(M, (m_panels * (t + 1) / tc) * mr) else M;
 
-    var iteration: usize = 0;
     var jc: usize = 0;
     while (jc < N) : (jc += nc_max) {
         const nc = min(nc_max, N - jc);
@@ -391,24 +394,18 @@ fn packedPath(comptime T: type, args: *const GemmArgs, work: *const node.Work) v
         var pc: usize = 0;
         while (pc < K) : (pc += kc_max) {
             const kc = min(kc_max, K - pc);
-            const b_pack = scratch + lay.b_floats * (iteration % lay.b_buffers);
-            iteration += 1;
-            // Each thread packs a share of the B panels, then all wait for the whole block.
-            {
-                const p_begin = np * t / tc;
-                const p_end = np * (t + 1) / tc;
-                for (p_begin..p_end) |p| {
-                    const n0 = jc + p * nr;
-                    const base = offsetPtr(args.b, @as(isize, @intCast(n0)) * args.b_row_stride_bytes +
-                        @as(isize, @intCast(pc)) * args.b_element_stride_bytes);
-                    packPanel(nr, f32, base, args.b_row_stride_bytes, args.b_element_stride_bytes, min(nr, N - n0), kc, b_pack + p * nr * kc);
-                }
-                if (tc > 1) work.sync();
-            }
+            // Each thread packs the B panels it uses into its own buffer: no barrier, so a thread
+            // that is descheduled never stalls the others (B is small next to the work on it).
             const jp_begin = if (split_m) 0 else np * t / tc;
             const jp_end = if (split_m) np else np * (t + 1) / tc;
-            if (jp_begin == jp_end) continue;
-            const accumulate = false;
+            if (jp_begin == jp_end or my_m_begin >= my_m_end) continue;
+            for (jp_begin..jp_end) |p| {
+                const n0 = jc + p * nr;
+                const base = offsetPtr(args.b, @as(isize, @intCast(n0)) * args.b_row_stride_bytes +
+                    @as(isize, @intCast(pc)) * args.b_element_stride_bytes);
+                packPanel(nr, f32, base, args.b_row_stride_bytes, args.b_element_stride_bytes, min(nr, N - n0), kc, b_pack + p * nr * kc);
+            }
+            const accumulate = pc > 0;
             var ic = my_m_begin;
             while (ic < my_m_end) : (ic += mc_max) {
                 const mc = min(mc_max, my_m_end - ic);

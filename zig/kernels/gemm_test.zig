@@ -329,7 +329,7 @@ test "gemm: real threads (1, 2, 3) give correct and bitwise identical results" {
     }
 }
 
-test "gemm: repeated runs on threads are stable (barrier and double-buffered packing)" {
+test "gemm: repeated runs on threads are stable" {
     var problem = try Problem.init(.{ .m = 200, .n = 150, .k = 1100 }, 4242);
     defer problem.deinit();
     for (0..20) |_| {

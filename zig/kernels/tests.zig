@@ -1059,6 +1059,14 @@ test "validate_node names the op and the broken rule; compute_node refuses the s
         "relu: src0 has more than element_count_max elements",
     );
     bad = a.desc;
+    bad.ne = .{ 1 << 40, 1, 1, 1 };
+    bad.nb[0] = 1 << 48;
+    try expect_verdict(
+        &make_node(.relu, a.desc, &.{bad}),
+        .limit_reached,
+        "relu: src0 spans more than extent_bytes_max bytes",
+    );
+    bad = a.desc;
     bad.data = 0;
     try expect_verdict(
         &make_node(.relu, a.desc, &.{bad}),

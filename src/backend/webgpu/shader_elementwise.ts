@@ -1,0 +1,61 @@
+/**
+ * WGSL for element-wise ops: binary ops with the second source broadcast by repetition, unary
+ * activations and scale, and repeat. One thread per destination element; every source is read
+ * through its own strides, so views need no copy.
+ * @module
+ */
+
+import type { DType } from "../../dtype.ts";
+import { flatKernel, PARAMS_WGSL, tensorBindings } from "./wgsl_common.ts";
+
+/** Binary ops, by their WGSL operator. */
+export type BinaryKind = "add" | "sub" | "mul" | "div";
+
+/** Unary ops; `scale` multiplies by `P.f.x`. */
+export type UnaryKind = "scale" | "sqr" | "sqrt" | "gelu" | "silu" | "relu";
+
+const operators: Readonly<Record<BinaryKind, string>> = { add: "+", sub: "-", mul: "*", div: "/" };
+
+/** `D = S0 op S1`, S1's coordinates taken modulo its shape (ggml's repeat broadcast). */
+export function binaryShader(kind: BinaryKind): string {
+  return `${PARAMS_WGSL}
+${tensorBindings("f32", ["f32", "f32"])}
+${
+    flatKernel(`  let c = coords(0u, i);
+  let a = S0_f32(at(1u, c));
+  let b = S1_f32(at(2u, c % P.t[2].ne));
+  D_set_f32(at(0u, c), a ${operators[kind]} b);`)
+  }`;
+}
+
+const unaryExpressions: Readonly<Record<UnaryKind, string>> = {
+  scale: "x * P.f.x",
+  sqr: "x * x",
+  sqrt: "sqrt(x)",
+  // As the CPU: x / (1 + e^(-2y)) equals 0.5 x (1 + tanh(y)) without its cancellation.
+  gelu: "x / (1.0 + exp(-2.0 * (0.7978845608028654 * x * (1.0 + 0.044715 * x * x))))",
+  silu: "x / (1.0 + exp(-x))",
+  // ggml's (x > 0) ? x : 0, so NaN and -0 give +0.
+  relu: "select(0.0, x, x > 0.0)",
+};
+
+/** `D = f(S0)` element by element. */
+export function unaryShader(kind: UnaryKind): string {
+  return `${PARAMS_WGSL}
+${tensorBindings("f32", ["f32"])}
+${
+    flatKernel(`  let c = coords(0u, i);
+  let x = S0_f32(at(1u, c));
+  D_set_f32(at(0u, c), ${unaryExpressions[kind]});`)
+  }`;
+}
+
+/** `D(c) = S0(c mod S0.ne)`, copied bit for bit (any dtype shared by both). */
+export function repeatShader(dtype: DType): string {
+  return `${PARAMS_WGSL}
+${tensorBindings(dtype, [dtype])}
+${
+    flatKernel(`  let c = coords(0u, i);
+  D_set_bits(at(0u, c), S0_bits(at(1u, c % P.t[1].ne)));`)
+  }`;
+}

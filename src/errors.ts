@@ -6,41 +6,49 @@
 
 /** Base class of every error Graft throws. */
 export class GraftError extends Error {
+  /** The error class name. */
   override name = "GraftError";
 }
 
 /** Shapes that an op cannot combine; the message names the op and the shapes. */
 export class ShapeError extends GraftError {
+  /** The error class name. */
   override name = "ShapeError";
 }
 
 /** A dtype an op does not accept; the message names the op and the dtypes. */
 export class DTypeError extends GraftError {
+  /** The error class name. */
   override name = "DTypeError";
 }
 
 /** An object used after `dispose()`, or disposed twice. */
 export class DisposedError extends GraftError {
+  /** The error class name. */
   override name = "DisposedError";
 }
 
 /** A read or write outside a tensor or buffer. */
 export class OutOfBoundsError extends GraftError {
+  /** The error class name. */
   override name = "OutOfBoundsError";
 }
 
 /** A tensor that has no memory yet, or memory on another backend than the one asked. */
 export class PlacementError extends GraftError {
+  /** The error class name. */
   override name = "PlacementError";
 }
 
 /** A plan used with a graph it was not made for, or after a buffer it uses was freed. */
 export class StalePlanError extends GraftError {
+  /** The error class name. */
   override name = "StalePlanError";
 }
 
 /** The native library could not be found or loaded, or has another ABI version. */
 export class LibraryLoadError extends GraftError {
+  /** The error class name. */
   override name = "LibraryLoadError";
 }
 
@@ -61,9 +69,11 @@ export const Status = {
 
 /** An error status returned by the native core. */
 export class NativeError extends GraftError {
+  /** The error class name. */
   override name = "NativeError";
   /** The core's status code (see {@link Status}). */
   readonly status: number;
+  /** An error for a native status code. */
   constructor(status: number, message: string) {
     super(message);
     this.status = status;
@@ -72,11 +82,13 @@ export class NativeError extends GraftError {
 
 /** The allocator or buffer is too small; `neededBytes` says how much was asked. */
 export class OutOfSpaceError extends NativeError {
+  /** The error class name. */
   override name = "OutOfSpaceError";
 }
 
 /** A named fixed limit of the core was reached; the message names it. */
 export class LimitError extends NativeError {
+  /** The error class name. */
   override name = "LimitError";
 }
 

@@ -7,11 +7,17 @@ import { loadLibrary } from "./ffi.ts";
 
 /** Native objects alive now. */
 export interface LiveAllocations {
+  /** Live buffers. */
   buffers: number;
+  /** Bytes in live buffers. */
   bufferBytes: number;
+  /** Live allocators. */
   allocators: number;
+  /** Live thread pools. */
   pools: number;
+  /** Live graph plans. */
   plans: number;
+  /** Bytes held by live plans (node tables and work buffers). */
   planBytes: number;
 }
 

@@ -14,7 +14,9 @@ export type Dims = readonly [number, number, number, number];
 
 /** Where a tensor's memory is: a buffer and a byte offset in it. */
 export interface Placement {
+  /** The buffer holding the memory. */
   readonly buffer: BackendBuffer;
+  /** Byte offset of the first element in the buffer. */
   readonly offset: number;
 }
 
@@ -22,14 +24,23 @@ let nextId = 1;
 
 /** Options of {@link Tensor}'s constructor; op builders fill them in. */
 export interface TensorInit {
+  /** Element type. */
   dtype: DType;
+  /** Shape, ggml order. */
   ne: Dims;
+  /** Byte strides (default: contiguous). */
   nb?: Dims;
+  /** The op that computes it (default: none, an input). */
   op?: OpCode;
+  /** Sources of the op. */
   src?: readonly Tensor[];
+  /** Op parameters. */
   params?: readonly number[];
+  /** For views: the tensor whose memory is shared. */
   viewSource?: Tensor | null;
+  /** For views: byte offset into the source. */
   viewOffset?: number;
+  /** A name for messages and reports. */
   name?: string;
 }
 
@@ -60,12 +71,15 @@ export function formatShape(ne: Dims): string {
 export class Tensor {
   /** Unique within the process; graphs and plans key tensors by it. */
   readonly id: number = nextId++;
+  /** Element type. */
   readonly dtype: DType;
   /** Elements per dimension, `ne[0]` innermost. */
   readonly ne: Dims;
   /** Byte stride per dimension. */
   readonly nb: Dims;
+  /** The op that computes this tensor (`Op.none` for inputs). */
   readonly op: OpCode;
+  /** The op's sources. */
   readonly src: readonly Tensor[];
   /** Op parameters (all f32 in the node table). */
   readonly params: readonly number[];
@@ -73,11 +87,13 @@ export class Tensor {
   readonly viewSource: Tensor | null;
   /** For views: byte offset into the view source's memory. */
   readonly viewOffset: number;
+  /** A name for messages and reports. */
   name: string;
   #placement: Placement | null = null;
   /** Marks a graph output: the planner never reuses or frees its memory. */
   isOutput = false;
 
+  /** Op builders create tensors; use `Context.newTensor` for inputs. */
   constructor(init: TensorInit) {
     for (const n of init.ne) {
       if (!Number.isInteger(n) || n < 1) {

@@ -14,9 +14,13 @@ export const DEFAULT_FREE_BLOCKS = 4096;
 export interface AllocatorStats {
   /** The highest offset+size ever handed out: the buffer size this sequence needs. */
   sizeMax: number;
+  /** Blocks allocated and not freed. */
   liveBlocks: number;
+  /** Bytes in live blocks. */
   liveBytes: number;
+  /** Entries in the free list. */
   freeBlocks: number;
+  /** The largest block that can be allocated now. */
   largestFreeBlock: number;
 }
 
@@ -42,14 +46,18 @@ export interface AllocatorOptions {
  * ```
  */
 export class Allocator implements Disposable {
+  /** Bytes managed (0 in measure mode). */
   readonly size: number;
+  /** Offset alignment. */
   readonly alignment: number;
+  /** True for a measure-mode allocator. */
   readonly isMeasure: boolean;
   readonly #lib: GraftSymbols;
   readonly #handle: number;
   #disposed = false;
   readonly #out = new BigUint64Array(5);
 
+  /** An allocator over `size` bytes (or unbounded with `measure`). */
   constructor(size: number, options: AllocatorOptions = {}, measure = false) {
     this.#lib = loadLibrary();
     this.size = size;
@@ -112,6 +120,7 @@ export class Allocator implements Disposable {
     check(this.#lib, this.#lib.graft_allocator_reset(this.#handle), "Allocator.reset");
   }
 
+  /** Current counters. */
   stats(): AllocatorStats {
     this.#alive("stats");
     check(this.#lib, this.#lib.graft_allocator_stats(this.#handle, this.#out), "Allocator.stats");
@@ -128,16 +137,19 @@ export class Allocator implements Disposable {
     };
   }
 
+  /** True once disposed. */
   get disposed(): boolean {
     return this.#disposed;
   }
 
+  /** Frees the native allocator. */
   dispose(): void {
     this.#alive("dispose");
     this.#disposed = true;
     check(this.#lib, this.#lib.graft_allocator_destroy(this.#handle), "Allocator.dispose");
   }
 
+  /** Disposes unless already disposed (for `using`). */
   [Symbol.dispose](): void {
     if (!this.#disposed) this.dispose();
   }

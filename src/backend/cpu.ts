@@ -29,6 +29,7 @@ const buffers = new FinalizationRegistry<{ lib: GraftSymbols; handle: number }>(
 
 /** Memory allocated by the Zig core. */
 export class CpuBuffer implements BackendBuffer {
+  /** The backend that made the plan. */
   readonly backend: CpuBackend;
   readonly size: number;
   readonly alignment: number = CPU_ALIGNMENT;
@@ -55,6 +56,7 @@ export class CpuBuffer implements BackendBuffer {
     buffers.register(this, { lib, handle: this.handle }, this);
   }
 
+  /** True once disposed. */
   get disposed(): boolean {
     return this.#disposed;
   }
@@ -66,6 +68,7 @@ export class CpuBuffer implements BackendBuffer {
     check(this.#lib, this.#lib.graft_buffer_free(this.handle), "CpuBuffer.dispose");
   }
 
+  /** Disposes unless already disposed (for `using`). */
   [Symbol.dispose](): void {
     if (!this.#disposed) this.dispose();
   }
@@ -79,8 +82,11 @@ const plans = new FinalizationRegistry<{ lib: GraftSymbols; handle: number }>((h
 export class CpuPlan implements GraphPlan {
   readonly graph: Graph;
   readonly workSize: number;
+  /** Native handle. */
   readonly handle: number;
+  /** The thread count the plan was made for. */
   readonly threads: number;
+  /** The backend that made the plan. */
   readonly backend: CpuBackend;
   /** Nodes the core computes (views excluded). */
   readonly nodeCount: number;
@@ -111,6 +117,7 @@ export class CpuPlan implements GraphPlan {
     plans.register(this, { lib, handle: this.handle }, this);
   }
 
+  /** True once disposed. */
   get disposed(): boolean {
     return this.#disposed;
   }
@@ -122,6 +129,7 @@ export class CpuPlan implements GraphPlan {
     check(this.#lib, this.#lib.graft_plan_free(this.handle), "graphPlanFree");
   }
 
+  /** Disposes unless already disposed (for `using`). */
   [Symbol.dispose](): void {
     if (!this.#disposed) this.dispose();
   }
@@ -174,6 +182,7 @@ export class CpuBackend implements Backend {
   #tail: Promise<void> = Promise.resolve();
   #pending = 0;
 
+  /** Loads the core, selects the kernel build and starts the thread pool. */
   constructor(options: CpuBackendOptions = {}) {
     this.#lib = loadLibrary(options.library);
     const simd = options.simd ?? "auto";
@@ -424,6 +433,7 @@ export class CpuBackend implements Backend {
     await this.graphPlanComputeAsync(plan);
   }
 
+  /** True once disposed. */
   get disposed(): boolean {
     return this.#disposed;
   }
@@ -436,6 +446,7 @@ export class CpuBackend implements Backend {
     check(this.#lib, this.#lib.graft_pool_destroy(this.#pool), "CpuBackend.dispose");
   }
 
+  /** Disposes unless already disposed (for `using`). */
   [Symbol.dispose](): void {
     if (!this.#disposed) this.dispose();
   }

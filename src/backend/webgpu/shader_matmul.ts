@@ -1,0 +1,88 @@
+/**
+ * WGSL for mulMat: D[m, n] = sum_k S0[k, m] * S1[k, n] per batch, S0 broadcast over batches as
+ * ggml does. A 16x16 workgroup computes a 64x64 tile of D, each thread a 4x4 block held in
+ * registers; K advances 16 at a time through tiles of S0 and S1 in workgroup memory. Loads go
+ * through the sources' strides, so transposed and permuted views work, and f16 S0 is widened
+ * on load.
+ * @module
+ */
+
+import type { DType } from "../../dtype.ts";
+import { PARAMS_WGSL, tensorBindings } from "./wgsl_common.ts";
+
+/** Output tile edge (M and N) of one workgroup. */
+export const MATMUL_TILE = 64;
+const TK = 16;
+
+/** The kernel for an S0 of dtype `a` (S1 and D are f32). */
+export function matmulShader(a: DType): string {
+  return `${PARAMS_WGSL}
+${tensorBindings("f32", [a, "f32"])}
+var<workgroup> As: array<f32, ${TK * MATMUL_TILE}>;
+var<workgroup> Bs: array<f32, ${TK * MATMUL_TILE}>;
+
+@compute @workgroup_size(16, 16)
+fn main(
+  @builtin(workgroup_id) wid: vec3<u32>,
+  @builtin(local_invocation_id) lid3: vec3<u32>,
+  @builtin(local_invocation_index) lid: u32,
+) {
+  let K = P.t[1].ne.x;
+  let M = P.t[1].ne.y;
+  let N = P.t[2].ne.y;
+  // Batch (i2, i3) of S1 and D; S0 batch (i2 / r2, i3 / r3).
+  let i2 = wid.z % P.t[2].ne.z;
+  let i3 = wid.z / P.t[2].ne.z;
+  let a2 = i2 / (P.t[2].ne.z / P.t[1].ne.z);
+  let a3 = i3 / (P.t[2].ne.w / P.t[1].ne.w);
+  let m0 = wid.x * ${MATMUL_TILE}u;
+  let n0 = wid.y * ${MATMUL_TILE}u;
+  var acc: array<f32, 16>;
+  for (var q = 0u; q < 16u; q = q + 1u) {
+    acc[q] = 0.0;
+  }
+  for (var k0 = 0u; k0 < K; k0 = k0 + ${TK}u) {
+    // 1024 elements per tile, 4 per thread; k is fastest so neighbours read neighbours.
+    for (var l = 0u; l < 4u; l = l + 1u) {
+      let e = lid + 256u * l;
+      let kk = e % ${TK}u;
+      let rr = e / ${TK}u;
+      let k = k0 + kk;
+      var va = 0.0;
+      if (k < K && m0 + rr < M) {
+        va = S0_f32(at(1u, vec4<u32>(k, m0 + rr, a2, a3)));
+      }
+      As[kk * ${MATMUL_TILE}u + rr] = va;
+      var vb = 0.0;
+      if (k < K && n0 + rr < N) {
+        vb = S1_f32(at(2u, vec4<u32>(k, n0 + rr, i2, i3)));
+      }
+      Bs[kk * ${MATMUL_TILE}u + rr] = vb;
+    }
+    workgroupBarrier();
+    for (var kk = 0u; kk < ${TK}u; kk = kk + 1u) {
+      var av: array<f32, 4>;
+      var bv: array<f32, 4>;
+      for (var q = 0u; q < 4u; q = q + 1u) {
+        av[q] = As[kk * ${MATMUL_TILE}u + lid3.x + 16u * q];
+        bv[q] = Bs[kk * ${MATMUL_TILE}u + lid3.y + 16u * q];
+      }
+      for (var x = 0u; x < 4u; x = x + 1u) {
+        for (var y = 0u; y < 4u; y = y + 1u) {
+          acc[x * 4u + y] = acc[x * 4u + y] + av[x] * bv[y];
+        }
+      }
+    }
+    workgroupBarrier();
+  }
+  for (var x = 0u; x < 4u; x = x + 1u) {
+    let m = m0 + lid3.x + 16u * x;
+    for (var y = 0u; y < 4u; y = y + 1u) {
+      let n = n0 + lid3.y + 16u * y;
+      if (m < M && n < N) {
+        D_set_f32(at(0u, vec4<u32>(m, n, i2, i3)), acc[x * 4u + y]);
+      }
+    }
+  }
+}`;
+}

@@ -40,6 +40,14 @@ export class Graph {
 
   /** Collects every tensor the outputs depend on, sources before consumers. */
   static build(...outputs: Tensor[]): Graph {
+    return Graph.buildWithInputs(outputs, new Set());
+  }
+
+  /**
+   * Like {@link Graph.build}, but the tensors in `inputs` are leafs even if some op computes
+   * them: their sources are not visited. A scheduler uses this for the results of earlier splits.
+   */
+  static buildWithInputs(outputs: readonly Tensor[], inputs: ReadonlySet<Tensor>): Graph {
     if (outputs.length === 0) throw new GraftError("Graph.build: give at least one output");
     const nodes: Tensor[] = [];
     const leafs: Tensor[] = [];
@@ -54,7 +62,7 @@ export class Graph {
           stack.pop();
           continue;
         }
-        if (top.next < top.tensor.src.length) {
+        if (top.next < top.tensor.src.length && !inputs.has(top.tensor)) {
           const source = top.tensor.src[top.next++]!;
           if (!visited.has(source.id)) stack.push({ tensor: source, next: 0 });
           continue;
@@ -62,10 +70,11 @@ export class Graph {
         stack.pop();
         if (visited.has(top.tensor.id)) continue;
         visited.add(top.tensor.id);
-        (top.tensor.op === Op.none ? leafs : nodes).push(top.tensor);
+        const isLeaf = top.tensor.op === Op.none || inputs.has(top.tensor);
+        (isLeaf ? leafs : nodes).push(top.tensor);
       }
     }
-    return new Graph(nodes, leafs, outputs);
+    return new Graph(nodes, leafs, [...outputs]);
   }
 
   /** One line per node: index, op, shape, sources. */

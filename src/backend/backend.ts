@@ -60,6 +60,11 @@ export interface Backend extends Disposable {
   graphPlanCompute(plan: GraphPlan, graph?: Graph): void;
   /** Frees a plan (same as `plan.dispose()`). */
   graphPlanFree(plan: GraphPlan): void;
+  /**
+   * Optional: whether this backend can compute `tensor`'s op with its dtypes and layout.
+   * Default when absent: every op is supported.
+   */
+  supportsOp?(tensor: Tensor): boolean;
   /** Plans, computes and frees: for one-off graphs. */
   graphCompute(graph: Graph): void;
   /** Frees the backend's native resources. */

@@ -139,6 +139,8 @@ export class CpuPlan implements GraphPlan {
 export interface CpuBackendOptions {
   /** Threads that compute graphs (default: 1 per available core, at most 64). */
   threads?: number;
+  /** A name for reports, to tell several CPU backends apart (default "cpu"). */
+  name?: string;
   /** Kernel build: "auto" picks the best the CPU supports. */
   simd?: "auto" | "avx2" | "avx512";
   /** Where to load the native library from. */
@@ -173,7 +175,7 @@ function defaultThreads(): number {
  * ```
  */
 export class CpuBackend implements Backend {
-  readonly name = "cpu";
+  readonly name: string;
   readonly alignment: number = CPU_ALIGNMENT;
   readonly #lib: GraftSymbols;
   #pool = 0;
@@ -184,6 +186,7 @@ export class CpuBackend implements Backend {
 
   /** Loads the core, selects the kernel build and starts the thread pool. */
   constructor(options: CpuBackendOptions = {}) {
+    this.name = options.name ?? "cpu";
     this.#lib = loadLibrary(options.library);
     const simd = options.simd ?? "auto";
     const level = simd === "auto" ? 0 : simd === "avx2" ? 1 : 2;
@@ -302,10 +305,16 @@ export class CpuBackend implements Backend {
 
   #enqueue<T>(work: () => Promise<T> | T): Promise<T> {
     this.#pending++;
-    const result = this.#tail.then(work);
-    this.#tail = result.then(() => {}, () => {}).finally(() => {
-      this.#pending--;
-    });
+    // The count drops before the caller's await resumes, so it may use the backend at once.
+    const run = async (): Promise<T> => {
+      try {
+        return await work();
+      } finally {
+        this.#pending--;
+      }
+    };
+    const result = this.#tail.then(run);
+    this.#tail = result.then(() => {}, () => {});
     return result;
   }
 

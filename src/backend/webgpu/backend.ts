@@ -1,0 +1,332 @@
+/**
+ * The WebGPU backend: device buffers, WGSL kernels for every op of the foundation set, and
+ * graph plans that submit a whole graph as one command buffer. Runs on Deno's `navigator.gpu`,
+ * including software adapters (Mesa's lavapipe or llvmpipe): no optional feature is needed.
+ * @module
+ */
+
+import { dtypeSize, type TensorData, typedView } from "../../dtype.ts";
+import {
+  DisposedError,
+  GraftError,
+  OutOfBoundsError,
+  PlacementError,
+  StalePlanError,
+} from "../../errors.ts";
+import type { Graph } from "../../graph.ts";
+import type { Tensor } from "../../tensor.ts";
+import type { Backend, GraphPlan } from "../backend.ts";
+import { requireSameLayout } from "../copy.ts";
+import { type TensorBinding, tensorBinding } from "./binding.ts";
+import { WebGpuBuffer } from "./buffer.ts";
+import { PipelineCache } from "./pipelines.ts";
+import { type PlanHost, WebGpuPlan } from "./plan.ts";
+import { readBytes, writeBytes } from "./transfer.ts";
+
+// writeBuffer takes memory of an ArrayBuffer; shared memory is copied first.
+function hostBytes(data: ArrayBufferView): Uint8Array<ArrayBuffer> {
+  if (data.buffer instanceof ArrayBuffer) {
+    return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+  }
+  const copy = new Uint8Array(data.byteLength);
+  copy.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
+  return copy;
+}
+
+/** Options of {@link WebGpuBackend.create}. */
+export interface WebGpuBackendOptions {
+  /** Passed to `navigator.gpu.requestAdapter`. */
+  powerPreference?: GPUPowerPreference;
+}
+
+/** Thrown by {@link WebGpuBackend.create} when there is no WebGPU adapter to run on. */
+export class WebGpuUnavailableError extends GraftError {
+  override name = "WebGpuUnavailableError";
+}
+
+/**
+ * The WebGPU backend. Reads are asynchronous only (`getTensorAsync`); everything else is queued
+ * in order on the device, so results are ready when a read or {@link synchronize} resolves.
+ *
+ * @example
+ * ```ts
+ * import { add, allocTensors, Context, Graph } from "../../../mod.ts";
+ * import { WebGpuBackend } from "./backend.ts";
+ * using gpu = await WebGpuBackend.create();
+ * const ctx = new Context();
+ * const a = ctx.newTensor("f32", [3]);
+ * const b = ctx.newTensor("f32", [3]);
+ * const c = add(a, b);
+ * const graph = Graph.build(c);
+ * using buffer = allocTensors(gpu, [a, b, ...graph.nodes]);
+ * gpu.setTensor(a, new Float32Array([1, 2, 3]));
+ * gpu.setTensor(b, new Float32Array([10, 20, 30]));
+ * gpu.graphCompute(graph);
+ * console.log(await gpu.getTensorAsync(c)); // Float32Array [11, 22, 33]
+ * ```
+ */
+export class WebGpuBackend implements Backend, PlanHost {
+  readonly name = "webgpu";
+  /** The device's minStorageBufferOffsetAlignment: tensors are bound at their own offset. */
+  readonly alignment: number;
+  readonly device: GPUDevice;
+  /** What the adapter says about itself (description "llvmpipe ..." on software). */
+  readonly adapterInfo: GPUAdapterInfo;
+  readonly pipelines: PipelineCache;
+  readonly statusBuffer: GPUBuffer;
+  #disposed = false;
+  #statusDirty = false;
+  #errors: string[] = [];
+
+  private constructor(device: GPUDevice, info: GPUAdapterInfo) {
+    this.device = device;
+    this.adapterInfo = info;
+    this.alignment = device.limits.minStorageBufferOffsetAlignment;
+    this.pipelines = new PipelineCache(device);
+    this.statusBuffer = device.createBuffer({
+      size: 16,
+      usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST,
+      label: "graft status",
+    });
+    // Validation errors surface asynchronously; they are reported by the next synchronize.
+    device.addEventListener("uncapturederror", (event: Event): void => {
+      const message = event instanceof GPUUncapturedErrorEvent ? event.error.message : event.type;
+      this.#errors.push(message);
+    });
+  }
+
+  /**
+   * Opens the default WebGPU adapter with its largest buffer limits. Throws
+   * {@link WebGpuUnavailableError} when Deno finds no adapter.
+   */
+  static async create(options: WebGpuBackendOptions = {}): Promise<WebGpuBackend> {
+    const gpu = (globalThis.navigator as Navigator | undefined)?.gpu;
+    if (!gpu) {
+      throw new WebGpuUnavailableError("WebGpuBackend.create: navigator.gpu is not available");
+    }
+    const adapter = await gpu.requestAdapter(
+      options.powerPreference ? { powerPreference: options.powerPreference } : undefined,
+    );
+    if (!adapter) {
+      throw new WebGpuUnavailableError(
+        "WebGpuBackend.create: no WebGPU adapter found (on Linux without a GPU, install Mesa's " +
+          "software drivers: mesa-vulkan-drivers or libgl1-mesa-dri + libegl-mesa0)",
+      );
+    }
+    const limits = adapter.limits;
+    const device = await adapter.requestDevice({
+      requiredLimits: {
+        maxBufferSize: limits.maxBufferSize,
+        maxStorageBufferBindingSize: limits.maxStorageBufferBindingSize,
+        maxStorageBuffersPerShaderStage: limits.maxStorageBuffersPerShaderStage,
+      },
+      label: "graft",
+    });
+    return new WebGpuBackend(device, adapter.info);
+  }
+
+  #alive(verb: string): void {
+    if (this.#disposed) throw new DisposedError(`WebGpuBackend.${verb}: backend is disposed`);
+  }
+
+  allocBuffer(size: number): WebGpuBuffer {
+    this.#alive("allocBuffer");
+    return new WebGpuBuffer(this, this.device, size, this.alignment);
+  }
+
+  /** The buffer of this backend holding `tensor`; throws if it has no memory here. */
+  bufferOf(tensor: Tensor, verb: string): WebGpuBuffer {
+    const placement = tensor.placement;
+    if (!placement) throw new PlacementError(`${verb}: ${tensor.label} has no memory`);
+    const buffer = placement.buffer;
+    if (!(buffer instanceof WebGpuBuffer) || buffer.backend !== this) {
+      throw new PlacementError(
+        `${verb}: ${tensor.label} lives on ${buffer.backend.name}, not on this webgpu backend`,
+      );
+    }
+    if (buffer.disposed) {
+      throw new DisposedError(`${verb}: the buffer holding ${tensor.label} was disposed`);
+    }
+    return buffer;
+  }
+
+  bindingOf(tensor: Tensor, verb: string): TensorBinding {
+    const buffer = this.bufferOf(tensor, verb);
+    const limit = this.device.limits.maxStorageBufferBindingSize;
+    return tensorBinding(tensor, buffer, tensor.placement!.offset, this.alignment, limit, verb);
+  }
+
+  #range(verb: string, tensor: Tensor, offset: number, size: number): void {
+    if (
+      !Number.isInteger(offset) || !Number.isInteger(size) || offset < 0 || size < 0 ||
+      offset + size > tensor.nbytes
+    ) {
+      throw new OutOfBoundsError(
+        `${verb}: bytes [${offset}, ${offset + size}) are outside ${tensor.label} ` +
+          `(${tensor.nbytes} bytes)`,
+      );
+    }
+  }
+
+  /** Queues the write; it happens before any work queued after it. */
+  setTensor(tensor: Tensor, data: ArrayBufferView, offset = 0): void {
+    this.#alive("setTensor");
+    const buffer = this.bufferOf(tensor, "setTensor");
+    this.#range("setTensor", tensor, offset, data.byteLength);
+    const at = tensor.placement!.offset + offset;
+    writeBytes(this.device, this.pipelines, buffer.gpuBuffer, at, hostBytes(data), this.alignment);
+  }
+
+  /** Always throws: WebGPU cannot read device memory synchronously. */
+  getTensor(tensor: Tensor, _offset?: number, _size?: number): TensorData {
+    throw new GraftError(
+      `WebGpuBackend.getTensor: WebGPU cannot read ${tensor.label} synchronously; ` +
+        "use `await backend.getTensorAsync(tensor)`",
+    );
+  }
+
+  setTensorAsync(tensor: Tensor, data: ArrayBufferView, offset = 0): Promise<void> {
+    try {
+      this.setTensor(tensor, data, offset);
+      return Promise.resolve();
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  async getTensorAsync(tensor: Tensor, offset = 0, size?: number): Promise<TensorData> {
+    this.#alive("getTensorAsync");
+    const buffer = this.bufferOf(tensor, "getTensorAsync");
+    const length = size ?? tensor.nbytes - offset;
+    this.#range("getTensorAsync", tensor, offset, length);
+    const at = tensor.placement!.offset + offset;
+    const bytes = await readBytes(this.device, buffer.gpuBuffer, at, length);
+    await this.#report("getTensorAsync");
+    const count = Math.floor(length / dtypeSize[tensor.dtype]);
+    return typedView(tensor.dtype, bytes.buffer as ArrayBuffer, count);
+  }
+
+  /** Waits for all queued work; rejects with the device errors and bad inputs it met. */
+  async synchronize(): Promise<void> {
+    this.#alive("synchronize");
+    await this.device.queue.onSubmittedWorkDone();
+    await this.#report("synchronize");
+  }
+
+  // Device validation errors, then the status word of kernels that check their input.
+  async #report(verb: string): Promise<void> {
+    if (this.#errors.length > 0) {
+      const errors = this.#errors;
+      this.#errors = [];
+      throw new GraftError(`${verb}: the WebGPU device reported: ${errors.join("; ")}`);
+    }
+    if (!this.#statusDirty) return;
+    this.#statusDirty = false;
+    const status = new Uint32Array((await readBytes(this.device, this.statusBuffer, 0, 4)).buffer);
+    if (status[0] !== 0) {
+      this.device.queue.writeBuffer(this.statusBuffer, 0, new Uint32Array(4));
+      throw new OutOfBoundsError(
+        `${verb}: a getRows index was outside its table; the rows it named were written as 0`,
+      );
+    }
+  }
+
+  cpyTensorFrom(src: Tensor, dst: Tensor): Promise<void> {
+    requireSameLayout("cpyTensorFrom", src, dst);
+    const srcBuffer = src.placement?.buffer;
+    if (!srcBuffer) {
+      return Promise.reject(new PlacementError(`cpyTensorFrom: ${src.label} has no memory`));
+    }
+    if (srcBuffer instanceof WebGpuBuffer && srcBuffer.backend === this) {
+      return this.#copyLocal(src, dst, "cpyTensorFrom");
+    }
+    return srcBuffer.backend.getTensorAsync(src).then((data) => this.setTensor(dst, data));
+  }
+
+  cpyTensorTo(src: Tensor, dst: Tensor): Promise<void> {
+    requireSameLayout("cpyTensorTo", src, dst);
+    const dstBuffer = dst.placement?.buffer;
+    if (!dstBuffer) {
+      return Promise.reject(new PlacementError(`cpyTensorTo: ${dst.label} has no memory`));
+    }
+    if (dstBuffer instanceof WebGpuBuffer && dstBuffer.backend === this) {
+      return this.#copyLocal(src, dst, "cpyTensorTo");
+    }
+    return this.getTensorAsync(src).then((data) => dstBuffer.backend.setTensorAsync(dst, data));
+  }
+
+  // copyBufferToBuffer on the device; it moves whole words, so other spans go through the host.
+  #copyLocal(src: Tensor, dst: Tensor, verb: string): Promise<void> {
+    try {
+      this.#alive(verb);
+      const from = this.bufferOf(src, verb);
+      const to = this.bufferOf(dst, verb);
+      const at = src.placement!.offset;
+      const into = dst.placement!.offset;
+      if (at % 4 !== 0 || into % 4 !== 0 || src.nbytes % 4 !== 0) {
+        return this.getTensorAsync(src).then((data) => this.setTensor(dst, data));
+      }
+      const encoder = this.device.createCommandEncoder({ label: "graft tensor copy" });
+      encoder.copyBufferToBuffer(from.gpuBuffer, at, to.gpuBuffer, into, src.nbytes);
+      this.device.queue.submit([encoder.finish()]);
+      return Promise.resolve();
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  graphPlanCreate(graph: Graph): WebGpuPlan {
+    this.#alive("graphPlanCreate");
+    return new WebGpuPlan(this, graph);
+  }
+
+  #checkPlan(plan: GraphPlan, graph: Graph | undefined): WebGpuPlan {
+    this.#alive("graphPlanCompute");
+    if (!(plan instanceof WebGpuPlan) || plan.host !== this) {
+      throw new StalePlanError("graphPlanCompute: the plan was made by another backend");
+    }
+    if (plan.disposed) throw new DisposedError("graphPlanCompute: the plan was freed");
+    if (graph && graph !== plan.graph && graph.hash !== plan.graph.hash) {
+      throw new StalePlanError(
+        `graphPlanCompute: the plan was made for graph ${plan.graph.hash}, not ${graph.hash}`,
+      );
+    }
+    plan.checkBuffers("graphPlanCompute");
+    return plan;
+  }
+
+  /** Queues the plan's dispatches as one command buffer; read results asynchronously. */
+  graphPlanCompute(plan: GraphPlan, graph?: Graph): void {
+    const gpuPlan = this.#checkPlan(plan, graph);
+    const encoder = this.device.createCommandEncoder({ label: "graft graph" });
+    gpuPlan.encode(encoder);
+    this.device.queue.submit([encoder.finish()]);
+    if (gpuPlan.reportsStatus) this.#statusDirty = true;
+  }
+
+  graphPlanFree(plan: GraphPlan): void {
+    plan.dispose();
+  }
+
+  /** Plans, queues and frees; the plan's memory is released once its work has run. */
+  graphCompute(graph: Graph): void {
+    using plan = this.graphPlanCreate(graph);
+    this.graphPlanCompute(plan);
+  }
+
+  get disposed(): boolean {
+    return this.#disposed;
+  }
+
+  /** Destroys the device. Buffers and plans are disposed separately. */
+  dispose(): void {
+    if (this.#disposed) throw new DisposedError("WebGpuBackend.dispose: already disposed");
+    this.#disposed = true;
+    this.statusBuffer.destroy();
+    this.device.destroy();
+  }
+
+  [Symbol.dispose](): void {
+    if (!this.#disposed) this.dispose();
+  }
+}

@@ -1,0 +1,168 @@
+/**
+ * Chooses the WGSL kernel for each compute node: the shader (and its cache key), the tensors it
+ * binds, its parameters and its workgroup grid.
+ * @module
+ */
+
+import { GraftError, LimitError, Status } from "../../errors.ts";
+import { Op, opName } from "../../op.ts";
+import type { Tensor } from "../../tensor.ts";
+import { cpyShader, getRowsShader } from "./shader_copy.ts";
+import {
+  type BinaryKind,
+  binaryShader,
+  repeatShader,
+  type UnaryKind,
+  unaryShader,
+} from "./shader_elementwise.ts";
+import { MATMUL_TILE, matmulShader } from "./shader_matmul.ts";
+import { type RowKind, rowShader, sumShader } from "./shader_rows.ts";
+import { WORKGROUP_SIZE } from "./wgsl_common.ts";
+
+/** Workgroups per grid dimension (WebGPU's default maxComputeWorkgroupsPerDimension). */
+export const GROUPS_MAX = 65535;
+
+/** How to compute one node. */
+export interface Kernel {
+  /** Pipeline cache key: equal keys have equal shaders. */
+  readonly key: string;
+  /** Builds the WGSL (only on a cache miss). */
+  readonly source: () => string;
+  /** Destination first, then the sources, bound at bindings 1, 2, ... */
+  readonly tensors: readonly Tensor[];
+  /** Also binds the backend's status word after the tensors. */
+  readonly status: boolean;
+  /** `P.u.x`: the items of a flat kernel, the rows of a row kernel. */
+  readonly count: number;
+  /** `P.f`: op parameters. */
+  readonly floats: readonly number[];
+  readonly workgroups: readonly [number, number, number];
+}
+
+/** A grid of `groups` workgroups folded into two dimensions. */
+export function grid(groups: number, what: string): [number, number, number] {
+  const x = Math.min(groups, GROUPS_MAX);
+  const y = Math.ceil(groups / x);
+  if (y > GROUPS_MAX) {
+    throw new LimitError(Status.limitReached, `webgpu: ${what} needs ${groups} workgroups`);
+  }
+  return [x, y, 1];
+}
+
+const binaryKinds: Partial<Record<number, BinaryKind>> = {
+  [Op.add]: "add",
+  [Op.sub]: "sub",
+  [Op.mul]: "mul",
+  [Op.div]: "div",
+};
+
+const unaryKinds: Partial<Record<number, UnaryKind>> = {
+  [Op.scale]: "scale",
+  [Op.sqr]: "sqr",
+  [Op.sqrt]: "sqrt",
+  [Op.gelu]: "gelu",
+  [Op.silu]: "silu",
+  [Op.relu]: "relu",
+};
+
+function flat(
+  key: string,
+  source: () => string,
+  node: Tensor,
+  sources: readonly Tensor[],
+  floats: readonly number[] = [],
+): Kernel {
+  const count = node.nelements;
+  return {
+    key,
+    source,
+    tensors: [node, ...sources],
+    status: false,
+    count,
+    floats,
+    workgroups: grid(Math.ceil(count / WORKGROUP_SIZE), `${opName(node.op)} ${node.label}`),
+  };
+}
+
+function rows(kind: RowKind, node: Tensor, sources: readonly Tensor[], eps: number): Kernel {
+  const a = sources[0]!;
+  return {
+    key: `rows:${kind}`,
+    source: () => rowShader(kind),
+    tensors: [node, ...sources],
+    status: false,
+    count: a.nrows,
+    floats: [eps],
+    workgroups: grid(a.nrows, `${opName(node.op)} ${node.label}`),
+  };
+}
+
+function matmul(node: Tensor): Kernel {
+  const [a, b] = node.src as [Tensor, Tensor];
+  const batches = b.ne[2] * b.ne[3];
+  const x = Math.ceil(a.ne[1] / MATMUL_TILE);
+  const y = Math.ceil(b.ne[1] / MATMUL_TILE);
+  if (x > GROUPS_MAX || y > GROUPS_MAX || batches > GROUPS_MAX) {
+    throw new LimitError(
+      Status.limitReached,
+      `webgpu: mulMat ${node.label} needs a ${x}x${y}x${batches} workgroup grid`,
+    );
+  }
+  return {
+    key: `mulMat:${a.dtype}`,
+    source: () => matmulShader(a.dtype),
+    tensors: [node, a, b],
+    status: false,
+    count: 0,
+    floats: [],
+    workgroups: [x, y, batches],
+  };
+}
+
+/** The kernel computing `node` (a compute node: not a view). */
+export function kernelFor(node: Tensor): Kernel {
+  const src = node.src;
+  const binary = binaryKinds[node.op];
+  if (binary) return flat(`binary:${binary}`, () => binaryShader(binary), node, src.slice(0, 2));
+  const unary = unaryKinds[node.op];
+  if (unary) {
+    return flat(`unary:${unary}`, () => unaryShader(unary), node, src.slice(0, 1), node.params);
+  }
+  const a = src[0];
+  if (!a) throw new GraftError(`webgpu: ${opName(node.op)} ${node.label} has no source`);
+  switch (node.op) {
+    case Op.repeat:
+      return flat(`repeat:${a.dtype}`, () => repeatShader(a.dtype), node, [a]);
+    case Op.cpy:
+    case Op.cont:
+      return flat(`cpy:${a.dtype}:${node.dtype}`, () => cpyShader(a.dtype, node.dtype), node, [a]);
+    case Op.getRows: {
+      const kernel = flat(`getRows:${a.dtype}`, () => getRowsShader(a.dtype), node, src);
+      return { ...kernel, status: true };
+    }
+    case Op.sum:
+      return {
+        key: "sum",
+        source: sumShader,
+        tensors: [node, a],
+        status: false,
+        count: a.nelements,
+        floats: [],
+        workgroups: [1, 1, 1],
+      };
+    case Op.mean:
+      return rows("mean", node, [a], 0);
+    case Op.norm:
+      return rows("norm", node, [a], node.params[0] ?? 1e-5);
+    case Op.rmsNorm:
+      return rows("rmsNorm", node, [a], node.params[0] ?? 1e-6);
+    case Op.softmax:
+      return src.length > 1
+        ? rows("softmaxMask", node, src.slice(0, 2), node.params[0] ?? 1)
+        : rows("softmax", node, [a], node.params[0] ?? 1);
+    case Op.mulMat:
+      return matmul(node);
+    default:
+      throw new GraftError(`webgpu: op ${opName(node.op)} is not supported (${node.label})`);
+  }
+}

@@ -1,0 +1,146 @@
+/**
+ * A WebGPU graph plan: for every compute node a pipeline, a bind group and a uniform slot,
+ * made once, so computing the plan only encodes one dispatch per node into one command buffer.
+ * @module
+ */
+
+import { DisposedError, StalePlanError } from "../../errors.ts";
+import type { Graph } from "../../graph.ts";
+import type { Tensor } from "../../tensor.ts";
+import type { GraphPlan } from "../backend.ts";
+import { computeNodes } from "../node_table.ts";
+import type { TensorBinding } from "./binding.ts";
+import type { WebGpuBuffer } from "./buffer.ts";
+import { type Kernel, kernelFor } from "./kernels.ts";
+import type { PipelineCache } from "./pipelines.ts";
+import { DESC_BYTES, FLOATS_AT, UINTS_AT, UNIFORM_SLOT_BYTES } from "./wgsl_common.ts";
+
+/** What a plan needs from its backend. */
+export interface PlanHost {
+  readonly device: GPUDevice;
+  readonly pipelines: PipelineCache;
+  /** One word that kernels set to report bad input (getRows indices). */
+  readonly statusBuffer: GPUBuffer;
+  /** The binding of a placed tensor of this backend; throws if it has no memory here. */
+  bindingOf(tensor: Tensor, verb: string): TensorBinding;
+}
+
+interface Dispatch {
+  readonly pipeline: GPUComputePipeline;
+  readonly bindGroup: GPUBindGroup;
+  readonly workgroups: readonly [number, number, number];
+}
+
+function encodeSlot(view: DataView, at: number, kernel: Kernel, bindings: TensorBinding[]): void {
+  kernel.tensors.forEach((tensor, k) => {
+    const base = at + k * DESC_BYTES;
+    for (let d = 0; d < 4; d++) {
+      view.setUint32(base + d * 4, tensor.ne[d]!, true);
+      view.setUint32(base + 16 + d * 4, tensor.nb[d]!, true);
+    }
+    view.setUint32(base + 32, bindings[k]!.relative, true);
+  });
+  kernel.floats.forEach((value, i) => view.setFloat32(at + FLOATS_AT + i * 4, value, true));
+  view.setUint32(at + UINTS_AT, kernel.count, true);
+}
+
+/** A prepared graph. Use {@link WebGpuBackend.graphPlanCreate}. */
+export class WebGpuPlan implements GraphPlan {
+  readonly graph: Graph;
+  /** Bytes of the uniform buffer holding every node's parameters. */
+  readonly workSize: number;
+  /** The backend that made the plan. */
+  readonly host: PlanHost;
+  /** Nodes dispatched (views excluded). */
+  readonly nodeCount: number;
+  /** True when a node reports bad input through the status word. */
+  readonly reportsStatus: boolean;
+  readonly #dispatches: Dispatch[] = [];
+  readonly #buffers = new Set<WebGpuBuffer>();
+  readonly #uniforms: GPUBuffer;
+  #disposed = false;
+
+  /** Use {@link WebGpuBackend.graphPlanCreate}. */
+  constructor(host: PlanHost, graph: Graph) {
+    for (const tensor of [...graph.leafs, ...graph.nodes]) {
+      host.bindingOf(tensor, "graphPlanCreate");
+    }
+    const nodes = computeNodes(graph.nodes);
+    const kernels = nodes.map(kernelFor);
+    const bindings = kernels.map((k) => k.tensors.map((t) => host.bindingOf(t, "graphPlanCreate")));
+    const size = Math.max(1, kernels.length) * UNIFORM_SLOT_BYTES;
+    const data = new ArrayBuffer(size);
+    const view = new DataView(data);
+    kernels.forEach((kernel, i) => encodeSlot(view, i * UNIFORM_SLOT_BYTES, kernel, bindings[i]!));
+    const device = host.device;
+    this.#uniforms = device.createBuffer({
+      size,
+      usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST,
+      label: "graft plan uniforms",
+    });
+    device.queue.writeBuffer(this.#uniforms, 0, data);
+    kernels.forEach((kernel, i) => {
+      const bound = bindings[i]!;
+      const storage = bound.length + (kernel.status ? 1 : 0);
+      const entries: GPUBindGroupEntry[] = [{
+        binding: 0,
+        resource: { buffer: this.#uniforms, offset: i * UNIFORM_SLOT_BYTES, size: 256 },
+      }];
+      bound.forEach((b, k) => {
+        this.#buffers.add(b.buffer);
+        entries.push({
+          binding: 1 + k,
+          resource: { buffer: b.buffer.gpuBuffer, offset: b.offset, size: b.size },
+        });
+      });
+      if (kernel.status) {
+        entries.push({ binding: 1 + bound.length, resource: { buffer: host.statusBuffer } });
+      }
+      this.#dispatches.push({
+        pipeline: host.pipelines.pipeline(kernel.key, storage, kernel.source),
+        bindGroup: device.createBindGroup({ layout: host.pipelines.layout(storage), entries }),
+        workgroups: kernel.workgroups,
+      });
+    });
+    this.graph = graph;
+    this.host = host;
+    this.workSize = size;
+    this.nodeCount = nodes.length;
+    this.reportsStatus = kernels.some((k) => k.status);
+  }
+
+  get disposed(): boolean {
+    return this.#disposed;
+  }
+
+  /** Throws if a buffer the plan binds was disposed since it was made. */
+  checkBuffers(verb: string): void {
+    for (const buffer of this.#buffers) {
+      if (buffer.disposed) {
+        throw new StalePlanError(`${verb}: a buffer the plan uses was disposed; plan again`);
+      }
+    }
+  }
+
+  /** Records every dispatch into one compute pass of `encoder`. */
+  encode(encoder: GPUCommandEncoder): void {
+    if (this.#dispatches.length === 0) return;
+    const pass = encoder.beginComputePass({ label: "graft graph" });
+    for (const dispatch of this.#dispatches) {
+      pass.setPipeline(dispatch.pipeline);
+      pass.setBindGroup(0, dispatch.bindGroup);
+      pass.dispatchWorkgroups(...dispatch.workgroups);
+    }
+    pass.end();
+  }
+
+  dispose(): void {
+    if (this.#disposed) throw new DisposedError("graphPlanFree: plan already freed");
+    this.#disposed = true;
+    this.#uniforms.destroy();
+  }
+
+  [Symbol.dispose](): void {
+    if (!this.#disposed) this.dispose();
+  }
+}

@@ -1,0 +1,243 @@
+/**
+ * A schedule runs one graph across several backends: its splits in order, each preceded by the
+ * copies of its inputs, with one planned buffer per backend shared by that backend's splits.
+ * @module
+ */
+
+import type { Backend, BackendBuffer, GraphPlan } from "../backend/backend.ts";
+import { allocTensors } from "../alloc/alloc_tensors.ts";
+import type { TensorData } from "../dtype.ts";
+import { DisposedError, GraftError } from "../errors.ts";
+import type { Graph } from "../graph.ts";
+import { isViewOp, opName } from "../op.ts";
+import type { Tensor } from "../tensor.ts";
+import {
+  assignBackends,
+  assignLeafs,
+  assignMemoryFollowers,
+  type Assignment,
+  type AssignOptions,
+  followsMemory,
+  supports,
+} from "./assign.ts";
+import { buildSplits, type Split, type SplitSet } from "./splits.ts";
+
+/** A hand-marked cut: every node up to and including `upTo` (in graph order) runs on `backend`. */
+export interface Cut {
+  /** The last node of this split (nodes after the previous cut up to it). */
+  upTo: Tensor;
+  /** The backend that computes them. */
+  backend: Backend;
+  /** The tensors that cross into this split; if given, they are checked against the schedule. */
+  inputs?: readonly Tensor[];
+}
+
+/** Per-backend figures of one {@link Schedule.compute}. */
+export interface BackendTimes {
+  /** Milliseconds spent copying inputs into this backend. */
+  copyMs: number;
+  /** Milliseconds computing this backend's splits. */
+  computeMs: number;
+  /** Bytes copied into this backend. */
+  bytesCopied: number;
+}
+
+/** What {@link Schedule.compute} measured. */
+export interface ComputeStats {
+  /** Figures per backend name. */
+  backends: Record<string, BackendTimes>;
+  /** Bytes copied between backends in all. */
+  bytesCopied: number;
+}
+
+/** Allocates the memory of a backend's splits; the planner replaces the default. */
+export type SplitAllocator = (backend: Backend, graphs: Graph[]) => BackendBuffer;
+
+const everyTensorItsOwnBlock: SplitAllocator = (backend, graphs) =>
+  allocTensors(backend, graphs.flatMap((g) => g.nodes));
+
+/** Options of {@link Schedule.create}. */
+export interface ScheduleOptions extends AssignOptions {
+  /** How a backend's split graphs get memory (default: every tensor its own block). */
+  allocate?: SplitAllocator;
+}
+
+/**
+ * A graph split across backends.
+ *
+ * @example
+ * ```ts ignore
+ * const schedule = Schedule.create(graph, { backends: [gpu, cpu] });
+ * console.log(schedule.report());
+ * const stats = await schedule.compute();
+ * const out = await schedule.getOutput(output);
+ * ```
+ */
+export class Schedule implements Disposable {
+  /** The graph being scheduled. */
+  readonly graph: Graph;
+  /** The splits, in execution order. */
+  readonly splits: readonly Split[];
+  /** Every tensor's backend and the reason. */
+  readonly assignment: ReadonlyMap<Tensor, Assignment>;
+  readonly #set: SplitSet;
+  readonly #buffers: BackendBuffer[] = [];
+  readonly #plans: GraphPlan[] = [];
+  #disposed = false;
+
+  private constructor(graph: Graph, assignment: Map<Tensor, Assignment>, allocate: SplitAllocator) {
+    this.graph = graph;
+    this.assignment = assignment;
+    this.#set = buildSplits(graph, assignment);
+    this.splits = this.#set.splits;
+    try {
+      this.#allocate(allocate);
+      for (const split of this.splits) this.#plans.push(split.backend.graphPlanCreate(split.graph));
+    } catch (error) {
+      this.dispose();
+      throw error;
+    }
+  }
+
+  /** Assigns backends automatically (see `assign.ts`) and builds the splits. */
+  static create(graph: Graph, options: ScheduleOptions): Schedule {
+    return new Schedule(
+      graph,
+      assignBackends(graph, options),
+      options.allocate ?? everyTensorItsOwnBlock,
+    );
+  }
+
+  /** Builds the splits from hand-marked cuts (the reference design's manual splits). */
+  static fromCuts(graph: Graph, cuts: readonly Cut[], allocate?: SplitAllocator): Schedule {
+    const assignment = manualAssignment(graph, cuts);
+    const schedule = new Schedule(graph, assignment, allocate ?? everyTensorItsOwnBlock);
+    schedule.#checkDeclaredInputs(cuts);
+    return schedule;
+  }
+
+  #allocate(allocate: SplitAllocator): void {
+    const byBackend = new Map<Backend, Split[]>();
+    for (const split of this.splits) {
+      byBackend.set(split.backend, [...(byBackend.get(split.backend) ?? []), split]);
+    }
+    for (const [backend, splits] of byBackend) {
+      const copies = splits.flatMap((s) => s.inputs.map((i) => i.copy));
+      if (copies.length > 0) this.#buffers.push(allocTensors(backend, copies));
+      this.#buffers.push(allocate(backend, splits.map((s) => s.graph)));
+    }
+  }
+
+  #checkDeclaredInputs(cuts: readonly Cut[]): void {
+    for (const cut of cuts) {
+      if (!cut.inputs) continue;
+      const end = this.result(cut.upTo);
+      const split = this.splits.find((s) => s.nodes.includes(end.memoryOwner));
+      const copies = new Set(split?.inputs.map((i) => i.copy));
+      for (const declared of cut.inputs) {
+        const copy = this.#set.local.get(cut.backend)?.get(declared);
+        if (!copy || !copies.has(copy)) {
+          throw new GraftError(
+            `schedule: declared input ${declared.label} does not cross into the split ending ` +
+              `at ${cut.upTo.label}`,
+          );
+        }
+      }
+    }
+  }
+
+  /** The tensor that holds `tensor`'s value after compute (on the backend that computed it). */
+  result(tensor: Tensor): Tensor {
+    const assigned = this.assignment.get(tensor);
+    const local = assigned && this.#set.local.get(assigned.backend)?.get(tensor);
+    if (!local) throw new GraftError(`schedule: ${tensor.label} is not in the scheduled graph`);
+    return local;
+  }
+
+  /** Reads an output's value (from whichever backend computed it). */
+  getOutput(tensor: Tensor): Promise<TensorData> {
+    const local = this.result(tensor);
+    return local.placement!.buffer.backend.getTensorAsync(local);
+  }
+
+  /** Copies each split's inputs, then computes it, in order. */
+  async compute(): Promise<ComputeStats> {
+    if (this.#disposed) throw new DisposedError("Schedule.compute: schedule is disposed");
+    const backends: Record<string, BackendTimes> = {};
+    let bytesCopied = 0;
+    for (const [index, split] of this.splits.entries()) {
+      const times = backends[split.backend.name] ??= { copyMs: 0, computeMs: 0, bytesCopied: 0 };
+      const started = performance.now();
+      for (const input of split.inputs) {
+        await split.backend.cpyTensorFrom(input.source, input.copy);
+        times.bytesCopied += input.copy.nbytes;
+        bytesCopied += input.copy.nbytes;
+      }
+      await split.backend.synchronize();
+      const copied = performance.now();
+      split.backend.graphPlanCompute(this.#plans[index]!, split.graph);
+      await split.backend.synchronize();
+      times.copyMs += copied - started;
+      times.computeMs += performance.now() - copied;
+    }
+    return { backends, bytesCopied };
+  }
+
+  /** One line per split: backend, node count, inputs copied in. */
+  report(): string {
+    return this.splits.map((s) => {
+      const work = s.nodes.filter((n) => !isViewOp(n.op)).length;
+      const bytes = s.inputs.reduce((sum, i) => sum + i.copy.nbytes, 0);
+      const inputs = s.inputs.map((i) => `${i.copy.name} (${i.copy.nbytes} B from ${i.from.name})`);
+      return `split ${s.index} ${s.backend.name}: ${work} nodes, ${s.inputs.length} inputs ` +
+        `${bytes} B${inputs.length ? `: ${inputs.join(", ")}` : ""}`;
+    }).join("\n");
+  }
+
+  /** One line per node: which backend runs it, and why. */
+  explain(): string {
+    return this.graph.nodes.map((n, i) => {
+      const a = this.assignment.get(n)!;
+      return `node${i} ${opName(n.op)} ${n.label}: ${a.backend.name} (${a.reason})`;
+    }).join("\n");
+  }
+
+  /** Frees the plans and the buffers of every split. */
+  dispose(): void {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    for (const plan of this.#plans.splice(0)) plan.dispose();
+    for (const buffer of this.#buffers.splice(0)) buffer.dispose();
+  }
+
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+}
+
+/** Backends from hand-marked cuts; views and cpy still go where their memory is. */
+export function manualAssignment(graph: Graph, cuts: readonly Cut[]): Map<Tensor, Assignment> {
+  if (cuts.length === 0) throw new GraftError("schedule: give at least one cut");
+  const assignment = assignLeafs(graph, [...new Set(cuts.map((c) => c.backend))]);
+  let cut = 0;
+  for (const node of graph.nodes) {
+    const current = cuts[cut];
+    if (!current) {
+      throw new GraftError(
+        `schedule: ${node.label} comes after the last cut; end the last cut at the output`,
+      );
+    }
+    if (!followsMemory(node)) {
+      if (!supports(current.backend, node)) {
+        throw new GraftError(
+          `schedule: the cut puts ${opName(node.op)} ${node.label} on ` +
+            `${current.backend.name}, which does not support it`,
+        );
+      }
+      assignment.set(node, { backend: current.backend, reason: "manual cut" });
+    }
+    if (node === current.upTo) cut++;
+  }
+  assignMemoryFollowers(graph, assignment);
+  return assignment;
+}

@@ -2,5 +2,6 @@
 test {
     _ = @import("allocator.zig");
     _ = @import("registry.zig");
+    _ = @import("pool.zig");
     _ = @import("kernels/tests.zig");
 }

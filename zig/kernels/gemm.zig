@@ -387,9 +387,12 @@ fn packedPath(comptime T: type, args: *const GemmArgs, work: *const node.Work) v
     const my_m_begin = if (split_m) (m_panels * t / tc) * mr else 0;
     const my_m_end = if (split_m) min(M, (m_panels * (t + 1) / tc) * mr) else M;
 
+    // NC blocks of equal size (a multiple of NR, at most nc_max): no thin last block.
+    const nc_blocks = (N + nc_max - 1) / nc_max;
+    const nc_step = roundUp((N + nc_blocks - 1) / nc_blocks, nr);
     var jc: usize = 0;
-    while (jc < N) : (jc += nc_max) {
-        const nc = min(nc_max, N - jc);
+    while (jc < N) : (jc += nc_step) {
+        const nc = min(nc_step, N - jc);
         const np = (nc + nr - 1) / nr;
         var pc: usize = 0;
         while (pc < K) : (pc += kc_max) {

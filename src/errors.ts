@@ -84,6 +84,13 @@ export class NativeError extends GraftError {
 export class OutOfSpaceError extends NativeError {
   /** The error class name. */
   override name = "OutOfSpaceError";
+  /** Bytes the failed request needed (after alignment), when known. */
+  readonly neededBytes: number | undefined;
+  /** An out-of-space error; `neededBytes` is the aligned size asked for. */
+  constructor(status: number, message: string, neededBytes?: number) {
+    super(status, message);
+    this.neededBytes = neededBytes;
+  }
 }
 
 /** A named fixed limit of the core was reached; the message names it. */

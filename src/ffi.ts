@@ -7,17 +7,15 @@
 import { LibraryLoadError, nativeError } from "./errors.ts";
 
 /** The ABI version this binding speaks; `graft_abi_version()` must return it. */
-export const ABI_VERSION = 1;
+export const ABI_VERSION = 2;
 
 /** Native symbols of the Graft core. */
 export const symbols = {
   graft_abi_version: { parameters: [], result: "u32" },
   /** (destination, capacity) -> full message length */
   graft_last_error: { parameters: ["buffer", "u32"], result: "u32" },
+  /** The best kernel build this CPU runs: 0 none, 1 AVX2, 2 AVX-512. */
   graft_simd_supported: { parameters: [], result: "u32" },
-  /** (level: 0 best, 1 avx2, 2 avx512) */
-  graft_simd_select: { parameters: ["u32"], result: "i32" },
-  graft_simd_level: { parameters: [], result: "u32" },
   /** (out: u64[6]) buffers, buffer bytes, allocators, pools, plans, plan bytes */
   graft_live: { parameters: ["buffer"], result: "i32" },
   /** (size_bytes, out_handle: u32*, out_address: u64*) */
@@ -48,9 +46,9 @@ export const symbols = {
   /** (thread_count, out_handle: u32*) */
   graft_pool_create: { parameters: ["u32", "buffer"], result: "i32" },
   graft_pool_destroy: { parameters: ["u32"], result: "i32" },
-  /** (nodes: Node[], node_count, thread_count, out_handle: u32*, out_work_bytes: u64*) */
+  /** (nodes: Node[], node_count, thread_count, simd_level, out_handle: u32*, out_work_bytes: u64*) */
   graft_plan_create: {
-    parameters: ["buffer", "u32", "u32", "buffer", "buffer"],
+    parameters: ["buffer", "u32", "u32", "u32", "buffer", "buffer"],
     result: "i32",
   },
   /** (plan, pool): the whole graph in one call */

@@ -25,6 +25,8 @@ pub const Plan = struct {
     /// Handles of every buffer the nodes point into, checked alive before each compute.
     buffer_handles: []u32,
     thread_count: u32,
+    /// The kernel build (SIMD level) chosen when the plan was made; work sizes depend on it.
+    kernels: Kernels,
     computing: std.atomic.Value(bool) = .init(false),
 };
 
@@ -69,7 +71,7 @@ const Execution = struct {
 };
 
 /// Runs the plan on `thread_count` threads of the pool (the caller is thread 0).
-pub fn compute(plan: *Plan, pool: *pool_module.Pool, kernels: Kernels) Outcome {
+pub fn compute(plan: *Plan, pool: *pool_module.Pool) Outcome {
     if (plan.computing.swap(true, .acquire)) return .{ .status = .busy, .node_index = 0 };
     defer plan.computing.store(false, .release);
     if (plan.nodes.len == 0) return .{ .status = .ok, .node_index = 0 };
@@ -77,7 +79,7 @@ pub fn compute(plan: *Plan, pool: *pool_module.Pool, kernels: Kernels) Outcome {
     assert(thread_count >= 1);
     var execution: Execution = .{
         .plan = plan,
-        .kernels = kernels,
+        .kernels = plan.kernels,
         .barrier = .{ .thread_count = thread_count },
     };
     const job: pool_module.Job = .{ .context = &execution, .run = Execution.run, .thread_count = thread_count };

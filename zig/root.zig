@@ -18,7 +18,7 @@ const Status = node_abi.Status;
 const fail = status_module.fail;
 
 /// Bumped whenever an export, the node table or a status code changes meaning.
-pub const abi_version: u32 = 1;
+pub const abi_version: u32 = 2;
 
 pub const buffers_max = 4096;
 pub const allocators_max = 4096;
@@ -58,15 +58,25 @@ const kernels_avx512: plan_module.Kernels = .{
     .work_size = graft_avx512_work_size,
 };
 
-var simd_selected: cpu.SimdLevel = .none;
-var simd_mutex: std.Thread.Mutex = .{};
-
-fn kernels() ?plan_module.Kernels {
-    simd_mutex.lock();
-    defer simd_mutex.unlock();
-    if (simd_selected == .none) simd_selected = cpu.detect();
-    return switch (simd_selected) {
-        .none => null,
+/// The kernel build for a SIMD level (0: the best this CPU supports), or null with a message
+/// when the CPU cannot run it. Each plan holds its own, so backends choose independently.
+fn kernels_for(level: u32) ?plan_module.Kernels {
+    const supported = cpu.detect();
+    const wanted: cpu.SimdLevel = switch (level) {
+        0 => supported,
+        1 => .avx2,
+        2 => .avx512,
+        else => {
+            _ = fail(.invalid_argument, "simd level {d} is not 0, 1 or 2", .{level});
+            return null;
+        },
+    };
+    if (wanted == .none or @intFromEnum(wanted) > @intFromEnum(supported)) {
+        _ = fail(.unsupported, "this CPU does not support simd level {d} (best: {d}; AVX2, FMA and F16C are the minimum)", .{ @intFromEnum(wanted), @intFromEnum(supported) });
+        return null;
+    }
+    return switch (wanted) {
+        .none => unreachable,
         .avx2 => kernels_avx2,
         .avx512 => kernels_avx512,
     };
@@ -91,28 +101,6 @@ export fn graft_last_error(destination: [*]u8, capacity: u32) u32 {
 /// The best SIMD level this CPU supports (0 none, 1 AVX2, 2 AVX-512).
 export fn graft_simd_supported() u32 {
     return @intFromEnum(cpu.detect());
-}
-
-/// The SIMD level kernels run at. Level 0 picks the best supported; a level the CPU lacks fails.
-export fn graft_simd_select(level: u32) c_int {
-    const supported = cpu.detect();
-    const wanted: cpu.SimdLevel = if (level == 0) supported else switch (level) {
-        1 => .avx2,
-        2 => .avx512,
-        else => return status_code(fail(.invalid_argument, "simd level {d} is not 0, 1 or 2", .{level})),
-    };
-    if (wanted == .none or @intFromEnum(wanted) > @intFromEnum(supported)) {
-        return status_code(fail(.unsupported, "this CPU does not support simd level {d} (best: {d})", .{ @intFromEnum(wanted), @intFromEnum(supported) }));
-    }
-    simd_mutex.lock();
-    defer simd_mutex.unlock();
-    simd_selected = wanted;
-    return 0;
-}
-
-export fn graft_simd_level() u32 {
-    _ = kernels();
-    return @intFromEnum(simd_selected);
 }
 
 /// Live native objects, for leak checks: buffers, buffer bytes, allocators, pools, plans, plan bytes.
@@ -246,6 +234,8 @@ fn get_allocator(handle: u32) ?*allocator_module.Allocator {
 export fn graft_allocator_alloc(handle: u32, size_bytes: u64, out_offset: *u64) c_int {
     const allocator = get_allocator(handle) orelse return status_code(.invalid_handle);
     out_offset.* = allocator.alloc(size_bytes) catch {
+        // The caller learns the size it needs from the out-pointer.
+        out_offset.* = allocator.aligned_size(size_bytes);
         return status_code(fail(.out_of_space, "allocator of {d} bytes cannot fit {d} bytes (largest free block {d}, {d} bytes live)", .{ allocator.size_bytes, allocator.aligned_size(size_bytes), allocator.largest_free_block(), allocator.live_bytes }));
     };
     return 0;
@@ -312,8 +302,8 @@ export fn graft_pool_destroy(handle: u32) c_int {
 // ---------------------------------------------------------------------------------------------
 // Graph plans
 
-export fn graft_plan_create(nodes: [*]const Node, node_count: u32, thread_count: u32, out_handle: *u32, out_work_bytes: *u64) c_int {
-    const selected = kernels() orelse return status_code(fail(.unsupported, "this CPU lacks AVX2/FMA/F16C: no kernel build runs here", .{}));
+export fn graft_plan_create(nodes: [*]const Node, node_count: u32, thread_count: u32, simd_level: u32, out_handle: *u32, out_work_bytes: *u64) c_int {
+    const selected = kernels_for(simd_level) orelse return status_code(.unsupported);
     if (node_count > plan_module.nodes_max) {
         return status_code(fail(.limit_reached, "graph of {d} nodes exceeds nodes_max ({d})", .{ node_count, plan_module.nodes_max }));
     }
@@ -333,10 +323,10 @@ export fn graft_plan_create(nodes: [*]const Node, node_count: u32, thread_count:
         if (status != .ok) return status_code(status);
         work_bytes = @max(work_bytes, selected.work_size(node, thread_count));
     }
-    return status_code(make_plan(source, thread_count, work_bytes, handles_found.keys(), out_handle, out_work_bytes));
+    return status_code(make_plan(source, thread_count, selected, work_bytes, handles_found.keys(), out_handle, out_work_bytes));
 }
 
-fn make_plan(source: []const Node, thread_count: u32, work_bytes: u64, handles: []const u32, out_handle: *u32, out_work_bytes: *u64) Status {
+fn make_plan(source: []const Node, thread_count: u32, selected: plan_module.Kernels, work_bytes: u64, handles: []const u32, out_handle: *u32, out_work_bytes: *u64) Status {
     const plan = gpa.create(plan_module.Plan) catch return fail(.out_of_memory, "plan record", .{});
     const copied = gpa.dupe(Node, source) catch {
         gpa.destroy(plan);
@@ -353,7 +343,7 @@ fn make_plan(source: []const Node, thread_count: u32, work_bytes: u64, handles: 
         gpa.destroy(plan);
         return fail(.out_of_memory, "buffer list", .{});
     };
-    plan.* = .{ .nodes = copied, .work = work, .buffer_handles = handle_copy, .thread_count = thread_count };
+    plan.* = .{ .nodes = copied, .work = work, .buffer_handles = handle_copy, .thread_count = thread_count, .kernels = selected };
     out_handle.* = plans.insert(plan) orelse {
         free_plan(plan);
         return fail(.limit_reached, "plans_max ({d}) live plans reached", .{plans_max});
@@ -412,8 +402,7 @@ export fn graft_plan_compute(plan_handle: u32, pool_handle: u32) c_int {
     for (plan.buffer_handles) |handle| {
         if (buffers.get(handle) == null) return status_code(fail(.stale_plan, "a buffer this plan uses was freed after the plan was made", .{}));
     }
-    const selected = kernels() orelse return status_code(fail(.unsupported, "no kernel build runs on this CPU", .{}));
-    const outcome = plan_module.compute(plan, pool, selected);
+    const outcome = plan_module.compute(plan, pool);
     if (outcome.status == .ok) return 0;
     if (outcome.status == .busy) return status_code(fail(.busy, "the pool or plan is already computing", .{}));
     const op = plan.nodes[outcome.node_index].op;

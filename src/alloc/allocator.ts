@@ -4,8 +4,8 @@
  * @module
  */
 
-import { DisposedError } from "../errors.ts";
-import { check, type GraftSymbols, loadLibrary } from "../ffi.ts";
+import { DisposedError, OutOfSpaceError, Status } from "../errors.ts";
+import { check, type GraftSymbols, lastError, loadLibrary } from "../ffi.ts";
 
 /** Free blocks an allocator tracks by default (a named limit; raise it with `blocksMax`). */
 export const DEFAULT_FREE_BLOCKS = 4096;
@@ -96,11 +96,15 @@ export class Allocator implements Disposable {
   /** Reserves `size` bytes and returns their offset; throws OutOfSpaceError if none fits. */
   alloc(size: number): number {
     this.#alive("alloc");
-    check(
-      this.#lib,
-      this.#lib.graft_allocator_alloc(this.#handle, BigInt(size), this.#out),
-      "Allocator.alloc",
-    );
+    const status = this.#lib.graft_allocator_alloc(this.#handle, BigInt(size), this.#out);
+    if (status === Status.outOfSpace) {
+      throw new OutOfSpaceError(
+        status,
+        `Allocator.alloc: ${lastError(this.#lib)}`,
+        Number(this.#out[0]!),
+      );
+    }
+    check(this.#lib, status, "Allocator.alloc");
     return Number(this.#out[0]!);
   }
 

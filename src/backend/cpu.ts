@@ -94,7 +94,13 @@ export class CpuPlan implements GraphPlan {
   readonly #lib: GraftSymbols;
 
   /** Use {@link CpuBackend.graphPlanCreate}. */
-  constructor(backend: CpuBackend, lib: GraftSymbols, graph: Graph, threads: number) {
+  constructor(
+    backend: CpuBackend,
+    lib: GraftSymbols,
+    graph: Graph,
+    threads: number,
+    simdLevel: number,
+  ) {
     const nodes = computeNodes(graph.nodes);
     for (const tensor of [...graph.leafs, ...graph.nodes]) {
       backend.bufferOf(tensor, "graphPlanCreate");
@@ -104,7 +110,7 @@ export class CpuPlan implements GraphPlan {
     const work = new BigUint64Array(1);
     check(
       lib,
-      lib.graft_plan_create(table, nodes.length, threads, handle, work),
+      lib.graft_plan_create(table, nodes.length, threads, simdLevel, handle, work),
       "graphPlanCreate",
     );
     this.backend = backend;
@@ -179,6 +185,7 @@ export class CpuBackend implements Backend {
   readonly alignment: number = CPU_ALIGNMENT;
   readonly #lib: GraftSymbols;
   #pool = 0;
+  #simdLevel = 1;
   #threads = 1;
   #disposed = false;
   #tail: Promise<void> = Promise.resolve();
@@ -189,14 +196,21 @@ export class CpuBackend implements Backend {
     this.name = options.name ?? "cpu";
     this.#lib = loadLibrary(options.library);
     const simd = options.simd ?? "auto";
-    const level = simd === "auto" ? 0 : simd === "avx2" ? 1 : 2;
-    check(this.#lib, this.#lib.graft_simd_select(level), `CpuBackend simd=${simd}`);
+    const supported = this.#lib.graft_simd_supported();
+    const level = simd === "auto" ? supported : simd === "avx2" ? 1 : 2;
+    if (supported === 0 || level > supported) {
+      throw new GraftError(
+        `CpuBackend: this CPU cannot run simd=${simd} (AVX2 with FMA and F16C is the minimum; ` +
+          `best here: ${["none", "avx2", "avx512"][supported]})`,
+      );
+    }
+    this.#simdLevel = level;
     this.#startPool(options.threads ?? defaultThreads());
   }
 
   /** The kernel build in use. */
   get simd(): "avx2" | "avx512" {
-    return this.#lib.graft_simd_level() === 2 ? "avx512" : "avx2";
+    return this.#simdLevel === 2 ? "avx512" : "avx2";
   }
 
   /** Threads computing graphs. */
@@ -389,7 +403,7 @@ export class CpuBackend implements Backend {
 
   graphPlanCreate(graph: Graph): CpuPlan {
     this.#alive("graphPlanCreate");
-    return new CpuPlan(this, this.#lib, graph, this.#threads);
+    return new CpuPlan(this, this.#lib, graph, this.#threads, this.#simdLevel);
   }
 
   #checkPlan(plan: GraphPlan, graph: Graph | undefined): CpuPlan {

@@ -4,7 +4,7 @@
  * @module
  */
 
-import { ShapeError } from "../errors.ts";
+import { DTypeError, ShapeError } from "../errors.ts";
 import { Op } from "../op.ts";
 import { formatShape, Tensor } from "../tensor.ts";
 import { requireDType } from "./check.ts";
@@ -37,7 +37,7 @@ export function cpy(a: Tensor, b: Tensor): Tensor {
   const converts = (a.dtype === "f32" || a.dtype === "f16") &&
     (b.dtype === "f32" || b.dtype === "f16");
   if (!converts && a.dtype !== b.dtype) {
-    throw new ShapeError(`cpy: cannot copy ${a.dtype} into ${b.dtype}`);
+    throw new DTypeError(`cpy: cannot copy ${a.dtype} into ${b.dtype}`);
   }
   return new Tensor({ dtype: b.dtype, ne: b.ne, nb: b.nb, op: Op.cpy, src: [a, b], viewSource: b });
 }

@@ -1,0 +1,462 @@
+/**
+ * Bad input gives clear, typed errors and the process stays alive: shape and dtype errors at
+ * build time, range and placement errors on tensor access, use after dispose, stale plans,
+ * out-of-range gathers at compute time, a missing library, and the core's own checks through
+ * its C ABI.
+ */
+
+import assert from "node:assert/strict";
+import {
+  add,
+  allocTensors,
+  Context,
+  CpuBackend,
+  cpy,
+  DisposedError,
+  DTypeError,
+  getRows,
+  type GraftError,
+  Graph,
+  LibraryLoadError,
+  liveAllocations,
+  mul,
+  mulMat,
+  NativeError,
+  OutOfBoundsError,
+  PlacementError,
+  reshape,
+  ShapeError,
+  softmax,
+  StalePlanError,
+  Status,
+  sum,
+  type Tensor,
+  view,
+} from "../mod.ts";
+import { Allocator } from "../src/alloc/allocator.ts";
+import { computeNodes, encodeNodeTable, NODE_SIZE } from "../src/backend/node_table.ts";
+import { lastError, loadLibrary } from "../src/ffi.ts";
+
+const baseline = liveAllocations();
+
+/** Asserts `fn` throws an instance of `type` whose message contains every one of `parts`. */
+function assertThrowsWith(
+  fn: () => unknown,
+  type: new (...args: never[]) => GraftError,
+  parts: readonly string[],
+): GraftError {
+  let caught: unknown = null;
+  try {
+    fn();
+  } catch (error) {
+    caught = error;
+  }
+  assert.ok(caught !== null, `expected ${type.name}, nothing was thrown`);
+  assert.ok(
+    caught instanceof type,
+    `expected ${type.name}, got ${caught instanceof Error ? caught.name : String(caught)}: ${
+      caught instanceof Error ? caught.message : ""
+    }`,
+  );
+  for (const part of parts) {
+    assert.ok(
+      caught.message.includes(part),
+      `message ${JSON.stringify(caught.message)} names ${part}`,
+    );
+  }
+  return caught;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Build time: shapes and dtypes.
+
+Deno.test("binary op shape mismatches throw ShapeError naming the op and both shapes", () => {
+  const ctx = new Context();
+  const a = ctx.newTensor("f32", [4, 3]);
+  const b = ctx.newTensor("f32", [3, 4]);
+  assertThrowsWith(() => add(a, b), ShapeError, ["add", "[3, 4]", "[4, 3]"]);
+  assertThrowsWith(() => mul(a, ctx.newTensor("f32", [4, 2])), ShapeError, [
+    "mul",
+    "[4, 2]",
+    "[4, 3]",
+  ]);
+});
+
+Deno.test("mulMat, softmax, cpy and getRows shape mismatches name the op and both shapes", () => {
+  const ctx = new Context();
+  const a = ctx.newTensor("f32", [4, 3]);
+  assertThrowsWith(() => mulMat(a, ctx.newTensor("f32", [5, 2])), ShapeError, [
+    "mulMat",
+    "[4, 3]",
+    "[5, 2]",
+  ]);
+  assertThrowsWith(
+    () => mulMat(ctx.newTensor("f32", [4, 3, 2]), ctx.newTensor("f32", [4, 5, 3])),
+    ShapeError,
+    ["mulMat", "[4, 3, 2]", "[4, 5, 3]"],
+  );
+  assertThrowsWith(() => softmax(a, { mask: ctx.newTensor("f32", [4, 2]) }), ShapeError, [
+    "softmax",
+    "[4, 2]",
+    "[4, 3]",
+  ]);
+  assertThrowsWith(() => cpy(a, ctx.newTensor("f32", [5])), ShapeError, ["cpy", "[4, 3]", "[5]"]);
+  const rows = ctx.newTensor("f32", [8, 10, 2]);
+  const indices = ctx.newTensor("i32", [3, 3]);
+  assertThrowsWith(() => getRows(rows, indices), ShapeError, ["getRows", "[8, 10, 2]", "[3, 3]"]);
+});
+
+Deno.test("view and reshape errors name the tensor and the shapes", () => {
+  const ctx = new Context();
+  const a = ctx.newTensor("f32", [4, 3], "a");
+  assertThrowsWith(() => reshape(a, [5, 2]), ShapeError, ["reshape", "a", "[5, 2]"]);
+  assertThrowsWith(() => view(a, [4, 3], { offset: 4 }), ShapeError, ["view", "[4, 3]", "48"]);
+  assertThrowsWith(() => ctx.newTensor("f32", [4, 0]), ShapeError, ["[4,0"]);
+});
+
+Deno.test("ops given a dtype they do not take throw DTypeError naming the op and dtype", () => {
+  const ctx = new Context();
+  const f32 = ctx.newTensor("f32", [4, 3]);
+  const f16 = ctx.newTensor("f16", [4, 3]);
+  const i32 = ctx.newTensor("i32", [4, 3]);
+  assertThrowsWith(() => add(f16, f32), DTypeError, ["add", "f16"]);
+  assertThrowsWith(() => add(f32, i32), DTypeError, ["add", "i32"]);
+  assertThrowsWith(() => mulMat(i32, f32), DTypeError, ["mulMat", "i32"]);
+  assertThrowsWith(() => mulMat(f32, f16), DTypeError, ["mulMat", "f16"]);
+  assertThrowsWith(() => sum(i32), DTypeError, ["sum", "i32"]);
+  assertThrowsWith(() => getRows(f32, ctx.newTensor("f32", [2])), DTypeError, ["getRows", "f32"]);
+  assertThrowsWith(() => softmax(f32, { mask: f16 }), DTypeError, ["softmax", "f16"]);
+});
+
+Deno.test("cpy between i32 and f32 throws DTypeError", () => {
+  const ctx = new Context();
+  const i32 = ctx.newTensor("i32", [4, 3]);
+  const f32 = ctx.newTensor("f32", [4, 3]);
+  // DTypeError is documented as "a dtype an op does not accept"; src/ops/copy.ts throws
+  // ShapeError("cpy: cannot copy i32 into f32") instead.
+  assertThrowsWith(() => cpy(i32, f32), DTypeError, ["cpy", "i32", "f32"]);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Tensor access.
+
+Deno.test("setTensor and getTensor outside a tensor throw OutOfBoundsError", () => {
+  using cpu = new CpuBackend({ threads: 1 });
+  const ctx = new Context();
+  const a = ctx.newTensor("f32", [4, 3], "a");
+  using _buffer = allocTensors(cpu, ctx.tensors);
+  assertThrowsWith(() => cpu.setTensor(a, new Float32Array(13)), OutOfBoundsError, [
+    "setTensor",
+    "52",
+    "48",
+  ]);
+  assertThrowsWith(() => cpu.setTensor(a, new Float32Array(2), 44), OutOfBoundsError, ["[44"]);
+  assertThrowsWith(() => cpu.setTensor(a, new Float32Array(1), -4), OutOfBoundsError, ["-4"]);
+  assertThrowsWith(() => cpu.getTensor(a, 40, 12), OutOfBoundsError, ["getTensor", "52"]);
+  assertThrowsWith(() => cpu.getTensor(a, 49), OutOfBoundsError, ["getTensor"]);
+  // The tensor is still usable afterwards.
+  cpu.setTensor(a, new Float32Array(12).fill(2));
+  assert.deepEqual(Array.from(cpu.getTensor(a, 44, 4)), [2]);
+});
+
+Deno.test("setTensor and getTensor on a tensor without memory throw PlacementError", () => {
+  using cpu = new CpuBackend({ threads: 1 });
+  const ctx = new Context();
+  const a = ctx.newTensor("f32", [4], "unplaced");
+  assertThrowsWith(() => cpu.setTensor(a, new Float32Array(4)), PlacementError, [
+    "setTensor",
+    "unplaced",
+  ]);
+  assertThrowsWith(() => cpu.getTensor(a), PlacementError, ["getTensor", "unplaced"]);
+  const graph = Graph.build(add(a, a));
+  assertThrowsWith(() => cpu.graphCompute(graph), PlacementError, ["graphPlanCreate"]);
+});
+
+Deno.test("a tensor on another CPU backend is refused with PlacementError", () => {
+  using first = new CpuBackend({ threads: 1 });
+  using second = new CpuBackend({ threads: 1 });
+  const ctx = new Context();
+  const a = ctx.newTensor("f32", [4]);
+  using _buffer = allocTensors(first, ctx.tensors);
+  assertThrowsWith(() => second.setTensor(a, new Float32Array(4)), PlacementError, ["cpu"]);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Dispose.
+
+Deno.test("using a disposed buffer, backend or plan throws DisposedError", () => {
+  const cpu = new CpuBackend({ threads: 1 });
+  const ctx = new Context();
+  const a = ctx.newTensor("f32", [4], "a");
+  const b = add(a, a);
+  const graph = Graph.build(b);
+  const buffer = allocTensors(cpu, [a, ...graph.nodes]);
+  const plan = cpu.graphPlanCreate(graph);
+  plan.dispose();
+  assertThrowsWith(() => cpu.graphPlanCompute(plan), DisposedError, ["plan"]);
+  buffer.dispose();
+  assertThrowsWith(() => cpu.setTensor(a, new Float32Array(4)), DisposedError, ["a"]);
+  assertThrowsWith(() => cpu.getTensor(b), DisposedError, ["disposed"]);
+  assertThrowsWith(() => cpu.graphPlanCreate(graph), DisposedError, ["disposed"]);
+  cpu.dispose();
+  assertThrowsWith(() => cpu.allocBuffer(64), DisposedError, ["allocBuffer"]);
+  assertThrowsWith(() => cpu.setTensor(a, new Float32Array(4)), DisposedError, ["setTensor"]);
+  assertThrowsWith(() => cpu.graphCompute(graph), DisposedError, ["disposed"]);
+  assertThrowsWith(() => cpu.setThreads(2), DisposedError, ["setThreads"]);
+});
+
+Deno.test("disposing a buffer, backend, plan or allocator twice throws DisposedError", () => {
+  const cpu = new CpuBackend({ threads: 1 });
+  const buffer = cpu.allocBuffer(256);
+  buffer.dispose();
+  assertThrowsWith(() => buffer.dispose(), DisposedError, ["buffer"]);
+  const ctx = new Context();
+  const a = ctx.newTensor("f32", [4]);
+  const graph = Graph.build(add(a, a));
+  using _memory = allocTensors(cpu, [a, ...graph.nodes]);
+  const plan = cpu.graphPlanCreate(graph);
+  cpu.graphPlanFree(plan);
+  assertThrowsWith(() => plan.dispose(), DisposedError, ["plan"]);
+  assertThrowsWith(() => cpu.graphPlanFree(plan), DisposedError, ["plan"]);
+  cpu.dispose();
+  assertThrowsWith(() => cpu.dispose(), DisposedError, ["disposed"]);
+  const allocator = new Allocator(1024);
+  allocator.dispose();
+  assertThrowsWith(() => allocator.dispose(), DisposedError, ["disposed"]);
+  // `using` after an explicit dispose is a no-op, not an error.
+  buffer[Symbol.dispose]();
+  cpu[Symbol.dispose]();
+});
+
+// ---------------------------------------------------------------------------------------------
+// Plans.
+
+function smallGraph(cpu: CpuBackend, n: number): {
+  graph: Graph;
+  memory: Disposable;
+  a: Tensor;
+  out: Tensor;
+} {
+  const ctx = new Context();
+  const a = ctx.newTensor("f32", [n]);
+  const out = mul(add(a, a), a);
+  const graph = Graph.build(out);
+  const memory = allocTensors(cpu, [a, ...graph.nodes]);
+  return { graph, memory, a, out };
+}
+
+Deno.test("computing a plan whose buffer was disposed is refused, not a use after free", () => {
+  using cpu = new CpuBackend({ threads: 2 });
+  const { graph, memory } = smallGraph(cpu, 33);
+  using plan = cpu.graphPlanCreate(graph);
+  cpu.graphPlanCompute(plan);
+  memory[Symbol.dispose]();
+  let caught: unknown = null;
+  try {
+    cpu.graphPlanCompute(plan);
+  } catch (error) {
+    caught = error;
+  }
+  assert.ok(
+    caught instanceof StalePlanError || caught instanceof DisposedError,
+    `expected StalePlanError or DisposedError, got ${String(caught)}`,
+  );
+  // The backend still computes other graphs.
+  const other = smallGraph(cpu, 7);
+  using _other = other.memory;
+  cpu.setTensor(other.a, new Float32Array(7).fill(3));
+  cpu.graphCompute(other.graph);
+  assert.deepEqual(Array.from(cpu.getTensor(other.out)), new Array(7).fill(18));
+});
+
+Deno.test("graphPlanCompute with a graph the plan was not made for throws StalePlanError", () => {
+  using cpu = new CpuBackend({ threads: 1 });
+  const first = smallGraph(cpu, 33);
+  using _first = first.memory;
+  const second = smallGraph(cpu, 34);
+  using _second = second.memory;
+  using plan = cpu.graphPlanCreate(first.graph);
+  assertThrowsWith(() => cpu.graphPlanCompute(plan, second.graph), StalePlanError, [
+    "graphPlanCompute",
+    first.graph.hash,
+    second.graph.hash,
+  ]);
+  cpu.graphPlanCompute(plan, first.graph);
+});
+
+Deno.test("a plan made before setThreads is refused with StalePlanError", () => {
+  using cpu = new CpuBackend({ threads: 1 });
+  const { graph, memory } = smallGraph(cpu, 8);
+  using _memory = memory;
+  using plan = cpu.graphPlanCreate(graph);
+  cpu.setThreads(2);
+  assertThrowsWith(() => cpu.graphPlanCompute(plan), StalePlanError, ["threads"]);
+});
+
+Deno.test("getRows with an out-of-range index fails at compute time and the backend lives", () => {
+  using cpu = new CpuBackend({ threads: 2 });
+  const ctx = new Context();
+  const rows = ctx.newTensor("f32", [33, 5]);
+  const indices = ctx.newTensor("i32", [3]);
+  const out = getRows(rows, indices);
+  const graph = Graph.build(out);
+  using _memory = allocTensors(cpu, [...ctx.tensors, ...graph.nodes]);
+  cpu.setTensor(rows, new Float32Array(33 * 5).map((_, i) => i));
+  for (const bad of [[0, 5, 1], [-1, 0, 0], [2, 0x7fffffff, 1]]) {
+    cpu.setTensor(indices, Int32Array.from(bad));
+    let caught: unknown = null;
+    try {
+      cpu.graphCompute(graph);
+    } catch (error) {
+      caught = error;
+    }
+    assert.ok(
+      caught instanceof OutOfBoundsError || caught instanceof NativeError,
+      `index ${bad}: expected OutOfBoundsError or NativeError, got ${String(caught)}`,
+    );
+  }
+  cpu.setTensor(indices, Int32Array.from([4, 0, 2]));
+  cpu.graphCompute(graph);
+  const got = cpu.getTensor(out);
+  assert.equal(got[0], 4 * 33);
+  assert.equal(got[33], 0);
+  assert.equal(got[66 + 32], 2 * 33 + 32);
+});
+
+// ---------------------------------------------------------------------------------------------
+// The native library.
+
+const canRun = Deno.permissions.querySync({ name: "run" }).state === "granted";
+if (!canRun) {
+  console.log("bad_input_test: no --allow-run: the missing-library subprocess test is ignored");
+}
+
+Deno.test({
+  name: "a missing or broken library gives LibraryLoadError naming the paths and the build",
+  ignore: !canRun,
+  fn: async () => {
+    // A copy of the loader outside the repository: its build-output fallback does not exist.
+    const dir = await Deno.makeTempDir({ prefix: "graft-missing-lib-" });
+    try {
+      await Deno.mkdir(`${dir}/src`);
+      for (const file of ["ffi.ts", "errors.ts"]) {
+        await Deno.copyFile(new URL(`../src/${file}`, import.meta.url), `${dir}/src/${file}`);
+      }
+      const broken = `${dir}/broken.so`;
+      await Deno.writeTextFile(broken, "not a shared object");
+      const script = `
+      import { loadLibrary } from ${JSON.stringify(`file://${dir}/src/ffi.ts`)};
+      const report = (f) => {
+        try { f(); return { loaded: true }; }
+        catch (e) { return { name: e.name, message: e.message }; }
+      };
+      const missing = report(() => loadLibrary({ path: "/nonexistent/explicit.so" }));
+      const bad = report(() => loadLibrary({ path: ${JSON.stringify(broken)} }));
+      console.log(JSON.stringify({ missing, bad, alive: true }));
+    `;
+      const output = await new Deno.Command(Deno.execPath(), {
+        args: ["eval", script],
+        cwd: dir,
+        env: { GRAFT_LIB: "/nonexistent/env.so" },
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+      const stderr = new TextDecoder().decode(output.stderr);
+      assert.equal(output.code, 0, `the subprocess exits cleanly: ${stderr}`);
+      const result = JSON.parse(new TextDecoder().decode(output.stdout)) as {
+        missing: { name: string; message: string };
+        bad: { name: string; message: string };
+        alive: boolean;
+      };
+      assert.equal(result.alive, true);
+      assert.equal(result.missing.name, new LibraryLoadError("").name);
+      for (const part of ["/nonexistent/explicit.so", "/nonexistent/env.so", "zig-out/lib"]) {
+        assert.ok(result.missing.message.includes(part), `${result.missing.message} lists ${part}`);
+      }
+      assert.ok(result.missing.message.includes("./scripts/zig build"), "says how to build it");
+      assert.equal(result.bad.name, "LibraryLoadError");
+      assert.ok(result.bad.message.includes(broken), result.bad.message);
+      assert.ok(result.bad.message.includes("could not be loaded"), result.bad.message);
+      assert.ok(result.bad.message.includes("./scripts/zig build"), result.bad.message);
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+Deno.test("the core: freeing a buffer twice returns invalid handle, not a crash", () => {
+  const lib = loadLibrary();
+  const handle = new Uint32Array(1);
+  const address = new BigUint64Array(1);
+  assert.equal(lib.graft_buffer_alloc(256n, handle, address), Status.ok);
+  assert.ok(address[0]! % 64n === 0n, "buffers are 64-byte aligned");
+  assert.equal(lib.graft_buffer_free(handle[0]!), Status.ok);
+  assert.equal(lib.graft_buffer_free(handle[0]!), Status.invalidHandle);
+  assert.match(lastError(lib), /not live/);
+  const bytes = new Uint8Array(4);
+  assert.equal(lib.graft_buffer_write(handle[0]!, 0n, bytes, 4n), Status.invalidHandle);
+  assert.equal(lib.graft_buffer_free(0), Status.invalidHandle);
+});
+
+Deno.test("the core: reads and writes outside a buffer return out of bounds (-3)", () => {
+  const lib = loadLibrary();
+  const handle = new Uint32Array(1);
+  const address = new BigUint64Array(1);
+  assert.equal(lib.graft_buffer_alloc(256n, handle, address), Status.ok);
+  try {
+    const bytes = new Uint8Array(16);
+    assert.equal(lib.graft_buffer_write(handle[0]!, 248n, bytes, 16n), Status.outOfBounds);
+    assert.equal(Status.outOfBounds, -3);
+    assert.match(lastError(lib), /outside the buffer of 256 bytes/);
+    assert.equal(lib.graft_buffer_write(handle[0]!, 257n, bytes, 0n), Status.outOfBounds);
+    assert.equal(
+      lib.graft_buffer_write(handle[0]!, 2n ** 64n - 8n, bytes, 16n),
+      Status.outOfBounds,
+      "offset + length overflowing 64 bits is out of bounds",
+    );
+    assert.equal(lib.graft_buffer_read(handle[0]!, 241n, bytes, 16n), Status.outOfBounds);
+    assert.equal(lib.graft_buffer_write(handle[0]!, 240n, bytes, 16n), Status.ok);
+    assert.equal(lib.graft_buffer_fill(handle[0]!, 200n, 57n, 0), Status.outOfBounds);
+    assert.equal(lib.graft_buffer_copy(handle[0]!, 0n, handle[0]!, 200n, 64n), Status.outOfBounds);
+  } finally {
+    assert.equal(lib.graft_buffer_free(handle[0]!), Status.ok);
+  }
+});
+
+Deno.test("the core: a plan whose node points outside every buffer is rejected at create", () => {
+  const lib = loadLibrary();
+  using cpu = new CpuBackend({ threads: 1 });
+  using buffer = cpu.allocBuffer(64);
+  const ctx = new Context();
+  const a = ctx.newTensor("f32", [1031]);
+  const nodes = computeNodes(Graph.build(add(a, a)).nodes);
+  const handle = new Uint32Array(1);
+  const work = new BigUint64Array(1);
+  const create = (table: Uint8Array): number =>
+    lib.graft_plan_create(table, nodes.length, 1, 0, handle, work);
+  // An address in no buffer.
+  assert.equal(create(encodeNodeTable(nodes, () => 0x10000n)), Status.outOfBounds);
+  assert.match(lastError(lib), /no live buffer/);
+  // Inside a buffer, but running past its end.
+  assert.equal(create(encodeNodeTable(nodes, () => buffer.address)), Status.outOfBounds);
+  assert.match(lastError(lib), /past the end/);
+  // A null address and an unknown op are refused too.
+  assert.equal(create(encodeNodeTable(nodes, () => 0n)), Status.invalidArgument);
+  const table = encodeNodeTable(nodes, () => buffer.address);
+  new DataView(table.buffer).setUint32(0, 999, true);
+  assert.equal(create(table), Status.unsupported);
+  assert.equal(table.length, NODE_SIZE);
+  assert.equal(liveAllocations().plans, 0, "no plan was made");
+});
+
+Deno.test("bad_input_test leaves no native buffers, pools or plans alive", () => {
+  assert.deepEqual(liveAllocations(), baseline);
+  assert.deepEqual(baseline, {
+    buffers: 0,
+    bufferBytes: 0,
+    allocators: 0,
+    pools: 0,
+    plans: 0,
+    planBytes: 0,
+  });
+});

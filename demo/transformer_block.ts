@@ -3,11 +3,12 @@
  * float64 reference. Prints the checksum, node count, buffer bytes and time per run.
  *
  *   deno task demo [--dim 256] [--seq 64] [--heads 8] [--ffn 704] [--threads N] [--runs 20]
+ *                  [--profile]   (per-node times of the last run)
  * @module
  */
 
 import { parseArgs } from "node:util";
-import { allocTensors, CpuBackend, liveAllocations } from "../mod.ts";
+import { allocTensors, CpuBackend, type CpuPlan, liveAllocations, opName } from "../mod.ts";
 import { type BlockConfig, blockData, buildBlock, DEFAULT_BLOCK } from "./block.ts";
 import { referenceBlock, relativeError } from "./block_reference.ts";
 
@@ -22,6 +23,7 @@ const { values } = parseArgs({
     ffn: { type: "string" },
     threads: { type: "string" },
     runs: { type: "string" },
+    profile: { type: "boolean" },
   },
 });
 const config: BlockConfig = {
@@ -69,7 +71,17 @@ function main(): number {
   console.log(
     `  vs float64     max relative error ${error.toExponential(2)} (tolerance ${TOLERANCE})`,
   );
+  if (values.profile) printProfile(cpu, plan);
   return error <= TOLERANCE ? 0 : 1;
+}
+
+function printProfile(cpu: CpuBackend, plan: CpuPlan): void {
+  plan.enableProfiling();
+  cpu.graphPlanCompute(plan);
+  console.log("  profile (ms per node, last run):");
+  for (const { tensor, ms } of plan.nodeTimings()) {
+    console.log(`    ${ms.toFixed(3).padStart(8)}  ${opName(tensor.op).padEnd(8)} ${tensor.label}`);
+  }
 }
 
 const status = main();

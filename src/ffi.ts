@@ -60,6 +60,10 @@ export const symbols = {
     result: "i32",
     nonblocking: true,
   },
+  /** (plan, enable): per-node timing of later computes */
+  graft_plan_profile: { parameters: ["u32", "u32"], result: "i32" },
+  /** (plan, out: u64[capacity], capacity) */
+  graft_plan_timings: { parameters: ["u32", "buffer", "u32"], result: "i32" },
   graft_plan_free: { parameters: ["u32"], result: "i32" },
 } as const satisfies Deno.ForeignLibraryInterface;
 

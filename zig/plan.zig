@@ -27,6 +27,9 @@ pub const Plan = struct {
     thread_count: u32,
     /// The kernel build (SIMD level) chosen when the plan was made; work sizes depend on it.
     kernels: Kernels,
+    /// When set (by `graft_plan_profile`), thread 0 records each node's wall time here,
+    /// measured up to the barrier after it, so it includes waiting for the slowest thread.
+    node_nanoseconds: ?[]u64 = null,
     computing: std.atomic.Value(bool) = .init(false),
 };
 
@@ -53,6 +56,8 @@ const Execution = struct {
             .barrier_context = &self.barrier,
             .barrier = pool_module.Barrier.wait_c,
         };
+        const timings = if (thread_index == 0) self.plan.node_nanoseconds else null;
+        var started = if (timings != null) std.time.nanoTimestamp() else 0;
         for (self.plan.nodes, 0..) |*node, index| {
             if (self.first_error.load(.monotonic) == 0) {
                 const status = self.kernels.compute_node(node, &work);
@@ -60,6 +65,11 @@ const Execution = struct {
             }
             // No barrier after the last node: the pool's join is one.
             if (index + 1 < self.plan.nodes.len) self.barrier.wait();
+            if (timings) |out| {
+                const now = std.time.nanoTimestamp();
+                out[index] = @intCast(now - started);
+                started = now;
+            }
         }
     }
 

@@ -358,6 +358,7 @@ fn plan_bytes(plan: *const plan_module.Plan) u64 {
 }
 
 fn free_plan(plan: *plan_module.Plan) void {
+    if (plan.node_nanoseconds) |timings| gpa.free(timings);
     gpa.free(plan.buffer_handles);
     gpa.free(plan.work);
     gpa.free(plan.nodes);
@@ -407,6 +408,31 @@ export fn graft_plan_compute(plan_handle: u32, pool_handle: u32) c_int {
     if (outcome.status == .busy) return status_code(fail(.busy, "the pool or plan is already computing", .{}));
     const op = plan.nodes[outcome.node_index].op;
     return status_code(fail(outcome.status, "node {d} (op {d}) failed in its kernel", .{ outcome.node_index, op }));
+}
+
+/// Turns per-node timing on (enable != 0) or off for a plan.
+export fn graft_plan_profile(handle: u32, enable: u32) c_int {
+    const plan = plans.get(handle) orelse return status_code(fail(.invalid_handle, "plan handle 0x{x} is not live", .{handle}));
+    if (plan.computing.load(.acquire)) return status_code(fail(.busy, "plan is computing", .{}));
+    if (plan.node_nanoseconds) |timings| {
+        gpa.free(timings);
+        plan.node_nanoseconds = null;
+    }
+    if (enable != 0) {
+        const timings = gpa.alloc(u64, plan.nodes.len) catch return status_code(fail(.out_of_memory, "profile of {d} nodes", .{plan.nodes.len}));
+        @memset(timings, 0);
+        plan.node_nanoseconds = timings;
+    }
+    return 0;
+}
+
+/// Copies the last compute's per-node nanoseconds into `out` (capacity entries).
+export fn graft_plan_timings(handle: u32, out: [*]u64, capacity: u32) c_int {
+    const plan = plans.get(handle) orelse return status_code(fail(.invalid_handle, "plan handle 0x{x} is not live", .{handle}));
+    const timings = plan.node_nanoseconds orelse return status_code(fail(.invalid_argument, "profiling is off for this plan", .{}));
+    if (capacity < timings.len) return status_code(fail(.out_of_space, "{d} nodes need {d} entries, got {d}", .{ timings.len, timings.len, capacity }));
+    @memcpy(out[0..timings.len], timings);
+    return 0;
 }
 
 export fn graft_plan_free(handle: u32) c_int {

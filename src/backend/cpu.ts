@@ -128,6 +128,26 @@ export class CpuPlan implements GraphPlan {
     return this.#disposed;
   }
 
+  /** Records each node's time in later computes (a little overhead: two clock reads a node). */
+  enableProfiling(enable = true): void {
+    if (this.#disposed) throw new DisposedError("enableProfiling: plan was freed");
+    check(this.#lib, this.#lib.graft_plan_profile(this.handle, enable ? 1 : 0), "enableProfiling");
+  }
+
+  /**
+   * Each computed node's milliseconds in the last compute (views excluded), with its tensor;
+   * includes the wait for the slowest thread. Needs {@link enableProfiling}.
+   */
+  nodeTimings(): { tensor: Tensor; ms: number }[] {
+    if (this.#disposed) throw new DisposedError("nodeTimings: plan was freed");
+    const out = new BigUint64Array(Math.max(1, this.nodeCount));
+    check(this.#lib, this.#lib.graft_plan_timings(this.handle, out, out.length), "nodeTimings");
+    return computeNodes(this.graph.nodes).map((tensor, i) => ({
+      tensor,
+      ms: Number(out[i]!) / 1e6,
+    }));
+  }
+
   dispose(): void {
     if (this.#disposed) throw new DisposedError("graphPlanFree: plan already freed");
     this.#disposed = true;

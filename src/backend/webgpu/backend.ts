@@ -267,8 +267,22 @@ export class WebGpuBackend implements Backend, PlanHost {
         return this.getTensorAsync(src).then((data) => this.setTensor(dst, data));
       }
       const encoder = this.device.createCommandEncoder({ label: "graft tensor copy" });
-      encoder.copyBufferToBuffer(from.gpuBuffer, at, to.gpuBuffer, into, src.nbytes);
+      // WebGPU forbids a copy within one buffer: that one goes through a temporary buffer.
+      const temporary = from === to
+        ? this.device.createBuffer({
+          size: src.nbytes,
+          usage: GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST,
+          label: "graft copy temporary",
+        })
+        : null;
+      if (temporary) {
+        encoder.copyBufferToBuffer(from.gpuBuffer, at, temporary, 0, src.nbytes);
+        encoder.copyBufferToBuffer(temporary, 0, to.gpuBuffer, into, src.nbytes);
+      } else {
+        encoder.copyBufferToBuffer(from.gpuBuffer, at, to.gpuBuffer, into, src.nbytes);
+      }
       this.device.queue.submit([encoder.finish()]);
+      temporary?.destroy();
       return Promise.resolve();
     } catch (error) {
       return Promise.reject(error);

@@ -21,11 +21,27 @@ const Work = common.Work;
 const Status = common.Status;
 const Op = @import("../node.zig").Op;
 
+/// Below this many output elements a node runs on thread 0 alone: splitting it would cost more
+/// in cache-line traffic between cores than its work (the other threads go to the barrier).
+pub const single_thread_elements_max = 8192;
+
 pub fn compute_node(n: *const Node, work: *const Work) Status {
     if (work.thread_count == 0 or work.thread_index >= work.thread_count) return .invalid_argument;
     const verdict = validate.validate_node(n);
     if (verdict.status != .ok) return verdict.status;
     const op: Op = @enumFromInt(n.op);
+    if (work.thread_count > 1 and !uses_barrier(op) and
+        n.dst.element_count() <= single_thread_elements_max)
+    {
+        if (work.thread_index != 0) return .ok;
+        var alone = work.*;
+        alone.thread_count = 1;
+        return dispatch(op, n, &alone);
+    }
+    return dispatch(op, n, work);
+}
+
+fn dispatch(op: Op, n: *const Node, work: *const Work) Status {
     return switch (op) {
         .add => elementwise.binary(.add, n, work),
         .sub => elementwise.binary(.sub, n, work),

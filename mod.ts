@@ -51,3 +51,35 @@ export { CpuBackend, type CpuBackendOptions, CpuBuffer, CpuPlan } from "./src/ba
 export { Allocator, type AllocatorOptions, type AllocatorStats } from "./src/alloc/allocator.ts";
 export { allocTensors } from "./src/alloc/alloc_tensors.ts";
 export { type LiveAllocations, liveAllocations } from "./src/live.ts";
+export {
+  allocGraph,
+  MemoryPlan,
+  type PlanBlock,
+  planGraph,
+  type PlanOptions,
+  type PlanStrategy,
+} from "./src/alloc/planner.ts";
+export { type InPlaceRule, inPlaceRule } from "./src/alloc/inplace.ts";
+export {
+  WebGpuBackend,
+  type WebGpuBackendOptions,
+  WebGpuUnavailableError,
+} from "./src/backend/webgpu/backend.ts";
+export { WebGpuBuffer } from "./src/backend/webgpu/buffer.ts";
+export { WebGpuPlan } from "./src/backend/webgpu/plan.ts";
+export {
+  type BackendTimes,
+  type ComputeStats,
+  type Cut,
+  manualAssignment,
+  Schedule,
+  type ScheduleOptions,
+  type SplitAllocator,
+} from "./src/sched/schedule.ts";
+export {
+  assignBackends,
+  type Assignment,
+  type AssignmentReason,
+  type AssignOptions,
+} from "./src/sched/assign.ts";
+export { buildSplits, type Split, type SplitInput, type SplitSet } from "./src/sched/splits.ts";

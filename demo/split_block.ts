@@ -1,0 +1,143 @@
+/**
+ * The split demo: the transformer block of the main demo with its attention weights on WebGPU
+ * and its MLP weights (and the input) on the CPU. The scheduler assigns every node, cuts the
+ * graph into splits, copies what crosses, and plans one buffer per backend. The output must
+ * match the CPU-only run.
+ *
+ *   deno task demo:split [--dim 256] [--seq 64] [--heads 8] [--ffn 704] [--runs 10] [--explain]
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+import {
+  allocGraph,
+  allocTensors,
+  type Backend,
+  CpuBackend,
+  liveAllocations,
+  Op,
+  Schedule,
+} from "../mod.ts";
+import { WebGpuBackend, WebGpuUnavailableError } from "../src/backend/webgpu/backend.ts";
+import { type BlockConfig, blockData, buildBlock, DEFAULT_BLOCK } from "./block.ts";
+import { relativeError } from "./block_reference.ts";
+
+/** f32 on two backends whose reductions run in different orders: 1e-4 relative, as the demo. */
+const TOLERANCE = 1e-4;
+
+const { values } = parseArgs({
+  args: Deno.args,
+  options: {
+    dim: { type: "string" },
+    seq: { type: "string" },
+    heads: { type: "string" },
+    ffn: { type: "string" },
+    runs: { type: "string" },
+    explain: { type: "boolean" },
+  },
+});
+const config: BlockConfig = {
+  ...DEFAULT_BLOCK,
+  dim: Number(values.dim ?? DEFAULT_BLOCK.dim),
+  seq: Number(values.seq ?? DEFAULT_BLOCK.seq),
+  heads: Number(values.heads ?? DEFAULT_BLOCK.heads),
+  ffn: Number(values.ffn ?? DEFAULT_BLOCK.ffn),
+};
+const runs = Number(values.runs ?? 10);
+
+async function openAccelerator(): Promise<Backend> {
+  try {
+    return await WebGpuBackend.create();
+  } catch (error) {
+    if (!(error instanceof WebGpuUnavailableError)) throw error;
+    console.log(`  no WebGPU: ${error.message}`);
+    console.log("  splitting across two CPU backends instead (two memory spaces all the same)");
+    return new CpuBackend({ name: "cpu2", threads: 1 });
+  }
+}
+
+function cpuOnly(cpu: CpuBackend, data: ReturnType<typeof blockData>): Float32Array {
+  const block = buildBlock(config);
+  using _weights = allocTensors(cpu, block.ctx.tensors);
+  using _activations = allocGraph(cpu, block.graph);
+  for (const [name, tensor] of Object.entries(block.inputs)) {
+    cpu.setTensor(tensor, data[name as keyof typeof data]);
+  }
+  cpu.graphCompute(block.graph);
+  return cpu.getTensor(block.output) as Float32Array;
+}
+
+async function main(): Promise<number> {
+  console.log(`graft split demo: transformer block dim=${config.dim} seq=${config.seq}`);
+  using cpu = new CpuBackend();
+  using accelerator = await openAccelerator();
+  const data = blockData(config);
+  const expected = cpuOnly(cpu, data);
+
+  const block = buildBlock(config);
+  const w = block.inputs;
+  const attention = [w.attnNorm, w.wq, w.wk, w.wv, w.wo];
+  using _onAccelerator = allocTensors(accelerator, attention);
+  using _onCpu = allocTensors(cpu, block.ctx.tensors.filter((t) => !attention.includes(t)));
+  for (const [name, tensor] of Object.entries(w)) {
+    const backend = attention.includes(tensor) ? accelerator : cpu;
+    backend.setTensor(tensor, data[name as keyof typeof data]);
+  }
+  // Accelerator first: it is preferred where nothing else decides; the CPU is the fallback.
+  using schedule = Schedule.create(block.graph, {
+    backends: [accelerator, cpu],
+    allocate: (backend, graphs) => allocGraph(backend, graphs),
+  });
+  const attentionEnd = block.graph.nodes.find((n) => n.op === Op.add)!;
+  using manual = Schedule.fromCuts(block.graph, [
+    { upTo: attentionEnd, backend: accelerator },
+    { upTo: block.output, backend: cpu },
+  ], (backend, graphs) => allocGraph(backend, graphs));
+
+  console.log(`  backends       ${accelerator.name}, ${cpu.name}`);
+  console.log(
+    `  splits (automatic, ${schedule.splits.length}; hand-marked cut, ${manual.splits.length}):`,
+  );
+  for (const line of schedule.report().split("\n")) console.log(`    ${line}`);
+  if (values.explain) {
+    for (const line of schedule.explain().split("\n")) console.log(`    ${line}`);
+  }
+
+  let stats = await schedule.compute();
+  const totals = new Map<string, { copyMs: number; computeMs: number }>();
+  for (let i = 0; i < runs; i++) {
+    stats = await schedule.compute();
+    for (const [name, t] of Object.entries(stats.backends)) {
+      const sum = totals.get(name) ?? { copyMs: 0, computeMs: 0 };
+      totals.set(name, { copyMs: sum.copyMs + t.copyMs, computeMs: sum.computeMs + t.computeMs });
+    }
+  }
+  const out = await schedule.getOutput(block.output);
+  await manual.compute();
+  const manualOut = await manual.getOutput(block.output);
+  console.log(`  bytes copied   ${stats.bytesCopied} per run`);
+  for (const [name, t] of totals) {
+    console.log(
+      `  ${name.padEnd(14)} copy ${(t.copyMs / runs).toFixed(3)} ms, compute ` +
+        `${(t.computeMs / runs).toFixed(3)} ms per run (mean of ${runs})`,
+    );
+  }
+  const error = relativeError(out, expected);
+  const manualError = relativeError(manualOut, expected);
+  console.log(
+    `  vs cpu only    max relative error ${error.toExponential(2)} (manual cut ` +
+      `${manualError.toExponential(2)}; tolerance ${TOLERANCE})`,
+  );
+  const ok = error <= TOLERANCE && manualError <= TOLERANCE &&
+    schedule.splits.length <= manual.splits.length;
+  return ok ? 0 : 1;
+}
+
+const status = await main();
+const live = liveAllocations();
+if (live.buffers + live.plans + live.pools + live.allocators !== 0) {
+  console.error("leak:", live);
+  Deno.exit(2);
+}
+console.log(status === 0 ? "  result         OK" : "  result         MISMATCH");
+Deno.exit(status);

@@ -41,6 +41,7 @@ export interface WebGpuBackendOptions {
 
 /** Thrown by {@link WebGpuBackend.create} when there is no WebGPU adapter to run on. */
 export class WebGpuUnavailableError extends GraftError {
+  /** The error's class name. */
   override name = "WebGpuUnavailableError";
 }
 
@@ -65,15 +66,17 @@ export class WebGpuUnavailableError extends GraftError {
  * console.log(await gpu.getTensorAsync(c)); // Float32Array [11, 22, 33]
  * ```
  */
-export class WebGpuBackend implements Backend, PlanHost {
+export class WebGpuBackend implements Backend {
   readonly name = "webgpu";
   /** The device's minStorageBufferOffsetAlignment: tensors are bound at their own offset. */
   readonly alignment: number;
+  /** The device: its `limits` say how large buffers and bindings may be. */
   readonly device: GPUDevice;
   /** What the adapter says about itself (description "llvmpipe ..." on software). */
   readonly adapterInfo: GPUAdapterInfo;
-  readonly pipelines: PipelineCache;
-  readonly statusBuffer: GPUBuffer;
+  readonly #pipelines: PipelineCache;
+  readonly #statusBuffer: GPUBuffer;
+  readonly #host: PlanHost;
   #disposed = false;
   #statusDirty = false;
   #errors: string[] = [];
@@ -82,12 +85,18 @@ export class WebGpuBackend implements Backend, PlanHost {
     this.device = device;
     this.adapterInfo = info;
     this.alignment = device.limits.minStorageBufferOffsetAlignment;
-    this.pipelines = new PipelineCache(device);
-    this.statusBuffer = device.createBuffer({
+    this.#pipelines = new PipelineCache(device);
+    this.#statusBuffer = device.createBuffer({
       size: 16,
       usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST,
       label: "graft status",
     });
+    this.#host = {
+      device,
+      pipelines: this.#pipelines,
+      statusBuffer: this.#statusBuffer,
+      bindingOf: (tensor, verb) => this.#bindingOf(tensor, verb),
+    };
     // Validation errors surface asynchronously; they are reported by the next synchronize.
     device.addEventListener("uncapturederror", (event: Event): void => {
       const message = event instanceof GPUUncapturedErrorEvent ? event.error.message : event.type;
@@ -150,7 +159,7 @@ export class WebGpuBackend implements Backend, PlanHost {
     return buffer;
   }
 
-  bindingOf(tensor: Tensor, verb: string): TensorBinding {
+  #bindingOf(tensor: Tensor, verb: string): TensorBinding {
     const buffer = this.bufferOf(tensor, verb);
     const limit = this.device.limits.maxStorageBufferBindingSize;
     return tensorBinding(tensor, buffer, tensor.placement!.offset, this.alignment, limit, verb);
@@ -174,7 +183,7 @@ export class WebGpuBackend implements Backend, PlanHost {
     const buffer = this.bufferOf(tensor, "setTensor");
     this.#range("setTensor", tensor, offset, data.byteLength);
     const at = tensor.placement!.offset + offset;
-    writeBytes(this.device, this.pipelines, buffer.gpuBuffer, at, hostBytes(data), this.alignment);
+    writeBytes(this.device, this.#pipelines, buffer.gpuBuffer, at, hostBytes(data), this.alignment);
   }
 
   /** Always throws: WebGPU cannot read device memory synchronously. */
@@ -222,9 +231,9 @@ export class WebGpuBackend implements Backend, PlanHost {
     }
     if (!this.#statusDirty) return;
     this.#statusDirty = false;
-    const status = new Uint32Array((await readBytes(this.device, this.statusBuffer, 0, 4)).buffer);
+    const status = new Uint32Array((await readBytes(this.device, this.#statusBuffer, 0, 4)).buffer);
     if (status[0] !== 0) {
-      this.device.queue.writeBuffer(this.statusBuffer, 0, new Uint32Array(4));
+      this.device.queue.writeBuffer(this.#statusBuffer, 0, new Uint32Array(4));
       throw new OutOfBoundsError(
         `${verb}: a getRows index was outside its table; the rows it named were written as 0`,
       );
@@ -291,12 +300,12 @@ export class WebGpuBackend implements Backend, PlanHost {
 
   graphPlanCreate(graph: Graph): WebGpuPlan {
     this.#alive("graphPlanCreate");
-    return new WebGpuPlan(this, graph);
+    return new WebGpuPlan(this.#host, this, graph);
   }
 
   #checkPlan(plan: GraphPlan, graph: Graph | undefined): WebGpuPlan {
     this.#alive("graphPlanCompute");
-    if (!(plan instanceof WebGpuPlan) || plan.host !== this) {
+    if (!(plan instanceof WebGpuPlan) || plan.backend !== this) {
       throw new StalePlanError("graphPlanCompute: the plan was made by another backend");
     }
     if (plan.disposed) throw new DisposedError("graphPlanCompute: the plan was freed");
@@ -328,6 +337,7 @@ export class WebGpuBackend implements Backend, PlanHost {
     this.graphPlanCompute(plan);
   }
 
+  /** True once disposed. */
   get disposed(): boolean {
     return this.#disposed;
   }
@@ -336,10 +346,11 @@ export class WebGpuBackend implements Backend, PlanHost {
   dispose(): void {
     if (this.#disposed) throw new DisposedError("WebGpuBackend.dispose: already disposed");
     this.#disposed = true;
-    this.statusBuffer.destroy();
+    this.#statusBuffer.destroy();
     this.device.destroy();
   }
 
+  /** Disposes unless already disposed (for `using`). */
   [Symbol.dispose](): void {
     if (!this.#disposed) this.dispose();
   }

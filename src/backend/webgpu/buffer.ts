@@ -55,6 +55,7 @@ export class WebGpuBuffer implements BackendBuffer {
     this.gpuBuffer.destroy();
   }
 
+  /** Disposes unless already disposed (for `using`). */
   [Symbol.dispose](): void {
     if (!this.#disposed) this.dispose();
   }

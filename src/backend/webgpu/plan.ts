@@ -7,7 +7,7 @@
 import { DisposedError, StalePlanError } from "../../errors.ts";
 import type { Graph } from "../../graph.ts";
 import type { Tensor } from "../../tensor.ts";
-import type { GraphPlan } from "../backend.ts";
+import type { Backend, GraphPlan } from "../backend.ts";
 import { computeNodes } from "../node_table.ts";
 import type { TensorBinding } from "./binding.ts";
 import type { WebGpuBuffer } from "./buffer.ts";
@@ -50,7 +50,7 @@ export class WebGpuPlan implements GraphPlan {
   /** Bytes of the uniform buffer holding every node's parameters. */
   readonly workSize: number;
   /** The backend that made the plan. */
-  readonly host: PlanHost;
+  readonly backend: Backend;
   /** Nodes dispatched (views excluded). */
   readonly nodeCount: number;
   /** True when a node reports bad input through the status word. */
@@ -61,7 +61,7 @@ export class WebGpuPlan implements GraphPlan {
   #disposed = false;
 
   /** Use {@link WebGpuBackend.graphPlanCreate}. */
-  constructor(host: PlanHost, graph: Graph) {
+  constructor(host: PlanHost, backend: Backend, graph: Graph) {
     for (const tensor of [...graph.leafs, ...graph.nodes]) {
       host.bindingOf(tensor, "graphPlanCreate");
     }
@@ -103,12 +103,13 @@ export class WebGpuPlan implements GraphPlan {
       });
     });
     this.graph = graph;
-    this.host = host;
+    this.backend = backend;
     this.workSize = size;
     this.nodeCount = nodes.length;
     this.reportsStatus = kernels.some((k) => k.status);
   }
 
+  /** True once freed. */
   get disposed(): boolean {
     return this.#disposed;
   }
@@ -140,6 +141,7 @@ export class WebGpuPlan implements GraphPlan {
     this.#uniforms.destroy();
   }
 
+  /** Disposes unless already disposed (for `using`). */
   [Symbol.dispose](): void {
     if (!this.#disposed) this.dispose();
   }

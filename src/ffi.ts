@@ -4,7 +4,7 @@
  * @module
  */
 
-import { LibraryLoadError, nativeError } from "./errors.ts";
+import { GraftError, LibraryLoadError, nativeError } from "./errors.ts";
 
 /** The ABI version this binding speaks; `graft_abi_version()` must return it. */
 export const ABI_VERSION = 2;
@@ -142,9 +142,20 @@ export function loadLibrary(options: LoadOptions = {}): GraftSymbols {
   return opened.symbols;
 }
 
-/** Closes the library. Every pool must be disposed first (their threads run its code). */
+/**
+ * Closes the library. Every CPU backend must be disposed first: their pools' threads run the
+ * library's code, so closing under them would crash the process; this refuses instead.
+ */
 export function closeLibrary(): void {
-  library?.close();
+  if (!library) return;
+  const live = new BigUint64Array(6);
+  library.symbols.graft_live(live);
+  if (live[3]! > 0n) {
+    throw new GraftError(
+      `closeLibrary: ${live[3]} thread pool(s) are alive; dispose every CpuBackend first`,
+    );
+  }
+  library.close();
   library = null;
 }
 

@@ -35,7 +35,7 @@ import {
 } from "../mod.ts";
 import { Allocator } from "../src/alloc/allocator.ts";
 import { computeNodes, encodeNodeTable, NODE_SIZE } from "../src/backend/node_table.ts";
-import { lastError, loadLibrary } from "../src/ffi.ts";
+import { closeLibrary, lastError, loadLibrary } from "../src/ffi.ts";
 
 const baseline = liveAllocations();
 
@@ -459,4 +459,10 @@ Deno.test("bad_input_test leaves no native buffers, pools or plans alive", () =>
     plans: 0,
     planBytes: 0,
   });
+});
+
+Deno.test("closeLibrary refuses while a thread pool is alive", () => {
+  using cpu = new CpuBackend({ threads: 2 });
+  assert.throws(() => closeLibrary(), /thread pool\(s\) are alive/);
+  assert.equal(cpu.threads, 2, "the backend still works");
 });

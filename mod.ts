@@ -83,3 +83,4 @@ export {
   type AssignOptions,
 } from "./src/sched/assign.ts";
 export { buildSplits, type Split, type SplitInput, type SplitSet } from "./src/sched/splits.ts";
+export { planToSvg, type SvgOptions } from "./src/alloc/timeline_svg.ts";

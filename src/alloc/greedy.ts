@@ -31,10 +31,7 @@ export function blocksEndingAt(life: Lifetimes): { first: Int32Array; blocks: In
   return { first, blocks };
 }
 
-/**
- * Replays the walk against `allocator` (a measure allocator, or a real one of the measured size:
- * the same calls in the same order).
- */
+/** Walks the steps against `allocator`, recording each block's offset. */
 export function greedyWalk(life: Lifetimes, allocator: Allocator): BlockOffsets {
   const offsets = new Float64Array(life.blockCount);
   const ending = blocksEndingAt(life);
@@ -58,9 +55,4 @@ export function greedyWalk(life: Lifetimes, allocator: Allocator): BlockOffsets 
 export function planGreedy(life: Lifetimes, alignment: number): BlockOffsets {
   using measure = Allocator.measure({ alignment, blocksMax: freeBlocksBound(life) });
   return greedyWalk(life, measure);
-}
-
-/** A real allocator for {@link greedyWalk} replays, with room for every free block. */
-export function replayAllocator(life: Lifetimes, size: number, alignment: number): Allocator {
-  return new Allocator(size, { alignment, blocksMax: freeBlocksBound(life) });
 }

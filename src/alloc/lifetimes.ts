@@ -33,7 +33,7 @@ export interface Lifetimes {
   readonly blockSize: Float64Array;
   readonly blockPinned: Uint8Array;
   readonly blockCount: number;
-  /** For each tensor, the tensor whose memory it took over in place, or null. */
+  /** For each tensor, the tensor whose memory it took over in place (an owner), or null. */
   readonly inPlaceOf: readonly (Tensor | null)[];
 }
 
@@ -140,7 +140,7 @@ export function analyzeLifetimes(graphs: readonly Graph[], alignment: number): L
     tensorBlockList.push(block);
     firstList.push(step);
     lastList.push(end);
-    inPlaceOf.push(parent);
+    inPlaceOf.push(parent === null ? null : parent.memoryOwner);
   }
   return {
     timeline,

@@ -21,8 +21,10 @@ export const BUCKETS = 128;
 /** Candidates one placement can sort with packed keys (16 bits of candidate number). */
 const PACKED_CANDIDATES_MAX = 1 << 16;
 
+// "size" wins most often; "area" (size x lifetime) wins about a third of the time on random
+// DAGs. Ordering by start step was tried and almost never won, so it is not run.
 /** Orders the offline strategy tries, best result kept. */
-export const OFFLINE_ORDERS = ["size", "area", "start"] as const;
+export const OFFLINE_ORDERS = ["size", "area"] as const;
 
 /** One order of placing blocks. */
 export type OfflineOrder = typeof OFFLINE_ORDERS[number];
@@ -36,14 +38,9 @@ function placementOrder(life: Lifetimes, order: OfflineOrder): Int32Array {
     ? (b: number): number => (size[b] as number) * duration(b)
     : (b: number): number => size[b] as number;
   // Ties: longer-lived first (they constrain more), then by start for a stable result.
-  return blocks.sort((a, b) => {
-    if (order === "start") {
-      return (start[a] as number) - (start[b] as number) ||
-        (size[b] as number) - (size[a] as number);
-    }
-    return key(b) - key(a) || duration(b) - duration(a) ||
-      (start[a] as number) - (start[b] as number);
-  });
+  return blocks.sort((a, b) =>
+    key(b) - key(a) || duration(b) - duration(a) || (start[a] as number) - (start[b] as number)
+  );
 }
 
 /** Places blocks in one order; returns offsets and the highest end offset. */

@@ -18,7 +18,7 @@ import { GraftError, PlacementError } from "../errors.ts";
 import type { Graph } from "../graph.ts";
 import { opName } from "../op.ts";
 import type { Tensor } from "../tensor.ts";
-import { type BlockOffsets, greedyWalk, planGreedy, replayAllocator } from "./greedy.ts";
+import { type BlockOffsets, planGreedy } from "./greedy.ts";
 import { analyzeLifetimes, type Lifetimes, reservedSize } from "./lifetimes.ts";
 import { planOffline } from "./offline.ts";
 
@@ -38,6 +38,7 @@ export interface PlanOptions {
 
 /** Where one tensor lives in a plan, and when. */
 export interface PlanBlock {
+  /** The planned tensor. */
   readonly tensor: Tensor;
   /** Byte offset in the planned buffer. */
   readonly offset: number;
@@ -49,7 +50,7 @@ export interface PlanBlock {
   readonly firstUse: number;
   /** Last step that touches its memory (the end of the run for outputs). */
   readonly lastUse: number;
-  /** The source it overwrote in place, or null. */
+  /** The tensor whose memory it overwrote in place (its source's memory owner), or null. */
   readonly inPlaceOf: Tensor | null;
   /** Block number: tensors sharing memory in place share it. */
   readonly block: number;
@@ -150,9 +151,11 @@ export class MemoryPlan {
   }
 
   /**
-   * Places every planned tensor in `buffer` (at least {@link size} bytes). A greedy plan is
-   * first replayed through a real allocator of the buffer's size, which must hand out the
-   * measured offsets: measuring and running are the same walk.
+   * Places every planned tensor in `buffer` (at least {@link size} bytes) at its planned offset.
+   * As in ggml-alloc, the real buffer replays the offsets the measure pass recorded rather than
+   * walking an allocator again: a bounded allocator's best fit can pick differently once the
+   * free tail of the buffer is finite, and the recorded offsets are what the size was measured
+   * for.
    */
   place(buffer: BackendBuffer): void {
     if (buffer.size < this.size) {
@@ -189,18 +192,6 @@ export class MemoryPlan {
       throw error;
     }
     return buffer;
-  }
-
-  /** Replays a greedy plan through a real allocator of `size` bytes; returns its peak. */
-  replay(size: number = this.size): number {
-    using allocator = replayAllocator(this.#life, size, this.alignment);
-    const replayed = greedyWalk(this.#life, allocator);
-    for (let b = 0; b < this.blockCount; b++) {
-      if (this.strategy === "greedy" && replayed.offsets[b] !== this.#offsets[b]) {
-        throw new GraftError(`MemoryPlan.replay: block ${b} moved from the measured offset`);
-      }
-    }
-    return replayed.size;
   }
 
   /** A readable summary: sizes, bound, strategy, reuse and the biggest blocks. */
@@ -258,7 +249,10 @@ function lowerBound(life: Lifetimes): number {
 
 /**
  * Plans memory for `graphs` (run in order, sharing one buffer). Leafs and tensors that already
- * have memory are left alone; views and cpy use their source's memory.
+ * have memory are left alone; views and cpy use their source's memory. With several graphs
+ * (the splits of one backend, say) the steps of all of them form one timeline: a tensor lives
+ * until the last step of any graph that touches it, outputs of every graph until the end, so
+ * later graphs reuse the memory of earlier graphs' intermediates.
  *
  * @example
  * ```ts

@@ -210,6 +210,7 @@ export class Schedule implements Disposable {
     for (const buffer of this.#buffers.splice(0)) buffer.dispose();
   }
 
+  /** Same as {@link dispose} (for `using`). */
   [Symbol.dispose](): void {
     this.dispose();
   }

@@ -25,7 +25,9 @@ export interface SplitInput {
 
 /** A run of nodes computed by one backend. */
 export interface Split {
+  /** Position in execution order. */
   index: number;
+  /** The backend that computes it. */
   backend: Backend;
   /** The split's own tensors, rewritten over local memory, in order. */
   nodes: Tensor[];
@@ -37,6 +39,7 @@ export interface Split {
 
 /** The splits of a graph and where each original tensor's local version is. */
 export interface SplitSet {
+  /** The splits in execution order. */
   splits: Split[];
   /** Per backend: original tensor -> the tensor holding its value on that backend. */
   local: Map<Backend, Map<Tensor, Tensor>>;

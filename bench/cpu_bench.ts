@@ -7,6 +7,7 @@
 
 import {
   add,
+  allocGraph,
   allocTensors,
   type BackendBuffer,
   Context,
@@ -185,7 +186,7 @@ async function block(cpu: CpuBackend): Promise<void> {
   const b = buildBlock(config);
   const data = blockData(config);
   using _weights = allocTensors(cpu, b.ctx.tensors);
-  using _activations = allocTensors(cpu, b.graph.nodes);
+  using _activations = allocGraph(cpu, b.graph);
   for (const [name, tensor] of Object.entries(b.inputs)) {
     cpu.setTensor(tensor, data[name as keyof typeof data]);
   }

@@ -82,16 +82,17 @@ export function planToSvg(plan: MemoryPlan, options: SvgOptions = {}): string {
         `fill="${opColor(b.tensor.op)}"><title>${escapeXml(tip)}</title></rect>`,
     );
   }
-  const line = (offset: number, label: string, color: string): void => {
-    const at = y(offset).toFixed(2);
+  // The peak's label sits above its line and the bound's below, so they stay legible when equal.
+  const line = (offset: number, label: string, color: string, dy: number): void => {
+    const at = y(offset);
     out.push(
-      `<line x1="${MARGIN.left}" x2="${width - MARGIN.right}" y1="${at}" y2="${at}" ` +
-        `stroke="${color}" stroke-dasharray="6 4"/>`,
-      `<text x="4" y="${at}" fill="${color}">${escapeXml(label)}</text>`,
+      `<line x1="${MARGIN.left}" x2="${width - MARGIN.right}" y1="${at.toFixed(2)}" ` +
+        `y2="${at.toFixed(2)}" stroke="${color}" stroke-dasharray="6 4"/>`,
+      `<text x="4" y="${(at + dy).toFixed(2)}" fill="${color}">${escapeXml(label)}</text>`,
     );
   };
-  line(plan.lowerBound, `lower ${plan.lowerBound}`, "#c00");
-  line(plan.size, `peak ${plan.size}`, "#06c");
+  line(plan.lowerBound, `lower ${plan.lowerBound}`, "#c00", 12);
+  line(plan.size, `peak ${plan.size}`, "#06c", -3);
   out.push(
     `<text x="${MARGIN.left}" y="${height - 12}">step 0</text>`,
     `<text x="${width - MARGIN.right - 90}" y="${height - 12}">step ${plan.steps}</text>`,

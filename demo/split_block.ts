@@ -8,7 +8,6 @@
  * @module
  */
 
-import { parseArgs } from "node:util";
 import {
   allocGraph,
   allocTensors,
@@ -19,31 +18,14 @@ import {
   Schedule,
 } from "../mod.ts";
 import { WebGpuBackend, WebGpuUnavailableError } from "../src/backend/webgpu/backend.ts";
-import { type BlockConfig, blockData, buildBlock, DEFAULT_BLOCK } from "./block.ts";
+import { blockData, buildBlock } from "./block.ts";
+import { parseDemoArgs } from "./args.ts";
 import { relativeError } from "./block_reference.ts";
 
 /** f32 on two backends whose reductions run in different orders: 1e-4 relative, as the demo. */
 const TOLERANCE = 1e-4;
 
-const { values } = parseArgs({
-  args: Deno.args,
-  options: {
-    dim: { type: "string" },
-    seq: { type: "string" },
-    heads: { type: "string" },
-    ffn: { type: "string" },
-    runs: { type: "string" },
-    explain: { type: "boolean" },
-  },
-});
-const config: BlockConfig = {
-  ...DEFAULT_BLOCK,
-  dim: Number(values.dim ?? DEFAULT_BLOCK.dim),
-  seq: Number(values.seq ?? DEFAULT_BLOCK.seq),
-  heads: Number(values.heads ?? DEFAULT_BLOCK.heads),
-  ffn: Number(values.ffn ?? DEFAULT_BLOCK.ffn),
-};
-const runs = Number(values.runs ?? 10);
+const { config, runs, flags } = parseDemoArgs(Deno.args, 10, ["explain"]);
 
 async function openAccelerator(): Promise<Backend> {
   try {
@@ -99,7 +81,7 @@ async function main(): Promise<number> {
     `  splits (automatic, ${schedule.splits.length}; hand-marked cut, ${manual.splits.length}):`,
   );
   for (const line of schedule.report().split("\n")) console.log(`    ${line}`);
-  if (values.explain) {
+  if (flags.has("explain")) {
     for (const line of schedule.explain().split("\n")) console.log(`    ${line}`);
   }
 

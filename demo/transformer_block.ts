@@ -7,7 +7,6 @@
  * @module
  */
 
-import { parseArgs } from "node:util";
 import {
   allocTensors,
   CpuBackend,
@@ -16,34 +15,16 @@ import {
   opName,
   planGraph,
 } from "../mod.ts";
-import { type BlockConfig, blockData, buildBlock, DEFAULT_BLOCK } from "./block.ts";
+import { blockData, buildBlock } from "./block.ts";
+import { parseDemoArgs } from "./args.ts";
 import { referenceBlock, relativeError } from "./block_reference.ts";
 
 const TOLERANCE = 1e-4;
 
-const { values } = parseArgs({
-  args: Deno.args,
-  options: {
-    dim: { type: "string" },
-    seq: { type: "string" },
-    heads: { type: "string" },
-    ffn: { type: "string" },
-    threads: { type: "string" },
-    runs: { type: "string" },
-    profile: { type: "boolean" },
-  },
-});
-const config: BlockConfig = {
-  ...DEFAULT_BLOCK,
-  dim: Number(values.dim ?? DEFAULT_BLOCK.dim),
-  seq: Number(values.seq ?? DEFAULT_BLOCK.seq),
-  heads: Number(values.heads ?? DEFAULT_BLOCK.heads),
-  ffn: Number(values.ffn ?? DEFAULT_BLOCK.ffn),
-};
-const runs = Number(values.runs ?? 20);
+const { config, runs, threads, flags } = parseDemoArgs(Deno.args, 20, ["profile"]);
 
 function main(): number {
-  using cpu = new CpuBackend(values.threads ? { threads: Number(values.threads) } : {});
+  using cpu = new CpuBackend(threads ? { threads } : {});
   const block = buildBlock(config);
   const data = blockData(config);
   using weights = allocTensors(cpu, block.ctx.tensors);
@@ -82,7 +63,7 @@ function main(): number {
   console.log(
     `  vs float64     max relative error ${error.toExponential(2)} (tolerance ${TOLERANCE})`,
   );
-  if (values.profile) printProfile(cpu, plan);
+  if (flags.has("profile")) printProfile(cpu, plan);
   return error <= TOLERANCE ? 0 : 1;
 }
 

@@ -5,6 +5,7 @@
  */
 
 import assert from "node:assert/strict";
+import { assertNothingLive } from "./leaks.ts";
 import {
   Allocator,
   allocTensors,
@@ -252,13 +253,5 @@ Deno.test("allocTensors skips tensors that already have memory", () => {
 });
 
 Deno.test("allocator_test leaves no native allocators or buffers alive", () => {
-  assert.deepEqual(liveAllocations(), baseline);
-  assert.deepEqual(baseline, {
-    buffers: 0,
-    bufferBytes: 0,
-    allocators: 0,
-    pools: 0,
-    plans: 0,
-    planBytes: 0,
-  });
+  assertNothingLive(baseline);
 });

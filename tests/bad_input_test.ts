@@ -6,6 +6,7 @@
  */
 
 import assert from "node:assert/strict";
+import { assertNothingLive } from "./leaks.ts";
 import {
   add,
   allocTensors,
@@ -450,15 +451,7 @@ Deno.test("the core: a plan whose node points outside every buffer is rejected a
 });
 
 Deno.test("bad_input_test leaves no native buffers, pools or plans alive", () => {
-  assert.deepEqual(liveAllocations(), baseline);
-  assert.deepEqual(baseline, {
-    buffers: 0,
-    bufferBytes: 0,
-    allocators: 0,
-    pools: 0,
-    plans: 0,
-    planBytes: 0,
-  });
+  assertNothingLive(baseline);
 });
 
 Deno.test("closeLibrary refuses while a thread pool is alive", () => {

@@ -5,6 +5,7 @@
  */
 
 import assert from "node:assert/strict";
+import { assertNothingLive } from "./leaks.ts";
 import {
   add,
   allocTensors,
@@ -801,13 +802,5 @@ Deno.test({
 });
 
 Deno.test("ops_test leaves no native buffers, pools or plans alive", () => {
-  assert.deepEqual(liveAllocations(), baseline);
-  assert.deepEqual(baseline, {
-    buffers: 0,
-    bufferBytes: 0,
-    allocators: 0,
-    pools: 0,
-    plans: 0,
-    planBytes: 0,
-  });
+  assertNothingLive(baseline);
 });

@@ -17,7 +17,7 @@ import type { Graph } from "../graph.ts";
 import type { Tensor } from "../tensor.ts";
 import type { Backend, BackendBuffer, GraphPlan } from "./backend.ts";
 import { computeNodes, encodeNodeTable } from "./node_table.ts";
-import { requireSameLayout } from "./copy.ts";
+import { requireSameLayout, requireTensorRange } from "./checks.ts";
 
 /** Tensor offsets in CPU buffers are 64-byte aligned (one cache line, one zmm register). */
 export const CPU_ALIGNMENT = 64;
@@ -295,23 +295,11 @@ export class CpuBackend implements Backend {
     return buffer.address + BigInt(tensor.placement!.offset);
   }
 
-  #range(verb: string, tensor: Tensor, offset: number, size: number): void {
-    if (
-      !Number.isInteger(offset) || !Number.isInteger(size) || offset < 0 || size < 0 ||
-      offset + size > tensor.nbytes
-    ) {
-      throw new OutOfBoundsError(
-        `${verb}: bytes [${offset}, ${offset + size}) are outside ${tensor.label} ` +
-          `(${tensor.nbytes} bytes)`,
-      );
-    }
-  }
-
   setTensor(tensor: Tensor, data: ArrayBufferView, offset = 0): void {
     this.#alive("setTensor");
     this.#idle("setTensor");
     const buffer = this.bufferOf(tensor, "setTensor");
-    this.#range("setTensor", tensor, offset, data.byteLength);
+    requireTensorRange("setTensor", tensor, offset, data.byteLength);
     const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
     const at = BigInt(tensor.placement!.offset + offset);
     check(
@@ -326,7 +314,7 @@ export class CpuBackend implements Backend {
     this.#idle("getTensor");
     const buffer = this.bufferOf(tensor, "getTensor");
     const length = size ?? tensor.nbytes - offset;
-    this.#range("getTensor", tensor, offset, length);
+    requireTensorRange("getTensor", tensor, offset, length);
     const out = new ArrayBuffer(length);
     const at = BigInt(tensor.placement!.offset + offset);
     check(

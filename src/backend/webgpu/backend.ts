@@ -16,7 +16,7 @@ import {
 import type { Graph } from "../../graph.ts";
 import type { Tensor } from "../../tensor.ts";
 import type { Backend, GraphPlan } from "../backend.ts";
-import { requireSameLayout } from "../copy.ts";
+import { requireSameLayout, requireTensorRange } from "../checks.ts";
 import { type TensorBinding, tensorBinding } from "./binding.ts";
 import { WebGpuBuffer } from "./buffer.ts";
 import { PipelineCache } from "./pipelines.ts";
@@ -165,23 +165,11 @@ export class WebGpuBackend implements Backend {
     return tensorBinding(tensor, buffer, tensor.placement!.offset, this.alignment, limit, verb);
   }
 
-  #range(verb: string, tensor: Tensor, offset: number, size: number): void {
-    if (
-      !Number.isInteger(offset) || !Number.isInteger(size) || offset < 0 || size < 0 ||
-      offset + size > tensor.nbytes
-    ) {
-      throw new OutOfBoundsError(
-        `${verb}: bytes [${offset}, ${offset + size}) are outside ${tensor.label} ` +
-          `(${tensor.nbytes} bytes)`,
-      );
-    }
-  }
-
   /** Queues the write; it happens before any work queued after it. */
   setTensor(tensor: Tensor, data: ArrayBufferView, offset = 0): void {
     this.#alive("setTensor");
     const buffer = this.bufferOf(tensor, "setTensor");
-    this.#range("setTensor", tensor, offset, data.byteLength);
+    requireTensorRange("setTensor", tensor, offset, data.byteLength);
     const at = tensor.placement!.offset + offset;
     writeBytes(this.device, this.#pipelines, buffer.gpuBuffer, at, hostBytes(data), this.alignment);
   }
@@ -207,7 +195,7 @@ export class WebGpuBackend implements Backend {
     this.#alive("getTensorAsync");
     const buffer = this.bufferOf(tensor, "getTensorAsync");
     const length = size ?? tensor.nbytes - offset;
-    this.#range("getTensorAsync", tensor, offset, length);
+    requireTensorRange("getTensorAsync", tensor, offset, length);
     const at = tensor.placement!.offset + offset;
     const bytes = await readBytes(this.device, buffer.gpuBuffer, at, length);
     await this.#report("getTensorAsync");

@@ -4,6 +4,7 @@
 import assert from "node:assert/strict";
 import {
   add,
+  allocGraph,
   allocTensors,
   type BackendBuffer,
   Context,
@@ -232,4 +233,42 @@ Deno.test("scheduling rejects a tensor on no backend and an op no backend suppor
       ]),
     GraftError,
   );
+});
+
+Deno.test("planned split buffers give the same results, and declared cut inputs are checked", async () => {
+  using a = new CpuBackend({ threads: 1, name: "a" });
+  using b = new CpuBackend({ threads: 1, name: "b" });
+  const ctx = new Context();
+  const x = ctx.newTensor("f32", [32, 3], "x");
+  const wa = ctx.newTensor("f32", [32, 32], "wa");
+  const wb = ctx.newTensor("f32", [32, 32], "wb");
+  const h = silu(mulMat(wa, x));
+  const out = add(h, mulMat(wa, mulMat(wb, h)));
+  using _a = allocTensors(a, [x, wa]);
+  using _b = allocTensors(b, [wb]);
+  fill(a, [x, wa], 3);
+  fill(b, [wb], 5);
+  const graph = Graph.build(out);
+  using simple = Schedule.create(graph, { backends: [b, a] });
+  using planned = Schedule.create(graph, { backends: [b, a], allocate: allocGraph });
+  await simple.compute();
+  await planned.compute();
+  assert.deepEqual(await planned.getOutput(out), await simple.getOutput(out));
+  const gb = graph.nodes.find((n) => n.op === Op.mulMat && n.src[0] === wb)!;
+  assert.throws(
+    () =>
+      Schedule.fromCuts(graph, [
+        { upTo: h, backend: a },
+        { upTo: gb, backend: b, inputs: [x] },
+        { upTo: out, backend: a },
+      ]),
+    (e: unknown) => e instanceof GraftError && /declared input x .* does not cross/.test(e.message),
+  );
+  using manual = Schedule.fromCuts(graph, [
+    { upTo: h, backend: a },
+    { upTo: gb, backend: b, inputs: [h] },
+    { upTo: out, backend: a },
+  ]);
+  await manual.compute();
+  assert.deepEqual(await manual.getOutput(out), await simple.getOutput(out));
 });

@@ -30,7 +30,7 @@ pub fn compute_node(n: *const Node, work: *const Work) Status {
     const verdict = validate.validate_node(n);
     if (verdict.status != .ok) return verdict.status;
     const op: Op = @enumFromInt(n.op);
-    if (work.thread_count > 1 and !uses_barrier(op) and
+    if (work.thread_count > 1 and !uses_barrier(op) and !fails_on_data(op) and
         n.dst.element_count() <= single_thread_elements_max)
     {
         if (work.thread_index != 0) return .ok;
@@ -77,6 +77,12 @@ pub fn work_size(n: *const Node, thread_count: u32) u64 {
         .mul_mat => mul_mat.work_size(n, thread_count),
         else => 0,
     };
+}
+
+/// Ops whose kernel can fail on the values it reads (get_rows on a bad index). Every thread runs
+/// them, so that every thread reports the same status for the node.
+pub fn fails_on_data(op: Op) bool {
+    return op == .get_rows;
 }
 
 /// Ops whose kernel calls `Work.sync`, so every thread must run it concurrently.

@@ -30,6 +30,7 @@ pub fn binary(
     const b = Tensor.from(&n.src[1]);
     assert(dst.element_count() == a.element_count());
     assert(a.ne[0] % b.ne[0] == 0);
+    const stream = common.use_stream_stores(dst);
     const range = common.thread_range(dst.rows(), work);
     for (range.begin..range.end) |row| {
         const index = dst.row_index(row);
@@ -40,8 +41,10 @@ pub fn binary(
             b.row_broadcast(index),
             dst.ne[0],
             b.ne[0],
+            stream,
         );
     }
+    if (stream) common.stream_fence();
     return .ok;
 }
 
@@ -62,6 +65,7 @@ fn binary_row(
     b: Strided,
     count: usize,
     count_b: usize,
+    stream: bool,
 ) void {
     assert(count_b >= 1);
     assert(count % count_b == 0);
@@ -74,7 +78,7 @@ fn binary_row(
                 common.load_chunk(a, index, chunk, 1),
                 common.load_chunk(b, index, chunk, 1),
             );
-            common.store_chunk(dst, index, chunk, value);
+            common.store_chunk_maybe_stream(dst, index, chunk, value, stream);
         }
     } else if (count_b == 1) {
         const scalar = splat(common.load_f32(b.base));

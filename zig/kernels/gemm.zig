@@ -15,6 +15,10 @@
 //!
 //! Threads split the rows of A (m) when there are enough, else the columns of each B block (n);
 //! the redundant packing that costs (B per thread, or A per thread) is small next to the work.
+//! With several threads, a single NC block and a packed B (all of K) that fits a thread's
+//! budget, the rows are not split statically: threads claim units of a few MR panels from a
+//! shared counter (the dynamic schedule), so a thread that a noisy machine descheduled leaves
+//! its rows to the others instead of stalling the node. The counter is reset behind a barrier.
 //!
 //! Determinism: threads split output tiles only, never k. Every element of C is summed in the
 //! same order (KC blocks in order, k in order inside a block, one fused multiply-add per term)
@@ -68,10 +72,24 @@ const dot_cols: usize = if (has_avx512) 4 else 2;
 const dot_prefetch_bytes = 0;
 /// How far ahead along a row of A packing prefetches.
 const prefetch_bytes = 512;
+/// Dynamic schedule: the most MR panels of A per claimed unit (a unit's packed A block, at most
+/// unit_panels_max * MR x KC, stays in L2), and at least this many units per thread, so the
+/// last units even out the threads' finishing times.
+pub const unit_panels_max: usize = 4;
+const units_per_thread_min: usize = 8;
+/// Dynamic schedule: the largest packed B (all of K by one NC block) one thread keeps. Packed
+/// once, it is read back one KC block at a time; past this the static schedule is used.
+pub const b_all_bytes_max: usize = 2 << 20;
+/// Dynamic schedule: the work buffer starts with the shared unit counter, on its own line.
+const counter_bytes: usize = 64;
+/// Cache line, for prefetching the next block of A while the current one is computed.
+const line_bytes: usize = 64;
 
 comptime {
     std.debug.assert(mc_max % mr == 0);
     std.debug.assert(nc_max % nr == 0);
+    std.debug.assert(counter_bytes % 64 == 0); // the thread regions stay 64-byte aligned
+    std.debug.assert(@sizeOf(std.atomic.Value(usize)) <= counter_bytes);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -289,12 +307,14 @@ fn microKernelAny(cols: usize, kc: usize, a: [*]const f32, b: [*]const f32, c: C
 // ---------------------------------------------------------------------------------------------
 // Work buffer layout.
 
-/// Each thread has its own region: a packed-B block, then a packed-A block.
+/// Each thread has its own region: a packed-B block, then a packed-A block. The dynamic schedule
+/// puts the shared unit counter first and keeps all of K of packed B.
 const Layout = struct {
     kc: usize, // largest KC block
     b_panels: usize, // NR panels in the largest NC block
     b_floats: usize, // floats of one thread's packed-B block
     a_floats: usize, // floats of one thread's packed-A block
+    header_bytes: usize, // before the first thread's region: the counter, or nothing
     total_bytes: usize,
 };
 
@@ -314,8 +334,38 @@ fn useDot(args: *const GemmArgs) bool {
         args.a_element_stride_bytes == a_size and args.b_element_stride_bytes == @sizeOf(f32);
 }
 
+/// Whether rows of A are split statically or claimed in units (a function of the arguments and
+/// the thread count only, so every thread takes the same branch and the same barriers).
+pub fn useDynamic(args: *const GemmArgs, thread_count: usize) bool {
+    if (thread_count < 2 or args.n > nc_max) return false;
+    const m_panels = (args.m + mr - 1) / mr;
+    if (m_panels < 4 * thread_count) return false; // few rows: the static split takes columns
+    const b_panels = (args.n + nr - 1) / nr;
+    return args.k * b_panels * nr * @sizeOf(f32) <= b_all_bytes_max;
+}
+
+/// MR panels per unit of the dynamic schedule: as large as allowed while every thread still
+/// gets `units_per_thread_min` units.
+fn unitPanels(m: usize, thread_count: usize) usize {
+    const m_panels = (m + mr - 1) / mr;
+    return @max(1, min(unit_panels_max, m_panels / (units_per_thread_min * thread_count)));
+}
+
 fn layout(args: *const GemmArgs, thread_count: u32) Layout {
     const kc = min(args.k, kc_max);
+    if (useDynamic(args, thread_count)) {
+        const b_panels = (args.n + nr - 1) / nr;
+        const b_floats = roundUp(args.k * b_panels * nr, 16);
+        const a_floats = roundUp(unitPanels(args.m, thread_count) * mr * kc, 16);
+        return .{
+            .kc = kc,
+            .b_panels = b_panels,
+            .b_floats = b_floats,
+            .a_floats = a_floats,
+            .header_bytes = counter_bytes,
+            .total_bytes = counter_bytes + (b_floats + a_floats) * thread_count * @sizeOf(f32),
+        };
+    }
     const b_panels = (min(args.n, nc_max) + nr - 1) / nr;
     const b_floats = roundUp(kc * b_panels * nr, 16);
     const a_floats = roundUp(min(mc_max, roundUp(args.m, mr)) * kc, 16);
@@ -324,6 +374,7 @@ fn layout(args: *const GemmArgs, thread_count: u32) Layout {
         .b_panels = b_panels,
         .b_floats = b_floats,
         .a_floats = a_floats,
+        .header_bytes = 0,
         .total_bytes = (b_floats + a_floats) * thread_count * @sizeOf(f32),
     };
 }
@@ -345,6 +396,13 @@ pub fn sgemm(args: *const GemmArgs, work: *const node.Work) void {
         switch (args.a_dtype) {
             .f16 => dotPath(f16, args, work),
             else => dotPath(f32, args, work),
+        }
+        return;
+    }
+    if (useDynamic(args, work.thread_count)) {
+        switch (args.a_dtype) {
+            .f16 => dynamicPath(f16, args, work),
+            else => dynamicPath(f32, args, work),
         }
         return;
     }
@@ -436,6 +494,145 @@ fn packedPath(comptime T: type, args: *const GemmArgs, work: *const node.Work) v
                 }
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dynamic schedule: units of rows claimed from a shared counter.
+
+/// Rows [m_begin, m_end) of A, elements [k_begin, k_begin + k_count): a block to pack next.
+const ABlock = struct {
+    m_begin: usize,
+    m_end: usize,
+    k_begin: usize,
+    k_count: usize,
+};
+
+/// Prefetches the next block of A into L2 a few lines per micro-kernel call, so that its
+/// packing finds it there instead of waiting on memory (weights are usually too large for L3
+/// and are read once per product). Only for rows contiguous along k; a hint, never a read.
+const Prefetcher = struct {
+    base: [*]const u8, // element (m_begin, k_begin)
+    row_stride: isize,
+    rows: usize,
+    lines_per_row: usize,
+    lines_per_step: usize,
+    row: usize = 0,
+    line: usize = 0,
+
+    fn init(comptime T: type, args: *const GemmArgs, block: ?ABlock, steps: usize) Prefetcher {
+        const none: Prefetcher = .{ .base = args.a, .row_stride = 0, .rows = 0, .lines_per_row = 0, .lines_per_step = 0 };
+        const b = block orelse return none;
+        if (args.a_element_stride_bytes != @sizeOf(T) or steps == 0) return none;
+        std.debug.assert(b.m_begin < b.m_end);
+        const offset = @as(isize, @intCast(b.m_begin)) * args.a_row_stride_bytes +
+            @as(isize, @intCast(b.k_begin * @sizeOf(T)));
+        // One more line than the span covers, for a row that does not start on a line.
+        const lines_per_row = (b.k_count * @sizeOf(T) + line_bytes - 1) / line_bytes + 1;
+        const rows = b.m_end - b.m_begin;
+        return .{
+            .base = offsetPtr(args.a, offset),
+            .row_stride = args.a_row_stride_bytes,
+            .rows = rows,
+            .lines_per_row = lines_per_row,
+            .lines_per_step = (rows * lines_per_row + steps - 1) / steps,
+        };
+    }
+
+    inline fn step(self: *Prefetcher) void {
+        var left = self.lines_per_step;
+        while (left > 0 and self.row < self.rows) : (left -= 1) {
+            const row_ptr = offsetPtr(self.base, @as(isize, @intCast(self.row)) * self.row_stride);
+            @prefetch(row_ptr + self.line * line_bytes, .{ .locality = 2 });
+            self.line += 1;
+            if (self.line == self.lines_per_row) {
+                self.line = 0;
+                self.row += 1;
+            }
+        }
+    }
+};
+
+fn dynamicPath(comptime T: type, args: *const GemmArgs, work: *const node.Work) void {
+    const M = args.m;
+    const N = args.n;
+    const K = args.k;
+    const t: usize = work.thread_index;
+    const tc: usize = work.thread_count;
+    std.debug.assert(N <= nc_max);
+    const lay = layout(args, work.thread_count);
+    std.debug.assert(lay.header_bytes == counter_bytes);
+    std.debug.assert(work.scratch_size_bytes >= lay.total_bytes);
+    const counter: *std.atomic.Value(usize) = @ptrCast(work.scratch);
+    const region: [*]f32 = @ptrCast(@alignCast(work.scratch + counter_bytes));
+    const b_pack = region + (lay.b_floats + lay.a_floats) * t;
+    const a_pack = b_pack + lay.b_floats;
+    const np = lay.b_panels;
+    const unit_rows = unitPanels(M, tc) * mr;
+    const units = (M + unit_rows - 1) / unit_rows;
+
+    // The reset must not overtake a claim of the previous call on this counter, nor a claim
+    // of this call the reset: a barrier on each side of it.
+    work.sync();
+    if (t == 0) counter.store(0, .monotonic);
+    work.sync();
+
+    // Every thread packs all of B once (it is small: at most b_all_bytes_max), KC blocks in
+    // order, each block [panel][kc][nr].
+    var pc: usize = 0;
+    while (pc < K) : (pc += kc_max) {
+        const kc = min(kc_max, K - pc);
+        for (0..np) |p| {
+            const n0 = p * nr;
+            const base = offsetPtr(args.b, @as(isize, @intCast(n0)) * args.b_row_stride_bytes +
+                @as(isize, @intCast(pc)) * args.b_element_stride_bytes);
+            packPanel(nr, f32, base, args.b_row_stride_bytes, args.b_element_stride_bytes, min(nr, N - n0), kc, b_pack + pc * np * nr + p * nr * kc);
+        }
+    }
+
+    var unit = counter.fetchAdd(1, .monotonic);
+    while (unit < units) {
+        const m_begin = unit * unit_rows;
+        const m_end = min(M, m_begin + unit_rows);
+        const ip = (m_end - m_begin + mr - 1) / mr;
+        var next = units;
+        pc = 0;
+        while (pc < K) : (pc += kc_max) {
+            const kc = min(kc_max, K - pc);
+            const last = pc + kc == K;
+            // Claim the next unit one KC block early, to prefetch its first block.
+            if (last) next = counter.fetchAdd(1, .monotonic);
+            const ahead: ?ABlock = if (!last)
+                .{ .m_begin = m_begin, .m_end = m_end, .k_begin = pc + kc, .k_count = min(kc_max, K - pc - kc) }
+            else if (next < units)
+                .{ .m_begin = next * unit_rows, .m_end = min(M, (next + 1) * unit_rows), .k_begin = 0, .k_count = min(kc_max, K) }
+            else
+                null;
+            var prefetcher = Prefetcher.init(T, args, ahead, np * ip);
+            for (0..ip) |i| {
+                const m0 = m_begin + i * mr;
+                const base = offsetPtr(args.a, @as(isize, @intCast(m0)) * args.a_row_stride_bytes +
+                    @as(isize, @intCast(pc)) * args.a_element_stride_bytes);
+                packPanel(mr, T, base, args.a_row_stride_bytes, args.a_element_stride_bytes, min(mr, M - m0), kc, a_pack + i * mr * kc);
+            }
+            const b_block = b_pack + pc * np * nr;
+            for (0..np) |jp| {
+                const n0 = jp * nr;
+                const cols = min(nr, N - n0);
+                for (0..ip) |i| {
+                    prefetcher.step();
+                    const m0 = m_begin + i * mr;
+                    const tile: CTile = .{
+                        .ptr = offsetPtr(args.c, @as(isize, @intCast(n0)) * args.c_row_stride_bytes +
+                            @as(isize, @intCast(m0)) * args.c_element_stride_bytes),
+                        .row_stride = args.c_row_stride_bytes,
+                        .elem_stride = args.c_element_stride_bytes,
+                    };
+                    microKernelAny(cols, kc, a_pack + i * mr * kc, b_block + jp * nr * kc, tile, min(mr, M - m0), pc > 0);
+                }
+            }
+        }
+        unit = next;
     }
 }
 

@@ -337,3 +337,42 @@ test "gemm: repeated runs on threads are stable" {
         try problem.check();
     }
 }
+
+test "gemm: the dynamic schedule (rows claimed in units) matches one thread bitwise" {
+    const cases = [_]Case{
+        .{ .m = 1000, .n = 128, .k = 700 }, // a K tail and a last unit of fewer rows
+        .{ .m = 777, .n = 13, .k = 300, .a_dtype = .f16, .b_layout = .strided, .c_layout = .transposed },
+        .{ .m = 2 * gemm.mr * gemm.unit_panels_max * 8 + 5, .n = 30, .k = 2 * gemm.kc_max }, // largest units
+        .{ .m = 400, .n = 25, .k = 257, .a_layout = .transposed, .b_layout = .padded },
+    };
+    for (cases, 0..) |case, i| {
+        var problem = try Problem.init(case, 31000 + i);
+        defer problem.deinit();
+        try testing.expect(gemm.useDynamic(&problem.args, 2));
+        try testing.expect(gemm.useDynamic(&problem.args, 3));
+        try testing.expect(!gemm.useDynamic(&problem.args, 1));
+        const first = try testing.allocator.alloc(u8, problem.c.len);
+        defer testing.allocator.free(first);
+        for ([_]u32{ 1, 2, 3 }) |threads| {
+            const c_words: []align(1) u32 = std.mem.bytesAsSlice(u32, problem.c[0 .. problem.c.len / 4 * 4]);
+            @memset(c_words, sentinel);
+            try runThreads(&problem.args, threads);
+            problem.check() catch |err| {
+                std.debug.print("case {any}, threads {}\n", .{ case, threads });
+                return err;
+            };
+            if (threads == 1) {
+                @memcpy(first, problem.c);
+            } else if (!std.mem.eql(u8, first, problem.c)) {
+                std.debug.print("case {any}: threads {} differ from 1 thread\n", .{ case, threads });
+                return error.TestNotDeterministic;
+            }
+        }
+    }
+}
+
+test "gemm: past the packed-B budget the static schedule is kept" {
+    var problem = try Problem.init(.{ .m = 512, .n = 512, .k = 2048 }, 32000);
+    defer problem.deinit();
+    try testing.expect(!gemm.useDynamic(&problem.args, 2));
+}

@@ -3,6 +3,11 @@
 //! uses src0 batch (i12 / (ne12 / ne02), i13 / (ne13 / ne03)), as ggml does. Each batch is one
 //! `gemm.sgemm` call made by every thread with the same arguments; sgemm splits the work itself
 //! (and may use the barrier, which is why every thread walks every batch).
+//!
+//! With many batches (attention heads) each batch is small, and splitting it costs more in
+//! packing and synchronization than it saves: threads then claim whole batches from a shared
+//! counter and run each one alone, in their own slice of the work buffer. sgemm gives bitwise
+//! the same result on any thread count, so the result does not depend on who ran which batch.
 
 const std = @import("std");
 const common = @import("common.zig");
@@ -21,6 +26,10 @@ pub fn mul_mat(n: *const common.Node, work: *const common.Work) common.Status {
     if (work.scratch_size_bytes < work_size(n, work.thread_count)) return .out_of_space;
     const ratio2 = b.ne[2] / a.ne[2];
     const ratio3 = b.ne[3] / a.ne[3];
+    if (split_batches(b.ne[2] * b.ne[3], work.thread_count)) {
+        claim_batches(a, b, c, work);
+        return .ok;
+    }
     for (0..b.ne[3]) |batch3| {
         for (0..b.ne[2]) |batch2| {
             const batch_a: common.RowIndex = .{
@@ -34,6 +43,55 @@ pub fn mul_mat(n: *const common.Node, work: *const common.Work) common.Status {
         }
     }
     return .ok;
+}
+
+/// Whole batches per thread when they divide evenly or are plenty (then the last claims even
+/// out the threads); a function of the shape and thread count only, as every thread must agree.
+fn split_batches(batches: usize, thread_count: u32) bool {
+    if (thread_count < 2) return false;
+    return batches % thread_count == 0 or batches >= batches_per_thread_min * thread_count;
+}
+
+const batches_per_thread_min = 4;
+/// The batch counter's line at the start of the work buffer; the threads' slices follow.
+const counter_bytes = 64;
+
+/// Bytes of one thread's slice: what one batch needs alone, rounded to keep slices aligned.
+fn slice_bytes(a: Tensor, b: Tensor, c: Tensor) u64 {
+    const first: common.RowIndex = .{ .i1 = 0, .i2 = 0, .i3 = 0 };
+    const args = batch_args(a, b, c, first, first);
+    const size: u64 = gemm.work_size_bytes(&args, 1);
+    return (size + 63) / 64 * 64;
+}
+
+fn claim_batches(a: Tensor, b: Tensor, c: Tensor, work: *const common.Work) void {
+    const ratio2 = b.ne[2] / a.ne[2];
+    const ratio3 = b.ne[3] / a.ne[3];
+    const batches = b.ne[2] * b.ne[3];
+    const slice = slice_bytes(a, b, c);
+    const counter: *std.atomic.Value(usize) = @ptrCast(work.scratch);
+    // Thread 0 resets the counter before anyone claims; the plan's barrier after the node keeps
+    // the next node from reusing the buffer while a thread still claims.
+    if (work.thread_index == 0) counter.store(0, .monotonic);
+    work.sync();
+    const offset: usize = @intCast(counter_bytes + slice * work.thread_index);
+    const alone: common.Work = .{
+        .thread_index = 0,
+        .thread_count = 1,
+        .scratch = @alignCast(work.scratch + offset),
+        .scratch_size_bytes = slice,
+        .barrier_context = work.barrier_context,
+        .barrier = work.barrier, // never called with one thread
+    };
+    var batch = counter.fetchAdd(1, .monotonic);
+    while (batch < batches) : (batch = counter.fetchAdd(1, .monotonic)) {
+        const batch2 = batch % b.ne[2];
+        const batch3 = batch / b.ne[2];
+        const batch_a: common.RowIndex = .{ .i1 = 0, .i2 = batch2 / ratio2, .i3 = batch3 / ratio3 };
+        const batch_bc: common.RowIndex = .{ .i1 = 0, .i2 = batch2, .i3 = batch3 };
+        const args = batch_args(a, b, c, batch_a, batch_bc);
+        gemm.sgemm(&args, &alone);
+    }
 }
 
 fn batch_args(
@@ -67,6 +125,9 @@ pub fn work_size(n: *const common.Node, thread_count: u32) u64 {
     const a = Tensor.from(&n.src[0]);
     const b = Tensor.from(&n.src[1]);
     const c = Tensor.from(&n.dst);
+    if (split_batches(b.ne[2] * b.ne[3], thread_count)) {
+        return counter_bytes + slice_bytes(a, b, c) * thread_count;
+    }
     const first: common.RowIndex = .{ .i1 = 0, .i2 = 0, .i3 = 0 };
     const args = batch_args(a, b, c, first, first);
     return gemm.work_size_bytes(&args, thread_count);

@@ -27,6 +27,7 @@ pub fn normalize(
     assert(dst.element_count() == src.element_count());
     const eps: f64 = n.param_f32(0);
     const count = src.ne[0];
+    const stream = common.use_stream_stores(dst);
     const range = common.thread_range(src.rows(), work);
     for (range.begin..range.end) |row| {
         const index = src.row_index(row);
@@ -39,15 +40,16 @@ pub fn normalize(
                 );
                 const variance = squares_sum(src_row, count, mean) / @as(f64, @floatFromInt(count));
                 const scale: f32 = @floatCast(1.0 / @sqrt(variance + eps));
-                scale_row(dst_row, src_row, count, mean, scale);
+                scale_row(dst_row, src_row, count, mean, scale, stream);
             },
             .rms_norm => {
                 const mean_square = squares_sum(src_row, count, 0) / @as(f64, @floatFromInt(count));
                 const scale: f32 = @floatCast(1.0 / @sqrt(mean_square + eps));
-                scale_row(dst_row, src_row, count, 0, scale);
+                scale_row(dst_row, src_row, count, 0, scale, stream);
             },
         }
     }
+    if (stream) common.stream_fence();
     return .ok;
 }
 
@@ -64,12 +66,12 @@ fn squares_sum(row: Strided, count: usize, center: f32) f64 {
     return @reduce(.Add, total);
 }
 
-/// dst = (x - center) * scale.
-fn scale_row(dst: Strided, src: Strided, count: usize, center: f32, scale: f32) void {
+/// dst = (x - center) * scale. The row was just read by the sum, so it comes from L1 or L2.
+fn scale_row(dst: Strided, src: Strided, count: usize, center: f32, scale: f32, stream: bool) void {
     var index: usize = 0;
     while (index < count) : (index += lanes) {
         const chunk = @min(lanes, count - index);
         const value = (common.load_chunk(src, index, chunk, center) - splat(center)) * splat(scale);
-        common.store_chunk(dst, index, chunk, value);
+        common.store_chunk_maybe_stream(dst, index, chunk, value, stream);
     }
 }

@@ -661,6 +661,21 @@ test "norm and rms_norm match float64 on strided rows and in place" {
     }
 }
 
+test "binary ops and norms past the streaming-store size match float64 and are in place" {
+    var prng = std.Random.DefaultPrng.init(51);
+    // Rows of 4101 floats: most rows start off a vector boundary, so streamed (aligned) and
+    // cached stores mix inside a row. Rows of 4096: every full chunk is streamed.
+    const big_odd: Shape = .{ 4101, 1024, 1, 1 };
+    const big: Shape = .{ 4096, 1024, 1, 1 };
+    comptime std.debug.assert(4101 * 1024 * 4 >= common.stream_store_bytes_min);
+    comptime std.debug.assert(4096 * 1024 * 4 >= common.stream_store_bytes_min);
+    const row_b: Shape = .{ 4101, 1, 1, 1 };
+    try expect_binary(.add, big_odd, row_b, .contiguous, .contiguous, .contiguous, false, prng.random());
+    try expect_binary(.mul, big, big, .contiguous, .contiguous, .contiguous, true, prng.random());
+    try expect_norm(.rms_norm, big, .contiguous, .contiguous, false, 3, prng.random());
+    try expect_norm(.norm, big_odd, .contiguous, .contiguous, true, 3, prng.random());
+}
+
 // ---------------------------------------------------------------------------------------------
 // soft_max.
 
@@ -813,6 +828,10 @@ test "mul_mat matches float64 for f32 and f16 weights, strides and broadcast bat
         .{ .k = 33, .m = 17, .n = 9, .batch_a = .{ 1, 2 }, .batch_b = .{ 3, 2 } },
         .{ .k = 1037, .m = 5, .n = 3, .batch_a = .{ 2, 1 }, .batch_b = .{ 2, 1 } },
         .{ .k = 64, .m = 16, .n = 4, .batch_a = .{ 2, 1 }, .batch_b = .{ 4, 3 } },
+        // Batches claimed whole by the threads (9 >= 4 per thread), and 5 on 2 threads: split
+        // inside each batch. Sizes that take the packed path.
+        .{ .k = 40, .m = 70, .n = 33, .batch_a = .{ 1, 1 }, .batch_b = .{ 9, 1 } },
+        .{ .k = 40, .m = 70, .n = 33, .batch_a = .{ 5, 1 }, .batch_b = .{ 5, 1 } },
     };
     for (cases) |case| {
         for ([_]DType{ .f32, .f16 }) |dtype| {
@@ -821,6 +840,14 @@ test "mul_mat matches float64 for f32 and f16 weights, strides and broadcast bat
                 try expect_mul_mat(case, dtype, .contiguous, layout, layout, prng.random());
             }
         }
+    }
+}
+
+test "mul_mat: attention-sized batches (heads) with permuted operands" {
+    var prng = std.Random.DefaultPrng.init(70);
+    const case: MatMulCase = .{ .k = 64, .m = 128, .n = 96, .batch_a = .{ 12, 1 }, .batch_b = .{ 12, 1 } };
+    for (layouts) |layout| {
+        try expect_mul_mat(case, .f32, layout, layout, .contiguous, prng.random());
     }
 }
 

@@ -27,7 +27,7 @@ import {
   coreName,
   loadOpenBlas,
 } from "./peers/openblas.ts";
-import { compare, compareAsync, secondsPerCall } from "./timing.ts";
+import { compare, compareAsync } from "./timing.ts";
 import { onnxBlock } from "./peers/onnx_block.ts";
 import { relativeError } from "../demo/block_reference.ts";
 

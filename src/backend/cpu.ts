@@ -8,7 +8,6 @@ import { dtypeSize, type TensorData, typedView } from "../dtype.ts";
 import {
   DisposedError,
   GraftError,
-  OutOfBoundsError,
   PlacementError,
   StalePlanError,
 } from "../errors.ts";

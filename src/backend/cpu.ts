@@ -5,12 +5,7 @@
  */
 
 import { dtypeSize, type TensorData, typedView } from "../dtype.ts";
-import {
-  DisposedError,
-  GraftError,
-  PlacementError,
-  StalePlanError,
-} from "../errors.ts";
+import { DisposedError, GraftError, PlacementError, StalePlanError } from "../errors.ts";
 import { check, type GraftSymbols, loadLibrary, type LoadOptions } from "../ffi.ts";
 import type { Graph } from "../graph.ts";
 import type { Tensor } from "../tensor.ts";

@@ -68,13 +68,13 @@ async function main(): Promise<number> {
   // Accelerator first: it is preferred where nothing else decides; the CPU is the fallback.
   using schedule = Schedule.create(block.graph, {
     backends: [accelerator, cpu],
-    allocate: (backend, graphs) => allocGraph(backend, graphs),
+    allocate: allocGraph,
   });
   const attentionEnd = block.graph.nodes.find((n) => n.op === Op.add)!;
   using manual = Schedule.fromCuts(block.graph, [
     { upTo: attentionEnd, backend: accelerator },
     { upTo: block.output, backend: cpu },
-  ], (backend, graphs) => allocGraph(backend, graphs));
+  ], allocGraph);
 
   console.log(`  backends       ${accelerator.name}, ${cpu.name}`);
   console.log(

@@ -499,3 +499,22 @@ Deno.test("mul() by a broadcast row is planned and computed correctly", () => {
   cpu.graphCompute(graph);
   assert(cpu.getTensor(y).every(Number.isFinite));
 });
+
+Deno.test("outputs not kept live to their graph's end, unshared, then free their memory", () => {
+  // Graph 0 hands `h` to a later consumer (as a scheduler's split does): without `keep` it is
+  // pinned to the end; with `keep` naming only the final output it lives to graph 0's end.
+  const ctx = new Context();
+  const x = ctx.newTensor("f32", [4096], "x");
+  const h = silu(x);
+  const tail = scale(h, 2); // the last node of graph 0: must not take over h in place
+  const g0 = Graph.buildWithInputs([h, tail], new Set());
+  const big = scale(silu(ctx.newTensor("f32", [4096], "y")), 3);
+  const g1 = Graph.build(big);
+  const pinned = planGraph([g0, g1]);
+  const kept = planGraph([g0, g1], { keep: new Set([big, tail]) });
+  nodeAssert.ok(kept.size <= pinned.size, `${kept.size} > ${pinned.size}`);
+  const block = (plan: typeof kept, t: Tensor) => plan.blocks.find((b) => b.tensor === t)!;
+  nodeAssert.equal(block(kept, tail).inPlaceOf, null, "an exported tensor is never overwritten");
+  nodeAssert.ok(block(kept, h).lastUse >= g0.nodes.length - 1, "h lives to graph 0's end");
+  nodeAssert.ok(block(kept, h).lastUse < g0.nodes.length + g1.nodes.length - 1, "then frees");
+});

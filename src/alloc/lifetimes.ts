@@ -6,9 +6,10 @@
  * Semantics of several graphs: they run one after another on a single timeline (graph 0's
  * nodes, then graph 1's, ...). A tensor's memory is live from the first step that computes it
  * to the last step of any graph that reads or writes it, so a tensor one graph computes and a
- * later graph reads stays live in between. Graph outputs (`isOutput`) and everything their
- * views share stay live until the end of the last graph; all other tensors are freed after
- * their last use, so later graphs reuse the memory of earlier graphs' intermediates.
+ * later graph reads stays live in between. Graph outputs (`isOutput`; with `keep`, only those
+ * in it) and everything their views share stay live until the end of the last graph; all other
+ * tensors are freed after their last use, so later graphs reuse the memory of earlier graphs'
+ * intermediates.
  * @module
  */
 
@@ -59,6 +60,8 @@ interface Uses {
   last: number[];
   /** Per owner number: 1 when an output keeps it to the end. */
   pinned: number[];
+  /** Per owner number: 1 when it is some graph's output (read after that graph). */
+  output: Uint8Array;
   /** Per step: the owner number of the node's own memory. */
   stepOwner: Int32Array;
 }
@@ -70,7 +73,11 @@ function ownerOf(t: Tensor): Tensor {
 // Every occurrence of a node touches its own memory owner (a write, or for a view nothing
 // yet, which is harmless: a view comes before its consumers) and its sources' owners (reads;
 // cpy's second source is the memory it writes).
-function collectUses(timeline: readonly Tensor[]): Uses {
+function collectUses(
+  timeline: readonly Tensor[],
+  graphEnd: Int32Array,
+  keep: ReadonlySet<Tensor> | undefined,
+): Uses {
   const index = new Map<number, number>();
   const last: number[] = [];
   const pinned: number[] = [];
@@ -91,19 +98,39 @@ function collectUses(timeline: readonly Tensor[]): Uses {
     const node = timeline[step] as Tensor;
     const own = touch(ownerOf(node), step);
     stepOwner[step] = own;
-    if (node.isOutput) pinned[own] = 1;
+    if (node.isOutput && (!keep || keep.has(node))) pinned[own] = 1;
     const src = node.src;
     for (let i = 0; i < src.length; i++) touch(ownerOf(src[i] as Tensor), step);
   }
-  return { index, last, pinned, stepOwner };
+  // An output that is not kept is still read after its graph (a scheduler copies it to
+  // another backend then): it lives at least to its graph's last step, and no node of that
+  // graph may overwrite it in place.
+  const output = new Uint8Array(last.length);
+  for (let step = 0; step < timeline.length; step++) {
+    const node = timeline[step] as Tensor;
+    if (!node.isOutput) continue;
+    const own = stepOwner[step] as number;
+    output[own] = 1;
+    last[own] = Math.max(last[own] as number, graphEnd[step] as number);
+  }
+  return { index, last, pinned, output, stepOwner };
 }
 
 /** Builds the timeline of `graphs` and decides blocks and in-place reuse. */
-export function analyzeLifetimes(graphs: readonly Graph[], alignment: number): Lifetimes {
+export function analyzeLifetimes(
+  graphs: readonly Graph[],
+  alignment: number,
+  keep?: ReadonlySet<Tensor>,
+): Lifetimes {
   const timeline: Tensor[] = [];
-  for (const graph of graphs) for (const node of graph.nodes) timeline.push(node);
+  const graphEnd: number[] = [];
+  for (const graph of graphs) {
+    for (const node of graph.nodes) timeline.push(node);
+    const end = timeline.length - 1;
+    for (let i = 0; i < graph.nodes.length; i++) graphEnd.push(end);
+  }
   const steps = timeline.length;
-  const uses = collectUses(timeline);
+  const uses = collectUses(timeline, Int32Array.from(graphEnd), keep);
   const tensors: Tensor[] = [];
   const tensorBlockList: number[] = [];
   const firstList: number[] = [];
@@ -180,7 +207,7 @@ function inPlaceParent(
   const owner = ownerOf(parent);
   const number = uses.index.get(owner.id) as number;
   const block = blockOf[number] as number;
-  if (block === -1 || uses.pinned[number] === 1) return null;
+  if (block === -1 || uses.pinned[number] === 1 || uses.output[number] === 1) return null;
   if (uses.last[number] !== step || ends[block] !== step) return null;
   if (parent.offsetInOwner !== 0 || !sameLayout(node, parent) || !node.isContiguous) return null;
   for (let i = 1; i < node.src.length; i++) {

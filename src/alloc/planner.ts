@@ -34,6 +34,12 @@ export interface PlanOptions {
   alignment?: number;
   /** Force one strategy; default "auto" (the smaller plan). */
   strategy?: PlanStrategy | "auto";
+  /**
+   * The outputs kept to the end of the last graph. Default: every graph's outputs. A scheduler
+   * passes the final outputs only, so results one split hands to a later split are freed after
+   * their last use there.
+   */
+  keep?: ReadonlySet<Tensor>;
 }
 
 /** Where one tensor lives in a plan, and when. */
@@ -275,7 +281,7 @@ export function planGraph(graphs: Graph | readonly Graph[], options: PlanOptions
     throw new GraftError(`planGraph: alignment must be a power of two, got ${alignment}`);
   }
   const wanted = options.strategy ?? "auto";
-  const life = analyzeLifetimes(list, alignment);
+  const life = analyzeLifetimes(list, alignment, options.keep);
   const sizes: Partial<Record<PlanStrategy, number>> = {};
   let chosen: BlockOffsets | null = null;
   let strategy: PlanStrategy = "greedy";

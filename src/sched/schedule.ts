@@ -50,8 +50,16 @@ export interface ComputeStats {
   bytesCopied: number;
 }
 
-/** Allocates the memory of a backend's splits; the planner replaces the default. */
-export type SplitAllocator = (backend: Backend, graphs: Graph[]) => BackendBuffer;
+/**
+ * Allocates the memory of a backend's split graphs. `keep` holds the graph's final outputs:
+ * other split outputs only need to live until the last split that reads them. `allocGraph`
+ * fits this type.
+ */
+export type SplitAllocator = (
+  backend: Backend,
+  graphs: Graph[],
+  options: { keep: ReadonlySet<Tensor> },
+) => BackendBuffer;
 
 const everyTensorItsOwnBlock: SplitAllocator = (backend, graphs) =>
   allocTensors(backend, graphs.flatMap((g) => g.nodes));
@@ -124,7 +132,7 @@ export class Schedule implements Disposable {
     for (const [backend, splits] of byBackend) {
       const copies = splits.flatMap((s) => s.inputs.map((i) => i.copy));
       if (copies.length > 0) this.#buffers.push(allocTensors(backend, copies));
-      this.#buffers.push(allocate(backend, splits.map((s) => s.graph)));
+      this.#buffers.push(allocate(backend, splits.map((s) => s.graph), { keep: this.#set.finals }));
     }
   }
 

@@ -43,6 +43,8 @@ export interface SplitSet {
   splits: Split[];
   /** Per backend: original tensor -> the tensor holding its value on that backend. */
   local: Map<Backend, Map<Tensor, Tensor>>;
+  /** The split tensors that hold the graph's outputs (kept to the end by the planner). */
+  finals: ReadonlySet<Tensor>;
 }
 
 interface Draft {
@@ -186,5 +188,5 @@ export function buildSplits(graph: Graph, assigned: Map<Tensor, Assignment>): Sp
       graph: Graph.buildWithInputs(ends, foreign),
     };
   });
-  return { splits, local: builder.local };
+  return { splits, local: builder.local, finals };
 }

@@ -8,18 +8,10 @@
  * @module
  */
 
-import {
-  allocGraph,
-  allocTensors,
-  type Backend,
-  CpuBackend,
-  liveAllocations,
-  Op,
-  Schedule,
-} from "../mod.ts";
+import { allocGraph, allocTensors, type Backend, CpuBackend, Op, Schedule } from "../mod.ts";
 import { WebGpuBackend, WebGpuUnavailableError } from "../src/backend/webgpu/backend.ts";
 import { blockData, buildBlock } from "./block.ts";
-import { parseDemoArgs } from "./args.ts";
+import { finishDemo, parseDemoArgs } from "./cli.ts";
 import { relativeError } from "./block_reference.ts";
 
 /** f32 on two backends whose reductions run in different orders: 1e-4 relative, as the demo. */
@@ -115,11 +107,4 @@ async function main(): Promise<number> {
   return ok ? 0 : 1;
 }
 
-const status = await main();
-const live = liveAllocations();
-if (live.buffers + live.plans + live.pools + live.allocators !== 0) {
-  console.error("leak:", live);
-  Deno.exit(2);
-}
-console.log(status === 0 ? "  result         OK" : "  result         MISMATCH");
-Deno.exit(status);
+finishDemo(await main());

@@ -7,16 +7,9 @@
  * @module
  */
 
-import {
-  allocTensors,
-  CpuBackend,
-  type CpuPlan,
-  liveAllocations,
-  opName,
-  planGraph,
-} from "../mod.ts";
+import { allocTensors, CpuBackend, type CpuPlan, opName, planGraph } from "../mod.ts";
 import { blockData, buildBlock } from "./block.ts";
-import { parseDemoArgs } from "./args.ts";
+import { finishDemo, parseDemoArgs } from "./cli.ts";
 import { referenceBlock, relativeError } from "./block_reference.ts";
 
 const TOLERANCE = 1e-4;
@@ -76,11 +69,4 @@ function printProfile(cpu: CpuBackend, plan: CpuPlan): void {
   }
 }
 
-const status = main();
-const live = liveAllocations();
-if (live.buffers + live.plans + live.pools + live.allocators !== 0) {
-  console.error("leak:", live);
-  Deno.exit(2);
-}
-console.log(status === 0 ? "  result         OK" : "  result         MISMATCH");
-Deno.exit(status);
+finishDemo(main());

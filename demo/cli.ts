@@ -1,9 +1,11 @@
 /**
- * Command-line options shared by the demos: the block's sizes and how many runs to time.
+ * What the demos share on the command line: the block's sizes, how many runs to time, and the
+ * way they end (a leak check, then OK or MISMATCH and the exit status).
  * @module
  */
 
 import { parseArgs } from "node:util";
+import { liveAllocations } from "../mod.ts";
 import { type BlockConfig, DEFAULT_BLOCK } from "./block.ts";
 
 /** What the demos read from their command line. */
@@ -52,4 +54,15 @@ export function parseDemoArgs(args: string[], defaultRuns: number, flags: string
   }
   const set = new Set(flags.filter((f) => (values as Record<string, unknown>)[f] === true));
   return { config, runs: number("runs") ?? defaultRuns, threads: number("threads"), flags: set };
+}
+
+/** Exits with `status` (0 when the results matched), or 2 if native objects were leaked. */
+export function finishDemo(status: number): never {
+  const live = liveAllocations();
+  if (live.buffers + live.plans + live.pools + live.allocators !== 0) {
+    console.error("leak:", live);
+    Deno.exit(2);
+  }
+  console.log(status === 0 ? "  result         OK" : "  result         MISMATCH");
+  Deno.exit(status);
 }

@@ -47,7 +47,13 @@ export { mulMat } from "./src/ops/matmul.ts";
 export { permute, reshape, transpose, view } from "./src/ops/view.ts";
 export { cont, cpy, getRows } from "./src/ops/copy.ts";
 export type { Backend, BackendBuffer, GraphPlan } from "./src/backend/backend.ts";
-export { CpuBackend, type CpuBackendOptions, CpuBuffer, CpuPlan } from "./src/backend/cpu.ts";
+export {
+  CpuBackend,
+  type CpuBackendOptions,
+  CpuBuffer,
+  CpuPlan,
+  type CpuPlanOptions,
+} from "./src/backend/cpu.ts";
 export { Allocator, type AllocatorOptions, type AllocatorStats } from "./src/alloc/allocator.ts";
 export { allocTensors } from "./src/alloc/alloc_tensors.ts";
 export { type LiveAllocations, liveAllocations } from "./src/live.ts";

@@ -7,7 +7,7 @@
 import { GraftError, LibraryLoadError, nativeError } from "./errors.ts";
 
 /** The ABI version this binding speaks; `graft_abi_version()` must return it. */
-export const ABI_VERSION = 2;
+export const ABI_VERSION = 3;
 
 /** Native symbols of the Graft core. */
 export const symbols = {
@@ -60,6 +60,8 @@ export const symbols = {
     result: "i32",
     nonblocking: true,
   },
+  /** (plan): the plan's prepacked weights are stale; the next compute packs them again */
+  graft_plan_repack: { parameters: ["u32"], result: "i32" },
   /** (plan, enable): per-node timing of later computes */
   graft_plan_profile: { parameters: ["u32", "u32"], result: "i32" },
   /** (plan, out: u64[capacity], capacity) */

@@ -138,6 +138,8 @@ pub const Status = enum(c_int) {
 /// and a barrier across all threads of the pool, for kernels with phases (pack, then compute).
 /// Every thread of the pool calls the kernel for every node, so a kernel that calls the barrier
 /// must do so the same number of times on every thread.
+/// `prepacked` is the plan's prepacked copy of this node's constant operand (see mul_mat), set
+/// per node by the plan; null for nodes without one.
 pub const Work = extern struct {
     thread_index: u32,
     thread_count: u32,
@@ -145,6 +147,8 @@ pub const Work = extern struct {
     scratch_size_bytes: u64,
     barrier_context: *anyopaque,
     barrier: *const fn (context: *anyopaque) callconv(.c) void,
+    prepacked: ?[*]align(64) u8 = null,
+    prepacked_size_bytes: u64 = 0,
 
     pub fn sync(self: *const Work) void {
         self.barrier(self.barrier_context);

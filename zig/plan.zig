@@ -1,6 +1,11 @@
 //! A graph plan: a validated copy of the node table, its work buffer, and the buffers it touches.
 //! Computing a plan is one job on the pool: every thread walks every node, computes its share,
 //! and waits at the barrier before the next node.
+//!
+//! Prepacked weights: nodes whose constant operand the kernels prepack (flagged mul_mat) get a
+//! range of the plan's `prepacked` memory, allocated with the plan. A compute that finds the
+//! plan unpacked (just made, or `request_repack` since) first packs every such node on all
+//! threads, then waits at the barrier, then runs the nodes; later computes skip the packing.
 
 const std = @import("std");
 const assert = std.debug.assert;
@@ -17,7 +22,18 @@ pub const nodes_max = 1 << 22;
 pub const Kernels = struct {
     compute_node: *const fn (node: *const Node, work: *const Work) callconv(.c) c_int,
     work_size: *const fn (node: *const Node, thread_count: u32) callconv(.c) u64,
+    prepacked_size: *const fn (node: *const Node) callconv(.c) u64,
+    prepack: *const fn (node: *const Node, work: *const Work) callconv(.c) c_int,
 };
+
+/// One node's range of `Plan.prepacked`; size 0 when the node has none.
+pub const PrepackedRange = struct {
+    offset: u64,
+    size_bytes: u64,
+};
+
+/// Prepacked ranges start on this boundary (a cache line, as kernels expect of `Work.scratch`).
+pub const prepacked_alignment = 64;
 
 pub const Plan = struct {
     nodes: []Node,
@@ -31,6 +47,29 @@ pub const Plan = struct {
     /// measured up to the barrier after it, so it includes waiting for the slowest thread.
     node_nanoseconds: ?[]u64 = null,
     computing: std.atomic.Value(bool) = .init(false),
+    /// Packed copies of the nodes' constant operands; empty when no node has one.
+    prepacked: []align(64) u8,
+    /// Per node (as many as `nodes`, or empty with `prepacked`), its range of `prepacked`.
+    prepacked_ranges: []PrepackedRange,
+    /// Repack requests so far, and the count the packed copies reflect: they differ when the
+    /// next compute must pack. A count, not a flag, so that a request made while a compute
+    /// packs is never lost when that compute finishes.
+    pack_requests: std.atomic.Value(u64) = .init(1),
+    packed_requests: u64 = 0,
+
+    /// Marks the packed copies stale: the next compute packs again.
+    pub fn request_repack(self: *Plan) void {
+        _ = self.pack_requests.fetchAdd(1, .acq_rel);
+    }
+
+    fn prepacked_for(self: *const Plan, index: usize) struct { ?[*]align(64) u8, u64 } {
+        if (self.prepacked_ranges.len == 0) return .{ null, 0 };
+        const range = self.prepacked_ranges[index];
+        if (range.size_bytes == 0) return .{ null, 0 };
+        assert(range.offset % prepacked_alignment == 0);
+        assert(range.offset + range.size_bytes <= self.prepacked.len);
+        return .{ @alignCast(self.prepacked.ptr + range.offset), range.size_bytes };
+    }
 };
 
 /// The outcome of one compute: the first failing node, if any.
@@ -45,10 +84,14 @@ const Execution = struct {
     barrier: pool_module.Barrier,
     first_error: std.atomic.Value(i32) = .init(0),
     error_node: std.atomic.Value(u32) = .init(0),
+    /// Whether this compute packs the prepacked operands first, and (set by thread 0 after the
+    /// packing barrier) whether every thread packed without error.
+    pack: bool,
+    packed_ok: bool = false,
 
     fn run(context: *anyopaque, thread_index: u32, thread_count: u32) void {
         const self: *Execution = @ptrCast(@alignCast(context));
-        const work: Work = .{
+        var work: Work = .{
             .thread_index = thread_index,
             .thread_count = thread_count,
             .scratch = self.plan.work.ptr,
@@ -56,9 +99,17 @@ const Execution = struct {
             .barrier_context = &self.barrier,
             .barrier = pool_module.Barrier.wait_c,
         };
+        if (self.pack) {
+            self.pack_all(&work);
+            // No node may read a packed copy before every thread has written its share.
+            self.barrier.wait();
+            if (thread_index == 0) self.packed_ok = self.first_error.load(.acquire) == 0;
+        }
+        // Timings start after the packing: they measure the steady-state nodes.
         const timings = if (thread_index == 0) self.plan.node_nanoseconds else null;
         var started = if (timings != null) std.time.nanoTimestamp() else 0;
         for (self.plan.nodes, 0..) |*node, index| {
+            work.prepacked, work.prepacked_size_bytes = self.plan.prepacked_for(index);
             if (self.first_error.load(.monotonic) == 0) {
                 const status = self.kernels.compute_node(node, &work);
                 if (status != 0) self.record_error(status, @intCast(index));
@@ -71,6 +122,19 @@ const Execution = struct {
                 started = now;
             }
         }
+    }
+
+    /// This thread's share of packing every node's prepacked operand; each node's packing is
+    /// split by the kernel itself, so no barrier between nodes.
+    fn pack_all(self: *Execution, work: *Work) void {
+        for (self.plan.nodes, 0..) |*node, index| {
+            work.prepacked, work.prepacked_size_bytes = self.plan.prepacked_for(index);
+            if (work.prepacked == null) continue;
+            const status = self.kernels.prepack(node, work);
+            if (status != 0) self.record_error(status, @intCast(index));
+        }
+        work.prepacked = null;
+        work.prepacked_size_bytes = 0;
     }
 
     fn record_error(self: *Execution, status: c_int, index: u32) void {
@@ -87,13 +151,17 @@ pub fn compute(plan: *Plan, pool: *pool_module.Pool) Outcome {
     if (plan.nodes.len == 0) return .{ .status = .ok, .node_index = 0 };
     const thread_count = @min(plan.thread_count, pool.thread_count);
     assert(thread_count >= 1);
+    const requests = plan.pack_requests.load(.acquire);
     var execution: Execution = .{
         .plan = plan,
         .kernels = plan.kernels,
         .barrier = .{ .thread_count = thread_count },
+        .pack = plan.prepacked.len > 0 and plan.packed_requests != requests,
     };
     const job: pool_module.Job = .{ .context = &execution, .run = Execution.run, .thread_count = thread_count };
     if (!pool.run(job)) return .{ .status = .busy, .node_index = 0 };
+    // A failed packing leaves the plan unpacked: the next compute tries again.
+    if (execution.pack and execution.packed_ok) plan.packed_requests = requests;
     const status: Status = @enumFromInt(execution.first_error.load(.acquire));
     return .{ .status = status, .node_index = execution.error_node.load(.acquire) };
 }

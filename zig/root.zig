@@ -18,7 +18,7 @@ const Status = node_abi.Status;
 const fail = status_module.fail;
 
 /// Bumped whenever an export, the node table or a status code changes meaning.
-pub const abi_version: u32 = 2;
+pub const abi_version: u32 = 3;
 
 pub const buffers_max = 4096;
 pub const allocators_max = 4096;
@@ -46,16 +46,24 @@ var live_plan_bytes = std.atomic.Value(u64).init(0);
 
 extern fn graft_avx2_compute_node(node: *const Node, work: *const node_abi.Work) callconv(.c) c_int;
 extern fn graft_avx2_work_size(node: *const Node, thread_count: u32) callconv(.c) u64;
+extern fn graft_avx2_prepacked_size(node: *const Node) callconv(.c) u64;
+extern fn graft_avx2_prepack(node: *const Node, work: *const node_abi.Work) callconv(.c) c_int;
 extern fn graft_avx512_compute_node(node: *const Node, work: *const node_abi.Work) callconv(.c) c_int;
 extern fn graft_avx512_work_size(node: *const Node, thread_count: u32) callconv(.c) u64;
+extern fn graft_avx512_prepacked_size(node: *const Node) callconv(.c) u64;
+extern fn graft_avx512_prepack(node: *const Node, work: *const node_abi.Work) callconv(.c) c_int;
 
 const kernels_avx2: plan_module.Kernels = .{
     .compute_node = graft_avx2_compute_node,
     .work_size = graft_avx2_work_size,
+    .prepacked_size = graft_avx2_prepacked_size,
+    .prepack = graft_avx2_prepack,
 };
 const kernels_avx512: plan_module.Kernels = .{
     .compute_node = graft_avx512_compute_node,
     .work_size = graft_avx512_work_size,
+    .prepacked_size = graft_avx512_prepacked_size,
+    .prepack = graft_avx512_prepack,
 };
 
 /// The kernel build for a SIMD level (0: the best this CPU supports), or null with a message
@@ -314,6 +322,7 @@ export fn graft_plan_create(nodes: [*]const Node, node_count: u32, thread_count:
     var handles_found = std.AutoArrayHashMap(u32, void).init(gpa);
     defer handles_found.deinit();
     var work_bytes: u64 = 0;
+    var prepacked_bytes: u64 = 0;
     for (source, 0..) |*node, index| {
         const verdict = validate.validate_node(node);
         if (verdict.status != .ok) {
@@ -322,11 +331,33 @@ export fn graft_plan_create(nodes: [*]const Node, node_count: u32, thread_count:
         const status = check_node_memory(node, index, &handles_found);
         if (status != .ok) return status_code(status);
         work_bytes = @max(work_bytes, selected.work_size(node, thread_count));
+        prepacked_bytes += round_up(selected.prepacked_size(node), plan_module.prepacked_alignment);
     }
-    return status_code(make_plan(source, thread_count, selected, work_bytes, handles_found.keys(), out_handle, out_work_bytes));
+    const sizes: PlanSizes = .{ .work_bytes = work_bytes, .prepacked_bytes = prepacked_bytes };
+    return status_code(make_plan(source, thread_count, selected, sizes, handles_found.keys(), out_handle, out_work_bytes));
 }
 
-fn make_plan(source: []const Node, thread_count: u32, selected: plan_module.Kernels, work_bytes: u64, handles: []const u32, out_handle: *u32, out_work_bytes: *u64) Status {
+fn round_up(value: u64, alignment: u64) u64 {
+    assert(std.math.isPowerOfTwo(alignment));
+    return (value + alignment - 1) & ~(alignment - 1);
+}
+
+const PlanSizes = struct {
+    work_bytes: u64,
+    /// All prepacked operands, each range rounded up to `prepacked_alignment`.
+    prepacked_bytes: u64,
+};
+
+fn make_plan(
+    source: []const Node,
+    thread_count: u32,
+    selected: plan_module.Kernels,
+    sizes: PlanSizes,
+    handles: []const u32,
+    out_handle: *u32,
+    out_work_bytes: *u64,
+) Status {
+    const work_bytes = sizes.work_bytes;
     const plan = gpa.create(plan_module.Plan) catch return fail(.out_of_memory, "plan record", .{});
     const copied = gpa.dupe(Node, source) catch {
         gpa.destroy(plan);
@@ -343,7 +374,22 @@ fn make_plan(source: []const Node, thread_count: u32, selected: plan_module.Kern
         gpa.destroy(plan);
         return fail(.out_of_memory, "buffer list", .{});
     };
-    plan.* = .{ .nodes = copied, .work = work, .buffer_handles = handle_copy, .thread_count = thread_count, .kernels = selected };
+    const prepacked = alloc_prepacked(copied, selected, sizes.prepacked_bytes) catch {
+        gpa.free(handle_copy);
+        gpa.free(work);
+        gpa.free(copied);
+        gpa.destroy(plan);
+        return fail(.out_of_memory, "prepacked weights of {d} bytes", .{sizes.prepacked_bytes});
+    };
+    plan.* = .{
+        .nodes = copied,
+        .work = work,
+        .buffer_handles = handle_copy,
+        .thread_count = thread_count,
+        .kernels = selected,
+        .prepacked = prepacked.memory,
+        .prepacked_ranges = prepacked.ranges,
+    };
     out_handle.* = plans.insert(plan) orelse {
         free_plan(plan);
         return fail(.limit_reached, "plans_max ({d}) live plans reached", .{plans_max});
@@ -353,11 +399,41 @@ fn make_plan(source: []const Node, thread_count: u32, selected: plan_module.Kern
     return .ok;
 }
 
+const Prepacked = struct {
+    memory: []align(64) u8,
+    ranges: []plan_module.PrepackedRange,
+};
+
+/// The plan's prepacked memory (unpacked until the first compute) and each node's range of it;
+/// both empty when no node prepacks, so plans without weights cost nothing more.
+fn alloc_prepacked(
+    nodes: []const Node,
+    selected: plan_module.Kernels,
+    size_bytes: u64,
+) error{OutOfMemory}!Prepacked {
+    if (size_bytes == 0) return .{ .memory = &.{}, .ranges = &.{} };
+    const alignment = comptime std.mem.Alignment.fromByteUnits(plan_module.prepacked_alignment);
+    const memory = try gpa.alignedAlloc(u8, alignment, @intCast(size_bytes));
+    errdefer gpa.free(memory);
+    const ranges = try gpa.alloc(plan_module.PrepackedRange, nodes.len);
+    var offset: u64 = 0;
+    for (nodes, ranges) |*node, *range| {
+        const node_bytes = selected.prepacked_size(node);
+        range.* = .{ .offset = offset, .size_bytes = node_bytes };
+        offset += round_up(node_bytes, plan_module.prepacked_alignment);
+    }
+    assert(offset == size_bytes);
+    return .{ .memory = memory, .ranges = ranges };
+}
+
 fn plan_bytes(plan: *const plan_module.Plan) u64 {
-    return plan.nodes.len * @sizeOf(Node) + plan.work.len;
+    return plan.nodes.len * @sizeOf(Node) + plan.work.len + plan.prepacked.len +
+        plan.prepacked_ranges.len * @sizeOf(plan_module.PrepackedRange);
 }
 
 fn free_plan(plan: *plan_module.Plan) void {
+    if (plan.prepacked.len > 0) gpa.free(plan.prepacked);
+    if (plan.prepacked_ranges.len > 0) gpa.free(plan.prepacked_ranges);
     if (plan.node_nanoseconds) |timings| gpa.free(timings);
     gpa.free(plan.buffer_handles);
     gpa.free(plan.work);
@@ -408,6 +484,14 @@ export fn graft_plan_compute(plan_handle: u32, pool_handle: u32) c_int {
     if (outcome.status == .busy) return status_code(fail(.busy, "the pool or plan is already computing", .{}));
     const op = plan.nodes[outcome.node_index].op;
     return status_code(fail(outcome.status, "node {d} (op {d}) failed in its kernel", .{ outcome.node_index, op }));
+}
+
+/// Marks the plan's prepacked weights stale: the next compute packs them again from the
+/// tensors (call it after writing a weight). A no-op for a plan without prepacked weights.
+export fn graft_plan_repack(handle: u32) c_int {
+    const plan = plans.get(handle) orelse return status_code(fail(.invalid_handle, "plan handle 0x{x} is not live", .{handle}));
+    plan.request_repack();
+    return 0;
 }
 
 /// Turns per-node timing on (enable != 0) or off for a plan.

@@ -190,6 +190,8 @@ fn check_mul_mat(n: *const Node) Verdict {
     if (dtype_of(a) == .i32) return fail(.unsupported, "mul_mat: src0 must be f32 or f16");
     if (dtype_of(b) != .f32) return fail(.unsupported, "mul_mat: src1 must be f32");
     if (dtype_of(c) != .f32) return fail(.unsupported, "mul_mat: dst must be f32");
+    // params[0] is the prepack flag (see kernels/mul_mat.zig): 0, or 1 for a constant src0.
+    if (n.params[0] > 1) return fail(.invalid_argument, "mul_mat: params[0] (prepack) is not 0 or 1");
     if (a.ne[0] != b.ne[0]) return fail(.shape_mismatch, "mul_mat: src0.ne[0] != src1.ne[0]");
     if (@mod(b.ne[2], a.ne[2]) != 0) {
         return fail(.shape_mismatch, "mul_mat: src0.ne[2] does not divide src1.ne[2]");

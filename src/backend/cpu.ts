@@ -8,6 +8,7 @@ import { dtypeSize, type TensorData, typedView } from "../dtype.ts";
 import { DisposedError, GraftError, PlacementError, StalePlanError } from "../errors.ts";
 import { check, type GraftSymbols, loadLibrary, type LoadOptions } from "../ffi.ts";
 import type { Graph } from "../graph.ts";
+import { Op } from "../op.ts";
 import type { Tensor } from "../tensor.ts";
 import type { Backend, BackendBuffer, GraphPlan } from "./backend.ts";
 import { computeNodes, encodeNodeTable } from "./node_table.ts";
@@ -32,6 +33,7 @@ export class CpuBuffer implements BackendBuffer {
   /** Native address of byte 0. */
   readonly address: bigint;
   #disposed = false;
+  #writeGeneration = 0;
   readonly #lib: GraftSymbols;
 
   /** Use {@link CpuBackend.allocBuffer}. */
@@ -55,6 +57,26 @@ export class CpuBuffer implements BackendBuffer {
     return this.#disposed;
   }
 
+  /**
+   * Counts the writes into this buffer made through its backend: `setTensor`,
+   * `setTensorAsync`, tensor copies into it, and computes of plans whose graph writes into a
+   * leaf here (a `cpy` into it). Plans with prepacked weights compare it to know when to pack
+   * them again. Memory written by other means (raw FFI on {@link address}) is not counted:
+   * call {@link markWritten} after such a write.
+   */
+  get writeGeneration(): number {
+    return this.#writeGeneration;
+  }
+
+  /**
+   * Records a write into this buffer, so that every plan that prepacked weights from it packs
+   * them again before its next compute. The backend calls it for its own writes; call it after
+   * writing the memory by any other means.
+   */
+  markWritten(): void {
+    this.#writeGeneration++;
+  }
+
   dispose(): void {
     if (this.#disposed) throw new DisposedError("CpuBuffer.dispose: buffer already disposed");
     this.#disposed = true;
@@ -72,6 +94,64 @@ const plans = new FinalizationRegistry<{ lib: GraftSymbols; handle: number }>((h
   held.lib.graft_plan_free(held.handle);
 });
 
+/** Options of {@link CpuBackend.graphPlanCreate}. */
+export interface CpuPlanOptions {
+  /**
+   * Pack the weights of the graph's matrix products once, as the kernels read them, instead of
+   * on every compute (default false). A weight is the src0 of a `mulMat` whose memory owner is
+   * a leaf (op none) on this backend that no node of the graph writes. The packed copies live
+   * in the plan's memory (as large as the weights, f16 weights stored as f32) and are packed
+   * on the first compute. A later write into a weight's buffer through the backend
+   * (`setTensor`, `setTensorAsync`, a tensor copy, another plan's `cpy`; see
+   * {@link CpuBuffer.writeGeneration}) makes the next compute pack again, so results never
+   * come from a stale copy, but a buffer written on every compute repacks every compute: keep
+   * per-run inputs out of the weights' buffer. Memory written outside the backend, as through
+   * raw FFI, is not seen: call {@link CpuBuffer.markWritten} after such a write. Results are
+   * bitwise those of a plan without prepacking.
+   */
+  prepackWeights?: boolean;
+}
+
+/** A byte range of one CPU buffer. */
+interface BufferRange {
+  buffer: CpuBuffer;
+  begin: number;
+  end: number;
+}
+
+function ownerRange(backend: CpuBackend, tensor: Tensor): BufferRange {
+  const owner = tensor.memoryOwner;
+  const buffer = backend.bufferOf(owner, "graphPlanCreate");
+  const begin = owner.placement!.offset;
+  return { buffer, begin, end: begin + owner.nbytes };
+}
+
+function overlaps(a: BufferRange, b: BufferRange): boolean {
+  return a.buffer === b.buffer && a.begin < b.end && b.begin < a.end;
+}
+
+/** Whether a compute node writes into a leaf's memory (a `cpy` into a leaf or a view of one). */
+function writesLeaf(node: Tensor): boolean {
+  return node.memoryOwner !== node && node.memoryOwner.op === Op.none;
+}
+
+/**
+ * The mulMat nodes whose src0 is a weight (see {@link CpuPlanOptions.prepackWeights}): owned by
+ * a leaf whose memory no node of the graph writes, not even in part. Every node's destination
+ * is checked, not only copies into leafs, so that a placement that aliases a weight (however
+ * it was made) never leaves a stale packed copy.
+ */
+function prepackedProducts(backend: CpuBackend, nodes: readonly Tensor[]): Tensor[] {
+  const writes = nodes.map((t) => ownerRange(backend, t));
+  return nodes.filter((t) => {
+    if (t.op !== Op.mulMat) return false;
+    const weight = t.src[0]!;
+    if (weight.memoryOwner.op !== Op.none) return false;
+    const range = ownerRange(backend, weight);
+    return !writes.some((w) => overlaps(w, range));
+  });
+}
+
 /** A graph plan in native memory: the node table and its work buffer. */
 export class CpuPlan implements GraphPlan {
   readonly graph: Graph;
@@ -84,8 +164,18 @@ export class CpuPlan implements GraphPlan {
   readonly backend: CpuBackend;
   /** Nodes the core computes (views excluded). */
   readonly nodeCount: number;
+  /**
+   * The mulMat nodes whose weight (src0) the plan prepacks (see
+   * {@link CpuPlanOptions.prepackWeights}); the core still computes from the weight itself for
+   * shapes its packed kernels do not take (few columns, a src0 of several batches).
+   */
+  readonly prepacked: readonly Tensor[];
   #disposed = false;
   readonly #lib: GraftSymbols;
+  /** Buffers the graph writes into (a leaf of), whose write counts each compute bumps. */
+  readonly #writes: readonly CpuBuffer[];
+  /** Buffers holding prepacked weights, with their write count when the plan last packed. */
+  readonly #packedGenerations = new Map<CpuBuffer, number>();
 
   /** Use {@link CpuBackend.graphPlanCreate}. */
   constructor(
@@ -94,12 +184,14 @@ export class CpuPlan implements GraphPlan {
     graph: Graph,
     threads: number,
     simdLevel: number,
+    options: CpuPlanOptions = {},
   ) {
     const nodes = computeNodes(graph.nodes);
     for (const tensor of [...graph.leafs, ...graph.nodes]) {
       backend.bufferOf(tensor, "graphPlanCreate");
     }
-    const table = encodeNodeTable(nodes, (t) => backend.addressOf(t));
+    const prepacked = options.prepackWeights ? prepackedProducts(backend, nodes) : [];
+    const table = encodeNodeTable(nodes, (t) => backend.addressOf(t), new Set(prepacked));
     const handle = new Uint32Array(1);
     const work = new BigUint64Array(1);
     check(
@@ -113,8 +205,40 @@ export class CpuPlan implements GraphPlan {
     this.workSize = Number(work[0]!);
     this.threads = threads;
     this.nodeCount = nodes.length;
+    this.prepacked = prepacked;
     this.#lib = lib;
+    this.#writes = [
+      ...new Set(nodes.filter(writesLeaf).map((t) => backend.bufferOf(t, "graphPlanCreate"))),
+    ];
+    // -1: never packed; the first compute packs anyway (the core starts unpacked).
+    for (const t of prepacked) {
+      this.#packedGenerations.set(backend.bufferOf(t.src[0]!, "graphPlanCreate"), -1);
+    }
     plans.register(this, { lib, handle: this.handle }, this);
+  }
+
+  /**
+   * What the backend does right before each compute of this plan (do not call it otherwise):
+   * asks the core to pack the weights again when a weight's buffer was written since they were
+   * packed, then counts this compute's writes. The plan's own writes never touch its weights
+   * (such weights are not prepacked), so they do not make it repack.
+   */
+  beforeCompute(): void {
+    let stale = false;
+    for (const [buffer, generation] of this.#packedGenerations) {
+      if (buffer.writeGeneration !== generation) stale = true;
+    }
+    if (stale) {
+      check(this.#lib, this.#lib.graft_plan_repack(this.handle), "graphPlanCompute");
+      for (const buffer of this.#packedGenerations.keys()) {
+        this.#packedGenerations.set(buffer, buffer.writeGeneration);
+      }
+    }
+    for (const buffer of this.#writes) {
+      const current = this.#packedGenerations.get(buffer) === buffer.writeGeneration;
+      buffer.markWritten();
+      if (current) this.#packedGenerations.set(buffer, buffer.writeGeneration);
+    }
   }
 
   /** True once disposed. */
@@ -301,6 +425,7 @@ export class CpuBackend implements Backend {
       this.#lib.graft_buffer_write(buffer.handle, at, bytes, BigInt(bytes.length)),
       "setTensor",
     );
+    buffer.markWritten();
   }
 
   getTensor(tensor: Tensor, offset = 0, size?: number): TensorData {
@@ -401,11 +526,20 @@ export class CpuBackend implements Backend {
       ),
       "cpyTensor",
     );
+    to.markWritten();
   }
 
-  graphPlanCreate(graph: Graph): CpuPlan {
+  /**
+   * Makes a plan for `graph`: its node table and work buffer in native memory.
+   *
+   * @param graph The graph; every tensor of it must have memory on this backend.
+   * @param options `prepackWeights`: pack the matrix products' weights once (see
+   *   {@link CpuPlanOptions.prepackWeights}); off by default.
+   * @returns The plan, to compute with {@link graphPlanCompute} and dispose.
+   */
+  graphPlanCreate(graph: Graph, options: CpuPlanOptions = {}): CpuPlan {
     this.#alive("graphPlanCreate");
-    return new CpuPlan(this, this.#lib, graph, this.#threads, this.#simdLevel);
+    return new CpuPlan(this, this.#lib, graph, this.#threads, this.#simdLevel, options);
   }
 
   #checkPlan(plan: GraphPlan, graph: Graph | undefined): CpuPlan {
@@ -431,6 +565,7 @@ export class CpuBackend implements Backend {
   graphPlanCompute(plan: GraphPlan, graph?: Graph): void {
     const cpuPlan = this.#checkPlan(plan, graph);
     this.#idle("graphPlanCompute");
+    cpuPlan.beforeCompute();
     check(this.#lib, this.#lib.graft_plan_compute(cpuPlan.handle, this.#pool), "graphPlanCompute");
   }
 
@@ -438,6 +573,8 @@ export class CpuBackend implements Backend {
   graphPlanComputeAsync(plan: GraphPlan, graph?: Graph): Promise<void> {
     const cpuPlan = this.#checkPlan(plan, graph);
     return this.#enqueue(async () => {
+      // Here, behind the queued writes before it, so that it sees them.
+      cpuPlan.beforeCompute();
       const status = await this.#lib.graft_plan_compute_async(cpuPlan.handle, this.#pool);
       check(this.#lib, status, "graphPlanComputeAsync");
     });

@@ -15,6 +15,9 @@ const DESC_SIZE = 80;
 const DST_OFFSET = 40;
 const SRC_OFFSET = 120;
 const SOURCES_MAX = 3;
+const PARAMS_OFFSET = 8;
+/** mul_mat's params[0] (a u32 slot): src0 is a constant weight the plan prepacks. */
+const PREPACK_FLAG = 1;
 
 /** Resolves a placed tensor to its native address. */
 export type AddressOf = (tensor: Tensor) => bigint;
@@ -33,8 +36,15 @@ function writeDesc(view: DataView, at: number, tensor: Tensor, address: bigint):
   view.setUint32(at + 72, dtypeCode[tensor.dtype], true);
 }
 
-/** Writes the node table for `nodes` (compute nodes only, in order). */
-export function encodeNodeTable(nodes: readonly Tensor[], addressOf: AddressOf): Uint8Array {
+/**
+ * Writes the node table for `nodes` (compute nodes only, in order). The mulMat nodes in
+ * `prepack` get the prepack flag: their src0 is a weight the plan may pack once.
+ */
+export function encodeNodeTable(
+  nodes: readonly Tensor[],
+  addressOf: AddressOf,
+  prepack: ReadonlySet<Tensor> = new Set(),
+): Uint8Array {
   const table = new Uint8Array(Math.max(1, nodes.length) * NODE_SIZE);
   const view = new DataView(table.buffer);
   nodes.forEach((tensor, index) => {
@@ -46,7 +56,13 @@ export function encodeNodeTable(nodes: readonly Tensor[], addressOf: AddressOf):
     }
     view.setUint32(at, coreOp(tensor.op), true);
     view.setUint32(at + 4, sources.length, true);
-    tensor.params.forEach((p, i) => view.setFloat32(at + 8 + i * 4, p, true));
+    tensor.params.forEach((p, i) => view.setFloat32(at + PARAMS_OFFSET + i * 4, p, true));
+    if (prepack.has(tensor)) {
+      if (tensor.op !== Op.mulMat || tensor.params.length > 0) {
+        throw new PlacementError(`prepack: ${tensor.label} is not a mulMat without params`);
+      }
+      view.setUint32(at + PARAMS_OFFSET, PREPACK_FLAG, true);
+    }
     writeDesc(view, at + DST_OFFSET, tensor, addressOf(tensor));
     sources.forEach((source, i) => {
       writeDesc(view, at + SRC_OFFSET + i * DESC_SIZE, source, addressOf(source));

@@ -1,4 +1,4 @@
-//! Maps a node to its kernel. `variant.zig` exports these two functions under per-variant names;
+//! Maps a node to its kernel. `variant.zig` exports these functions under per-variant names;
 //! they live here, apart from the exports, so the unit tests can call them directly.
 //!
 //! The core validates every node of a plan before computing it; the entry points validate again
@@ -77,6 +77,23 @@ pub fn work_size(n: *const Node, thread_count: u32) u64 {
         .mul_mat => mul_mat.work_size(n, thread_count),
         else => 0,
     };
+}
+
+/// Bytes of the node's prepacked operand (0: none): only mul_mat flagged to prepack src0.
+pub fn prepacked_size(n: *const Node) u64 {
+    if (validate.validate_node(n).status != .ok) return 0;
+    const op: Op = @enumFromInt(n.op);
+    return if (op == .mul_mat) mul_mat.prepacked_size(n) else 0;
+}
+
+/// This thread's share of packing the node's prepacked operand into `work.prepacked`. Every
+/// thread calls it; the caller waits at the barrier before any node reads the packed copy.
+pub fn prepack(n: *const Node, work: *const Work) Status {
+    if (work.thread_count == 0 or work.thread_index >= work.thread_count) return .invalid_argument;
+    const verdict = validate.validate_node(n);
+    if (verdict.status != .ok) return verdict.status;
+    const op: Op = @enumFromInt(n.op);
+    return if (op == .mul_mat) mul_mat.prepack(n, work) else .ok;
 }
 
 /// Ops whose kernel can fail on the values it reads (get_rows on a bad index). Every thread runs

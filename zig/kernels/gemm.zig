@@ -20,6 +20,11 @@
 //! shared counter (the dynamic schedule), so a thread that a noisy machine descheduled leaves
 //! its rows to the others instead of stalling the node. The counter is reset behind a barrier.
 //!
+//! Prepacked A: a plan that knows A is a constant weight packs all of it once (`prepack_a`) into
+//! panels of MR rows by all of K, [k][MR] each, the exact values `packPanel` makes per block, and
+//! computes with `sgemm_prepacked`, which reads the blocks from there instead of packing them:
+//! the same micro-kernel calls on the same floats, so the results are bitwise those of `sgemm`.
+//!
 //! Determinism: threads split output tiles only, never k. Every element of C is summed in the
 //! same order (KC blocks in order, k in order inside a block, one fused multiply-add per term)
 //! whatever the thread count or split, so results are bitwise identical for any thread count.
@@ -27,6 +32,8 @@
 const std = @import("std");
 const builtin = @import("builtin");
 const node = @import("../node.zig");
+
+const assert = std.debug.assert;
 
 pub const GemmArgs = struct {
     m: usize,
@@ -399,17 +406,113 @@ pub fn sgemm(args: *const GemmArgs, work: *const node.Work) void {
         }
         return;
     }
+    packedPaths(args, null, work);
+}
+
+/// `sgemm` with A already packed by `prepack_a` (into `a_packed`, `prepacked_size_bytes` long)
+/// from the same arguments: no packing of A. Only for arguments that take a packed path.
+pub fn sgemm_prepacked(args: *const GemmArgs, a_packed: []const f32, work: *const node.Work) void {
+    assert(prepacked_size_bytes(args) > 0);
+    assert(a_packed.len * @sizeOf(f32) == prepacked_size_bytes(args));
+    packedPaths(args, a_packed.ptr, work);
+}
+
+fn packedPaths(args: *const GemmArgs, a_packed: ?[*]const f32, work: *const node.Work) void {
     if (useDynamic(args, work.thread_count)) {
         switch (args.a_dtype) {
-            .f16 => dynamicPath(f16, args, work),
-            else => dynamicPath(f32, args, work),
+            .f16 => dynamicPath(f16, args, a_packed, work),
+            else => dynamicPath(f32, args, a_packed, work),
         }
         return;
     }
     switch (args.a_dtype) {
-        .f16 => packedPath(f16, args, work),
-        else => packedPath(f32, args, work),
+        .f16 => packedPath(f16, args, a_packed, work),
+        else => packedPath(f32, args, a_packed, work),
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prepacked A.
+
+/// Bytes of all of A packed by `prepack_a`: MR-row panels of all of K (the last panel's missing
+/// rows zero), f32. 0 when these arguments never read packed A (the dot path, or nothing to do),
+/// so that a plan prepacks nothing for them. A function of the arguments only, never of the
+/// thread count: a plan may run on fewer threads than it was made for.
+pub fn prepacked_size_bytes(args: *const GemmArgs) usize {
+    if (args.m == 0 or args.n == 0 or args.k == 0 or useDot(args)) return 0;
+    const m_panels = (args.m + mr - 1) / mr;
+    return m_panels * args.k * mr * @sizeOf(f32);
+}
+
+/// The A block of KC elements from `k_begin` of panel `panel` inside prepacked A: [kc][MR], as
+/// `packPanel` lays a block out, since a panel of all of K is its KC blocks one after another.
+inline fn prepackedBlock(a_packed: [*]const f32, k: usize, panel: usize, k_begin: usize) [*]const f32 {
+    return a_packed + panel * k * mr + k_begin * mr;
+}
+
+/// Packs all of A into `dest` (`prepacked_size_bytes(args)` long). Every thread of the pool
+/// calls it with the same arguments and packs its share of the panels; no barrier inside, so
+/// the caller waits for all threads before any `sgemm_prepacked` reads `dest`.
+pub fn prepack_a(args: *const GemmArgs, dest: []f32, work: *const node.Work) void {
+    const size_bytes = prepacked_size_bytes(args);
+    assert(size_bytes > 0);
+    assert(dest.len * @sizeOf(f32) == size_bytes);
+    assert(work.thread_index < work.thread_count);
+    const m_panels = (args.m + mr - 1) / mr;
+    const begin = m_panels * work.thread_index / work.thread_count;
+    const end = m_panels * (work.thread_index + 1) / work.thread_count;
+    for (begin..end) |panel| {
+        switch (args.a_dtype) {
+            .f16 => packAPanel(f16, args, panel, 0, args.k, dest.ptr + panel * args.k * mr),
+            else => packAPanel(f32, args, panel, 0, args.k, dest.ptr + panel * args.k * mr),
+        }
+    }
+}
+
+/// Packs rows [panel * MR, + MR) of A, elements [k_begin, + kc), into `dst` as [kc][MR].
+fn packAPanel(
+    comptime T: type,
+    args: *const GemmArgs,
+    panel: usize,
+    k_begin: usize,
+    kc: usize,
+    dst: [*]f32,
+) void {
+    const m0 = panel * mr;
+    assert(m0 < args.m);
+    const base = offsetPtr(args.a, @as(isize, @intCast(m0)) * args.a_row_stride_bytes +
+        @as(isize, @intCast(k_begin)) * args.a_element_stride_bytes);
+    packPanel(mr, T, base, args.a_row_stride_bytes, args.a_element_stride_bytes, min(mr, args.m - m0), kc, dst);
+}
+
+/// Where the micro-kernels find one (MC or unit, KC) block of A: panel i at base + i * stride.
+const APanels = struct {
+    base: [*]const f32,
+    stride: usize, // floats between panels
+
+    fn at(self: APanels, i: usize) [*]const f32 {
+        return self.base + i * self.stride;
+    }
+};
+
+/// The block of `ip` panels from row `m_begin` (a multiple of MR), elements [pc, + kc): read
+/// from prepacked A when there is one, else packed now into `a_pack`.
+fn aBlock(
+    comptime T: type,
+    args: *const GemmArgs,
+    a_packed: ?[*]const f32,
+    a_pack: [*]f32,
+    m_begin: usize,
+    ip: usize,
+    pc: usize,
+    kc: usize,
+) APanels {
+    assert(m_begin % mr == 0);
+    if (a_packed) |all| {
+        return .{ .base = prepackedBlock(all, args.k, m_begin / mr, pc), .stride = args.k * mr };
+    }
+    for (0..ip) |i| packAPanel(T, args, m_begin / mr + i, pc, kc, a_pack + i * mr * kc);
+    return .{ .base = a_pack, .stride = mr * kc };
 }
 
 fn zeroFill(args: *const GemmArgs, work: *const node.Work) void {
@@ -426,7 +529,7 @@ fn zeroFill(args: *const GemmArgs, work: *const node.Work) void {
     }
 }
 
-fn packedPath(comptime T: type, args: *const GemmArgs, work: *const node.Work) void {
+fn packedPath(comptime T: type, args: *const GemmArgs, a_packed: ?[*]const f32, work: *const node.Work) void {
     const M = args.m;
     const N = args.n;
     const K = args.k;
@@ -471,12 +574,7 @@ fn packedPath(comptime T: type, args: *const GemmArgs, work: *const node.Work) v
             while (ic < my_m_end) : (ic += mc_max) {
                 const mc = min(mc_max, my_m_end - ic);
                 const ip = (mc + mr - 1) / mr;
-                for (0..ip) |i| {
-                    const m0 = ic + i * mr;
-                    const base = offsetPtr(args.a, @as(isize, @intCast(m0)) * args.a_row_stride_bytes +
-                        @as(isize, @intCast(pc)) * args.a_element_stride_bytes);
-                    packPanel(mr, T, base, args.a_row_stride_bytes, args.a_element_stride_bytes, min(mr, M - m0), kc, a_pack + i * mr * kc);
-                }
+                const a_block = aBlock(T, args, a_packed, a_pack, ic, ip, pc, kc);
                 for (jp_begin..jp_end) |jp| {
                     const n0 = jc + jp * nr;
                     const cols = min(nr, N - n0);
@@ -489,7 +587,7 @@ fn packedPath(comptime T: type, args: *const GemmArgs, work: *const node.Work) v
                             .row_stride = args.c_row_stride_bytes,
                             .elem_stride = args.c_element_stride_bytes,
                         };
-                        microKernelAny(cols, kc, a_pack + i * mr * kc, b_panel, tile, min(mr, M - m0), accumulate);
+                        microKernelAny(cols, kc, a_block.at(i), b_panel, tile, min(mr, M - m0), accumulate);
                     }
                 }
             }
@@ -539,6 +637,31 @@ const Prefetcher = struct {
         };
     }
 
+    /// The same for prepacked A: each panel's block is one contiguous run of kc * MR floats.
+    fn initPacked(a_packed: [*]const f32, k: usize, block: ?ABlock, steps: usize) Prefetcher {
+        const none: Prefetcher = .{
+            .base = @ptrCast(a_packed),
+            .row_stride = 0,
+            .rows = 0,
+            .lines_per_row = 0,
+            .lines_per_step = 0,
+        };
+        const b = block orelse return none;
+        if (steps == 0) return none;
+        assert(b.m_begin < b.m_end);
+        assert(b.m_begin % mr == 0);
+        const panels = (b.m_end - b.m_begin + mr - 1) / mr;
+        const first = prepackedBlock(a_packed, k, b.m_begin / mr, b.k_begin);
+        const lines_per_row = (b.k_count * mr * @sizeOf(f32) + line_bytes - 1) / line_bytes;
+        return .{
+            .base = @ptrCast(first),
+            .row_stride = @intCast(k * mr * @sizeOf(f32)),
+            .rows = panels,
+            .lines_per_row = lines_per_row,
+            .lines_per_step = (panels * lines_per_row + steps - 1) / steps,
+        };
+    }
+
     inline fn step(self: *Prefetcher) void {
         var left = self.lines_per_step;
         while (left > 0 and self.row < self.rows) : (left -= 1) {
@@ -553,7 +676,7 @@ const Prefetcher = struct {
     }
 };
 
-fn dynamicPath(comptime T: type, args: *const GemmArgs, work: *const node.Work) void {
+fn dynamicPath(comptime T: type, args: *const GemmArgs, a_packed: ?[*]const f32, work: *const node.Work) void {
     const M = args.m;
     const N = args.n;
     const K = args.k;
@@ -608,13 +731,11 @@ fn dynamicPath(comptime T: type, args: *const GemmArgs, work: *const node.Work) 
                 .{ .m_begin = next * unit_rows, .m_end = min(M, (next + 1) * unit_rows), .k_begin = 0, .k_count = min(kc_max, K) }
             else
                 null;
-            var prefetcher = Prefetcher.init(T, args, ahead, np * ip);
-            for (0..ip) |i| {
-                const m0 = m_begin + i * mr;
-                const base = offsetPtr(args.a, @as(isize, @intCast(m0)) * args.a_row_stride_bytes +
-                    @as(isize, @intCast(pc)) * args.a_element_stride_bytes);
-                packPanel(mr, T, base, args.a_row_stride_bytes, args.a_element_stride_bytes, min(mr, M - m0), kc, a_pack + i * mr * kc);
-            }
+            var prefetcher = if (a_packed) |all|
+                Prefetcher.initPacked(all, K, ahead, np * ip)
+            else
+                Prefetcher.init(T, args, ahead, np * ip);
+            const a_block = aBlock(T, args, a_packed, a_pack, m_begin, ip, pc, kc);
             const b_block = b_pack + pc * np * nr;
             for (0..np) |jp| {
                 const n0 = jp * nr;
@@ -628,7 +749,7 @@ fn dynamicPath(comptime T: type, args: *const GemmArgs, work: *const node.Work) 
                         .row_stride = args.c_row_stride_bytes,
                         .elem_stride = args.c_element_stride_bytes,
                     };
-                    microKernelAny(cols, kc, a_pack + i * mr * kc, b_block + jp * nr * kc, tile, min(mr, M - m0), pc > 0);
+                    microKernelAny(cols, kc, a_block.at(i), b_block + jp * nr * kc, tile, min(mr, M - m0), pc > 0);
                 }
             }
         }

@@ -32,12 +32,31 @@ const TestBarrier = struct {
     }
 };
 
+/// What each test thread runs: sgemm, sgemm on prepacked A, or its share of prepacking A.
+const Task = union(enum) {
+    sgemm,
+    prepacked: []const f32,
+    prepack: []f32,
+};
+
 fn threadMain(args: *const gemm.GemmArgs, work: *const node.Work) void {
     gemm.sgemm(args, work);
 }
 
+fn taskMain(task: Task, args: *const gemm.GemmArgs, work: *const node.Work) void {
+    switch (task) {
+        .sgemm => gemm.sgemm(args, work),
+        .prepacked => |a_packed| gemm.sgemm_prepacked(args, a_packed, work),
+        .prepack => |dest| gemm.prepack_a(args, dest, work),
+    }
+}
+
 /// Runs sgemm on `thread_count` real threads sharing one scratch buffer and barrier.
 pub fn runThreads(args: *const gemm.GemmArgs, thread_count: u32) !void {
+    return runTask(.sgemm, args, thread_count);
+}
+
+fn runTask(task: Task, args: *const gemm.GemmArgs, thread_count: u32) !void {
     const size = gemm.work_size_bytes(args, thread_count);
     const scratch = try testing.allocator.alignedAlloc(u8, .@"64", @max(size, 64));
     defer testing.allocator.free(scratch);
@@ -54,8 +73,8 @@ pub fn runThreads(args: *const gemm.GemmArgs, thread_count: u32) !void {
         .barrier = TestBarrier.wait,
     };
     var threads: [8]std.Thread = undefined;
-    for (1..thread_count) |t| threads[t] = try std.Thread.spawn(.{}, threadMain, .{ args, &works[t] });
-    threadMain(args, &works[0]);
+    for (1..thread_count) |t| threads[t] = try std.Thread.spawn(.{}, taskMain, .{ task, args, &works[t] });
+    taskMain(task, args, &works[0]);
     for (1..thread_count) |t| threads[t].join();
 }
 
@@ -375,4 +394,91 @@ test "gemm: past the packed-B budget the static schedule is kept" {
     var problem = try Problem.init(.{ .m = 512, .n = 512, .k = 2048 }, 32000);
     defer problem.deinit();
     try testing.expect(!gemm.useDynamic(&problem.args, 2));
+}
+
+/// Packs A on `pack_threads` threads (into garbage-filled memory, so that every float it reads
+/// back must have been written), then computes from it on `thread_count` threads.
+fn runPrepacked(args: *const gemm.GemmArgs, pack_threads: u32, thread_count: u32) !void {
+    const size = gemm.prepacked_size_bytes(args);
+    try testing.expect(size > 0);
+    const a_packed = try testing.allocator.alloc(f32, size / @sizeOf(f32));
+    defer testing.allocator.free(a_packed);
+    @memset(std.mem.sliceAsBytes(a_packed), 0xff);
+    try runTask(.{ .prepack = a_packed }, args, pack_threads);
+    try runTask(.{ .prepacked = a_packed }, args, thread_count);
+}
+
+const prepack_cases = [_]Case{
+    .{ .m = 1, .n = 5, .k = 1 },
+    .{ .m = 7, .n = 13, .k = 33, .a_dtype = .f16 },
+    .{ .m = 33, .n = 100, .k = 300 }, // few rows: the columns are split
+    .{ .m = 17, .n = 257, .k = 17, .a_dtype = .f16 },
+    .{ .m = 257, .n = 70, .k = 600 }, // KC blocks with a tail
+    .{ .m = 300, .n = 300, .k = 300, .a_dtype = .f16 },
+    .{ .m = 1100, .n = 7, .k = 530, .a_layout = .transposed },
+    .{ .m = 129, .n = 65, .k = 257, .b_layout = .strided, .c_layout = .transposed },
+    .{ .m = 99, .n = 70, .k = 301, .a_layout = .strided, .a_dtype = .f16 },
+    .{ .m = 40, .n = 5000, .k = 9 }, // more than one NC block
+    .{ .m = 1000, .n = 128, .k = 700 }, // the dynamic schedule, a short last unit
+    .{ .m = 777, .n = 13, .k = 300, .a_dtype = .f16, .b_layout = .strided, .c_layout = .transposed },
+    .{ .m = 2 * gemm.mr * gemm.unit_panels_max * 8 + 5, .n = 30, .k = 2 * gemm.kc_max, .a_layout = .transposed },
+    .{ .m = 400, .n = 25, .k = 200, .a_layout = .padded },
+};
+
+test "gemm: prepacked A gives bitwise the unpacked result, on any thread count" {
+    // The reference is the plain sgemm on one thread; the prepacked product must equal it bit
+    // for bit whatever threads packed A (1, 2, 3) and whatever threads compute (1, 2, 3).
+    for (prepack_cases, 0..) |case, i| {
+        var problem = try Problem.init(case, 41000 + i);
+        defer problem.deinit();
+        if (gemm.prepacked_size_bytes(&problem.args) == 0) {
+            std.debug.print("case {any} takes the dot path\n", .{case});
+            return error.TestUnexpectedResult;
+        }
+        const c_words: []align(1) u32 = std.mem.bytesAsSlice(u32, problem.c[0 .. problem.c.len / 4 * 4]);
+        @memset(c_words, sentinel);
+        try runThreads(&problem.args, 1);
+        try problem.check();
+        const first = try testing.allocator.alloc(u8, problem.c.len);
+        defer testing.allocator.free(first);
+        @memcpy(first, problem.c);
+        for ([_]u32{ 1, 2, 3 }) |pack_threads| for ([_]u32{ 1, 2, 3 }) |threads| {
+            @memset(c_words, sentinel);
+            try runPrepacked(&problem.args, pack_threads, threads);
+            if (!std.mem.eql(u8, first, problem.c)) {
+                std.debug.print("case {any}: prepacked on {} (packed on {}) differs\n", .{ case, threads, pack_threads });
+                return error.TestNotDeterministic;
+            }
+        };
+    }
+}
+
+test "gemm: every edge tail prepacked equals unpacked bitwise" {
+    var seed: u64 = 43000;
+    for (edge_sizes) |m| for ([_]usize{ 5, 13, 33, 70 }) |n| for (edge_k) |k| for ([_]node.DType{ .f32, .f16 }) |dtype| {
+        seed += 1;
+        var problem = try Problem.init(.{ .m = m, .n = n, .k = k, .a_dtype = dtype }, seed);
+        defer problem.deinit();
+        if (gemm.prepacked_size_bytes(&problem.args) == 0) continue; // the dot path: see below
+        try runThreads(&problem.args, 1);
+        const first = try testing.allocator.dupe(u8, problem.c);
+        defer testing.allocator.free(first);
+        try runPrepacked(&problem.args, 2, 2);
+        try testing.expectEqualSlices(u8, first, problem.c);
+    };
+}
+
+test "gemm: shapes on the dot-product path are never prepacked" {
+    // The dot path streams A unpacked; a plan must not spend memory packing it.
+    const dot_cases = [_]Case{ .{ .m = 100, .n = 1, .k = 257 }, .{ .m = 103, .n = 37, .k = 300 }, .{ .m = 64, .n = 4, .k = 3 } };
+    for (dot_cases, 0..) |case, i| {
+        var problem = try Problem.init(case, 44000 + i);
+        defer problem.deinit();
+        try testing.expectEqual(@as(usize, 0), gemm.prepacked_size_bytes(&problem.args));
+    }
+    var problem = try Problem.init(.{ .m = 33, .n = 5, .k = 7 }, 44100);
+    defer problem.deinit();
+    // MR-row panels of all of K, the last padded with zero rows.
+    const panels = (33 + gemm.mr - 1) / gemm.mr;
+    try testing.expectEqual(panels * 7 * gemm.mr * @sizeOf(f32), gemm.prepacked_size_bytes(&problem.args));
 }

@@ -8,6 +8,11 @@
 //! packing and synchronization than it saves: threads then claim whole batches from a shared
 //! counter and run each one alone, in their own slice of the work buffer. sgemm gives bitwise
 //! the same result on any thread count, so the result does not depend on who ran which batch.
+//!
+//! params[0] == `prepack_flag` marks src0 as a constant weight: a plan then packs it once
+//! (`prepack`, into `Work.prepacked`) and every compute reads it from there. Only a src0 of one
+//! batch is prepacked (every batch of src1 shares it); other shapes, and shapes that take the
+//! dot-product path, ignore the flag (`prepacked_size` is 0 for them).
 
 const std = @import("std");
 const common = @import("common.zig");
@@ -26,8 +31,9 @@ pub fn mul_mat(n: *const common.Node, work: *const common.Work) common.Status {
     if (work.scratch_size_bytes < work_size(n, work.thread_count)) return .out_of_space;
     const ratio2 = b.ne[2] / a.ne[2];
     const ratio3 = b.ne[3] / a.ne[3];
+    const a_packed = prepacked_of(n, work) catch return .out_of_space;
     if (split_batches(b.ne[2] * b.ne[3], work.thread_count)) {
-        claim_batches(a, b, c, work);
+        claim_batches(a, b, c, a_packed, work);
         return .ok;
     }
     for (0..b.ne[3]) |batch3| {
@@ -39,10 +45,53 @@ pub fn mul_mat(n: *const common.Node, work: *const common.Work) common.Status {
             };
             const batch_bc: common.RowIndex = .{ .i1 = 0, .i2 = batch2, .i3 = batch3 };
             const args = batch_args(a, b, c, batch_a, batch_bc);
-            gemm.sgemm(&args, work);
+            run_gemm(&args, a_packed, work);
         }
     }
     return .ok;
+}
+
+/// params[0] value that asks the plan to prepack src0.
+pub const prepack_flag: u32 = 1;
+
+fn run_gemm(args: *const gemm.GemmArgs, a_packed: ?[]const f32, work: *const common.Work) void {
+    if (a_packed) |all| gemm.sgemm_prepacked(args, all, work) else gemm.sgemm(args, work);
+}
+
+/// Bytes of src0 prepacked, or 0 when the node is not flagged or its shape is not prepacked.
+pub fn prepacked_size(n: *const common.Node) u64 {
+    if (n.params[0] != prepack_flag) return 0;
+    const a = Tensor.from(&n.src[0]);
+    if (a.ne[2] != 1 or a.ne[3] != 1) return 0;
+    const args = first_batch_args(n);
+    return gemm.prepacked_size_bytes(&args);
+}
+
+/// Packs src0 into `work.prepacked` (this thread's share); the caller waits for every thread.
+pub fn prepack(n: *const common.Node, work: *const common.Work) common.Status {
+    const size = prepacked_size(n);
+    if (size == 0) return .ok;
+    const dest = work.prepacked orelse return .invalid_argument;
+    if (work.prepacked_size_bytes != size) return .out_of_space;
+    const floats: [*]f32 = @ptrCast(dest);
+    const args = first_batch_args(n);
+    gemm.prepack_a(&args, floats[0..@intCast(size / @sizeOf(f32))], work);
+    return .ok;
+}
+
+/// The prepacked src0 the plan hands this node, or null when it computes from src0 itself.
+fn prepacked_of(n: *const common.Node, work: *const common.Work) error{Size}!?[]const f32 {
+    const size = prepacked_size(n);
+    if (size == 0) return null;
+    const all = work.prepacked orelse return null;
+    if (work.prepacked_size_bytes != size) return error.Size;
+    const floats: [*]const f32 = @ptrCast(all);
+    return floats[0..@intCast(size / @sizeOf(f32))];
+}
+
+fn first_batch_args(n: *const common.Node) gemm.GemmArgs {
+    const first: common.RowIndex = .{ .i1 = 0, .i2 = 0, .i3 = 0 };
+    return batch_args(Tensor.from(&n.src[0]), Tensor.from(&n.src[1]), Tensor.from(&n.dst), first, first);
 }
 
 /// Whole batches per thread when they divide evenly or are plenty (then the last claims even
@@ -64,7 +113,7 @@ fn slice_bytes(a: Tensor, b: Tensor, c: Tensor) u64 {
     return (size + 63) / 64 * 64;
 }
 
-fn claim_batches(a: Tensor, b: Tensor, c: Tensor, work: *const common.Work) void {
+fn claim_batches(a: Tensor, b: Tensor, c: Tensor, a_packed: ?[]const f32, work: *const common.Work) void {
     const ratio2 = b.ne[2] / a.ne[2];
     const ratio3 = b.ne[3] / a.ne[3];
     const batches = b.ne[2] * b.ne[3];
@@ -82,6 +131,8 @@ fn claim_batches(a: Tensor, b: Tensor, c: Tensor, work: *const common.Work) void
         .scratch_size_bytes = slice,
         .barrier_context = work.barrier_context,
         .barrier = work.barrier, // never called with one thread
+        .prepacked = work.prepacked,
+        .prepacked_size_bytes = work.prepacked_size_bytes,
     };
     var batch = counter.fetchAdd(1, .monotonic);
     while (batch < batches) : (batch = counter.fetchAdd(1, .monotonic)) {
@@ -90,7 +141,7 @@ fn claim_batches(a: Tensor, b: Tensor, c: Tensor, work: *const common.Work) void
         const batch_a: common.RowIndex = .{ .i1 = 0, .i2 = batch2 / ratio2, .i3 = batch3 / ratio3 };
         const batch_bc: common.RowIndex = .{ .i1 = 0, .i2 = batch2, .i3 = batch3 };
         const args = batch_args(a, b, c, batch_a, batch_bc);
-        gemm.sgemm(&args, &alone);
+        run_gemm(&args, a_packed, &alone);
     }
 }
 

@@ -1023,6 +1023,14 @@ test "validate_node names the op and the broken rule; compute_node refuses the s
         .shape_mismatch,
         "mul_mat: src0.ne[0] != src1.ne[0]",
     );
+    // mul_mat's params[0] is the prepack flag: 0 or 1, nothing else.
+    var square = try TestTensor.init(.f32, .{ 4, 4, 1, 1 }, .contiguous);
+    defer square.deinit();
+    var flagged = make_node(.mul_mat, square.desc, &.{ square.desc, square.desc });
+    flagged.params[0] = 1;
+    try expect_verdict(&flagged, .ok, "ok");
+    flagged.params[0] = 2;
+    try expect_verdict(&flagged, .invalid_argument, "mul_mat: params[0] (prepack) is not 0 or 1");
     try expect_verdict(
         &make_node(.soft_max, a.desc, &.{ a.desc, b.desc }),
         .shape_mismatch,

@@ -145,16 +145,19 @@ export function loadLibrary(options: LoadOptions = {}): GraftSymbols {
 }
 
 /**
- * Closes the library. Every CPU backend must be disposed first: their pools' threads run the
- * library's code, so closing under them would crash the process; this refuses instead.
+ * Closes the library. Every native object must be disposed first: pools' threads run the
+ * library's code, and finalizers of forgotten buffers and plans would call into it, so closing
+ * under them would crash the process; this refuses instead, naming what is alive.
  */
 export function closeLibrary(): void {
   if (!library) return;
   const live = new BigUint64Array(6);
   library.symbols.graft_live(live);
-  if (live[3]! > 0n) {
+  const [buffers, , allocators, pools, plans] = Array.from(live, Number);
+  if (buffers! + allocators! + pools! + plans! > 0) {
     throw new GraftError(
-      `closeLibrary: ${live[3]} thread pool(s) are alive; dispose every CpuBackend first`,
+      `closeLibrary: native objects are alive (${pools} thread pool(s), ${buffers} buffer(s), ` +
+        `${plans} plan(s), ${allocators} allocator(s)); dispose them first`,
     );
   }
   library.close();

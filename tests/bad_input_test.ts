@@ -454,8 +454,13 @@ Deno.test("bad_input_test leaves no native buffers, pools or plans alive", () =>
   assertNothingLive(baseline);
 });
 
-Deno.test("closeLibrary refuses while a thread pool is alive", () => {
-  using cpu = new CpuBackend({ threads: 2 });
-  assert.throws(() => closeLibrary(), /thread pool\(s\) are alive/);
-  assert.equal(cpu.threads, 2, "the backend still works");
+Deno.test("closeLibrary refuses while a thread pool or a buffer is alive", () => {
+  {
+    using cpu = new CpuBackend({ threads: 2 });
+    assert.throws(() => closeLibrary(), /native objects are alive \(1 thread pool\(s\)/);
+    assert.equal(cpu.threads, 2, "the backend still works");
+    using _buffer = cpu.allocBuffer(64);
+    assert.throws(() => closeLibrary(), /1 buffer\(s\)/);
+  }
+  assert.equal(liveAllocations().pools, 0);
 });

@@ -8,6 +8,7 @@
  */
 
 import assert from "node:assert/strict";
+import { sharedWebGpu } from "./gpu.ts";
 import {
   add,
   allocGraph,
@@ -44,7 +45,6 @@ import {
 } from "../mod.ts";
 import { unplacedOwners } from "../src/alloc/alloc_tensors.ts";
 import { CpuBackend } from "../src/backend/cpu.ts";
-import { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 
 /** Copies and gathers move bits: any difference is a bug. */
 const NMSE_EXACT = 0;
@@ -459,23 +459,15 @@ function nmse(actual: Float64Array, expected: Float64Array): number {
 
 const reference = new CpuBackend({ threads: 1 });
 
-async function openWebGpu(): Promise<WebGpuBackend | null> {
-  try {
-    return await WebGpuBackend.create();
-  } catch (error) {
-    console.warn(`backend_ops: WebGPU cases skipped: ${(error as Error).message}`);
-    return null;
-  }
-}
-
 const backends: { name: string; backend: Backend | null }[] = [
   { name: "cpu", backend: new CpuBackend() },
-  { name: "webgpu", backend: await openWebGpu() },
+  { name: "webgpu", backend: await sharedWebGpu() },
 ];
 
 globalThis.addEventListener("unload", () => {
   reference.dispose();
-  for (const { backend } of backends) backend?.dispose();
+  // The shared WebGPU backend (tests/gpu.ts) is never disposed.
+  backends[0]!.backend?.dispose();
 });
 
 for (const { name, backend } of backends) {

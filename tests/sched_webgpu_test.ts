@@ -2,24 +2,15 @@
 // attention weights on the GPU and the MLP on the CPU, planned buffers per backend, compared
 // with a CPU-only run. Skipped, with a message, where Deno finds no WebGPU adapter.
 import assert from "node:assert/strict";
+import { sharedWebGpu } from "./gpu.ts";
 import { allocGraph, allocTensors, CpuBackend, Op, Schedule } from "../mod.ts";
-import { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { blockData, buildBlock, DEFAULT_BLOCK } from "../demo/block.ts";
 import { relativeError } from "../demo/block_reference.ts";
 
 /** f32 sums in a different order on the GPU (no f64 in WGSL). */
 const BLOCK_TOLERANCE = 1e-5;
 
-async function open(): Promise<WebGpuBackend | null> {
-  try {
-    return await WebGpuBackend.create();
-  } catch (error) {
-    console.warn(`sched_webgpu_test: skipped: ${(error as Error).message}`);
-    return null;
-  }
-}
-
-const gpu = await open();
+const gpu = await sharedWebGpu();
 
 Deno.test({
   name: "the block split across WebGPU and the CPU matches the CPU-only block",
@@ -27,7 +18,7 @@ Deno.test({
   sanitizeResources: false,
   sanitizeOps: false,
   fn: async () => {
-    using accelerator = gpu!;
+    const accelerator = gpu!;
     using cpu = new CpuBackend({ threads: 2 });
     const data = blockData(DEFAULT_BLOCK);
     const alone = buildBlock(DEFAULT_BLOCK);

@@ -5,6 +5,7 @@
  */
 
 import assert from "node:assert/strict";
+import { sharedWebGpu } from "./gpu.ts";
 import {
   add,
   allocTensors,
@@ -32,20 +33,10 @@ import {
 import { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { grid } from "../src/backend/webgpu/kernels.ts";
 
-async function open(): Promise<WebGpuBackend | null> {
-  try {
-    return await WebGpuBackend.create();
-  } catch (error) {
-    console.warn(`webgpu_test: skipped: ${(error as Error).message}`);
-    return null;
-  }
-}
-
-const gpu = await open();
+const gpu = await sharedWebGpu();
 const cpu = new CpuBackend({ threads: 2 });
 globalThis.addEventListener("unload", () => {
   cpu.dispose();
-  gpu?.dispose();
 });
 
 function test(name: string, fn: (gpu: WebGpuBackend) => Promise<void> | void): void {

@@ -236,26 +236,68 @@ pub fn store_chunk_f16(row: Strided, index: usize, count: usize, value: F32x) vo
     for (0..count) |lane| store_f16(row.at(index + lane), chunk[lane]);
 }
 
+/// Whether this object's CPU has fused multiply-add; without it `@mulAdd` is a libcall.
+const has_fma = (builtin.cpu.arch.isX86() and builtin.cpu.has(.x86, .fma)) or
+    builtin.cpu.arch.isAARCH64();
+
+/// a * b + c, fused (one rounding) where the CPU has FMA, else a multiply and an add.
+pub fn mul_add(a: F32x, b: F32x, c: F32x) F32x {
+    if (has_fma) return @mulAdd(F32x, a, b, c);
+    return a * b + c;
+}
+
 /// e^x for every lane, about 1 ulp: Cephes' expf. x = n ln2 + r with |r| <= ln2 / 2, e^r from a
-/// degree-7 polynomial, 2^n applied in two halves so results that overflow become +inf and
-/// results in the subnormal range round once. NaN stays NaN; -inf gives 0 (soft_max masks).
+/// degree-7 polynomial (fused multiply-adds where the CPU has them). 2^n goes into p's exponent
+/// bits when every lane's result is normal; otherwise `exp_wide` applies it in two halves so
+/// results that overflow become +inf and results in the subnormal range round once. NaN stays
+/// NaN; -inf gives 0 (soft_max masks).
 pub fn exp(x: F32x) F32x {
-    const is_nan = x != x;
-    const clamped = @min(@max(@select(f32, is_nan, splat(0), x), splat(-104.0)), splat(89.0));
-    const n = @round(clamped * splat(1.44269504088896341));
-    var r = clamped - n * splat(0.693359375);
-    r = r - n * splat(-2.12194440e-4);
+    // Lanes below -104 (e^x < 2^-150, so 0 after rounding; -inf included) are computed from 0 and
+    // replaced at the end: scaling them down to 0 would be an underflow, which costs a microcode
+    // assist per instruction on x86 when flush-to-zero is off.
+    const is_zero = x < splat(-104.0);
+    const xs = @select(f32, is_zero, splat(0), x);
+    // Common case: every other lane has a normal result, so 2^n is added to p's exponent bits.
+    // NaN, overflow and subnormal results take `exp_wide`; both give the same bits where both
+    // apply (p and n are computed the same way and either scaling is exact).
+    if (!@reduce(.And, @abs(xs) < splat(87.0))) return exp_wide(x);
+    const t = mul_add(xs, splat(1.44269504088896341), splat(round_magic));
+    const p = exp_reduced(xs, t - splat(round_magic));
+    const t_bits: @Vector(lanes, u32) = @bitCast(t);
+    const p_bits: @Vector(lanes, u32) = @bitCast(p);
+    const scaled: F32x = @bitCast(p_bits +% (t_bits << @splat(23)));
+    return @select(f32, is_zero, splat(0), scaled);
+}
+
+/// 1.5 * 2^23: adding it rounds a float of magnitude < 2^22 to an integer (nearest, ties to even)
+/// held in the low mantissa bits.
+const round_magic: f32 = 12582912.0;
+
+/// e^(x - n ln2) for |x - n ln2| <= ln2 / 2: Cody-Waite reduction and the degree-7 polynomial.
+fn exp_reduced(x: F32x, n: F32x) F32x {
+    var r = mul_add(n, splat(-0.693359375), x);
+    r = mul_add(n, splat(2.12194440e-4), r);
     var p = splat(1.9875691500e-4);
-    p = p * r + splat(1.3981999507e-3);
-    p = p * r + splat(8.3334519073e-3);
-    p = p * r + splat(4.1665795894e-2);
-    p = p * r + splat(1.6666665459e-1);
-    p = p * r + splat(5.0000001201e-1);
-    p = p * (r * r) + r + splat(1.0);
+    p = mul_add(p, r, splat(1.3981999507e-3));
+    p = mul_add(p, r, splat(8.3334519073e-3));
+    p = mul_add(p, r, splat(4.1665795894e-2));
+    p = mul_add(p, r, splat(1.6666665459e-1));
+    p = mul_add(p, r, splat(5.0000001201e-1));
+    return mul_add(p, r * r, r) + splat(1.0);
+}
+
+/// `exp` for any lanes: clamped to [-104, 89], 2^n applied in two halves.
+fn exp_wide(x: F32x) F32x {
+    const is_nan = x != x;
+    const is_zero = x < splat(-104.0);
+    const clamped = @min(@select(f32, is_nan | is_zero, splat(0), x), splat(89.0));
+    const t = mul_add(clamped, splat(1.44269504088896341), splat(round_magic));
+    const n = t - splat(round_magic);
+    const p = exp_reduced(clamped, n);
     const exponent: @Vector(lanes, i32) = @intFromFloat(n);
     const half = exponent >> @splat(1);
     const scaled = p * power_of_two(half) * power_of_two(exponent - half);
-    return @select(f32, is_nan, x, scaled);
+    return @select(f32, is_nan, x, @select(f32, is_zero, splat(0), scaled));
 }
 
 /// 2^e for -126 <= e <= 127, built from the exponent bits.

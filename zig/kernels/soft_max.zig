@@ -1,6 +1,7 @@
 //! soft_max: per row, dst = softmax(x * scale + mask), scale = params[0], mask = src1 when
 //! src_count == 2 (row i1 of src0 uses mask row i1; mask dims 2 and 3 broadcast by modulo).
-//! The maximum is subtracted before exp for stability; the sum is taken in f64.
+//! The maximum is subtracted before exp for stability; the sum is taken in f32 lanes over blocks
+//! of chunks, in a fixed order within the row, and the block sums in f64.
 //!
 //! Deviation from ggml: a row whose every value is -inf (fully masked) becomes all zeros rather
 //! than NaN, so a fully masked attention row contributes nothing instead of poisoning the output.
@@ -34,58 +35,119 @@ pub fn soft_max(n: *const common.Node, work: *const common.Work) common.Status {
         assert(m.ne[0] == src.ne[0]);
         assert(m.ne[1] >= src.ne[1]);
     }
+    const scale = n.param_f32(0);
     const range = common.thread_range(src.rows(), work);
-    for (range.begin..range.end) |row| {
-        const index = src.row_index(row);
-        soft_max_row(.{
+    if (range.begin == range.end) return .ok;
+    // Walk (i1, i2, i3) incrementally from the first row: one division per thread, not per row.
+    var index = src.row_index(range.begin);
+    // Mask dims 2 and 3 broadcast by modulo; those only change when i1 wraps.
+    var mask_i2 = if (mask) |m| index.i2 % m.ne[2] else 0;
+    var mask_i3 = if (mask) |m| index.i3 % m.ne[3] else 0;
+    for (range.begin..range.end) |_| {
+        const args: RowArgs = .{
             .dst = dst.row_at(index),
             .src = src.row_at(index),
             // Mask row i1 (never modulo: mask.ne[1] >= ne1), dims 2 and 3 broadcast.
-            .mask = if (mask) |m| m.row_broadcast(index) else null,
+            .mask = if (mask) |m| m.row_at(.{ .i1 = index.i1, .i2 = mask_i2, .i3 = mask_i3 }) else null,
             .count = src.ne[0],
-            .scale = n.param_f32(0),
-        });
+            .scale = scale,
+        };
+        const contiguous = args.dst.stride == 4 and args.src.stride == 4 and
+            (if (args.mask) |m| m.stride == 4 else true);
+        if (contiguous) soft_max_row(true, args) else soft_max_row(false, args);
+        index.i1 += 1;
+        if (index.i1 == src.ne[1]) {
+            index.i1 = 0;
+            index.i2 += 1;
+            if (index.i2 == src.ne[2]) {
+                index.i2 = 0;
+                index.i3 += 1;
+            }
+            if (mask) |m| {
+                mask_i2 = index.i2 % m.ne[2];
+                mask_i3 = index.i3 % m.ne[3];
+            }
+        }
     }
     return .ok;
 }
 
+fn load(comptime contiguous: bool, row: Strided, index: usize, chunk: usize, fill: f32) F32x {
+    if (contiguous and chunk == lanes) {
+        return @as(*align(1) const [lanes]f32, @ptrFromInt(row.base + index * 4)).*;
+    }
+    return common.load_chunk(row, index, chunk, fill);
+}
+
+fn store(comptime contiguous: bool, row: Strided, index: usize, chunk: usize, value: F32x) void {
+    if (contiguous and chunk == lanes) {
+        @as(*align(1) [lanes]f32, @ptrFromInt(row.base + index * 4)).* = value;
+        return;
+    }
+    common.store_chunk(row, index, chunk, value);
+}
+
 /// x * scale + mask for lanes [index, index + chunk); padding lanes are -inf.
-fn logits(args: RowArgs, index: usize, chunk: usize) F32x {
-    var value = common.load_chunk(args.src, index, chunk, 0) * splat(args.scale);
-    if (args.mask) |mask| value += common.load_chunk(mask, index, chunk, 0);
+fn logits(comptime contiguous: bool, args: RowArgs, index: usize, chunk: usize) F32x {
+    const x = load(contiguous, args.src, index, chunk, 0);
+    const value = if (args.mask) |mask|
+        common.mul_add(x, splat(args.scale), load(contiguous, mask, index, chunk, 0))
+    else
+        x * splat(args.scale);
+    if (chunk == lanes) return value;
     return @select(f32, common.lane_mask(chunk), value, splat(-std.math.inf(f32)));
 }
 
-fn soft_max_row(args: RowArgs) void {
+/// Chunks whose exps are summed in f32 lanes before the partial sum joins the f64 total: a fixed
+/// order within the row, and a bounded f32 error whatever the row length.
+const block_chunks = 8;
+
+fn soft_max_row(comptime contiguous: bool, args: RowArgs) void {
     assert(args.count >= 1);
+    // Pass 1: the logits go to dst (each element of src is read before dst's is written).
     var maximum_lanes = splat(-std.math.inf(f32));
     var index: usize = 0;
     while (index < args.count) : (index += lanes) {
         const chunk = @min(lanes, args.count - index);
-        maximum_lanes = @max(maximum_lanes, logits(args, index, chunk));
+        const value = logits(contiguous, args, index, chunk);
+        maximum_lanes = @max(maximum_lanes, value);
+        store(contiguous, args.dst, index, chunk, value);
     }
     const maximum = @reduce(.Max, maximum_lanes);
     if (maximum == -std.math.inf(f32)) {
         index = 0;
         while (index < args.count) : (index += lanes) {
-            common.store_chunk(args.dst, index, @min(lanes, args.count - index), splat(0));
+            store(contiguous, args.dst, index, @min(lanes, args.count - index), splat(0));
         }
         return;
     }
+    // Pass 2: exp in place, summed.
     var total: F64x = @splat(0);
+    var partial = splat(0);
+    var in_block: usize = 0;
     index = 0;
     while (index < args.count) : (index += lanes) {
         const chunk = @min(lanes, args.count - index);
         // Padding lanes are -inf, so their exp is 0 and adds nothing.
-        const e = common.exp(logits(args, index, chunk) - splat(maximum));
-        total += @as(F64x, @floatCast(e));
-        common.store_chunk(args.dst, index, chunk, e);
+        const shifted = load(contiguous, args.dst, index, chunk, -std.math.inf(f32)) -
+            splat(maximum);
+        // A fully masked chunk (all -inf, or too small to be anything but 0) skips exp.
+        const e = if (@reduce(.And, shifted < splat(-104.0))) splat(0) else common.exp(shifted);
+        partial += e;
+        in_block += 1;
+        if (in_block == block_chunks) {
+            total += @as(F64x, @floatCast(partial));
+            partial = splat(0);
+            in_block = 0;
+        }
+        store(contiguous, args.dst, index, chunk, e);
     }
-    const inverse: f32 = @floatCast(1.0 / @reduce(.Add, total));
+    total += @as(F64x, @floatCast(partial));
+    const inverse = splat(@floatCast(1.0 / @reduce(.Add, total)));
+    // Pass 3: normalize.
     index = 0;
     while (index < args.count) : (index += lanes) {
         const chunk = @min(lanes, args.count - index);
-        const e = common.load_chunk(args.dst, index, chunk, 0);
-        common.store_chunk(args.dst, index, chunk, e * splat(inverse));
+        store(contiguous, args.dst, index, chunk, load(contiguous, args.dst, index, chunk, 0) * inverse);
     }
 }

@@ -501,6 +501,26 @@ test "exp is within 2e-7 relative of float64, with exact infinities, zeros and N
     try testing.expectEqual(@as(f32, 1), common.exp(common.splat(0))[0]);
 }
 
+test "exp gives the same bits for a lane whatever the other lanes hold (fast and wide paths)" {
+    const lanes = common.lanes;
+    var prng = std.Random.DefaultPrng.init(7);
+    const random = prng.random();
+    for (0..2000) |_| {
+        var values: [lanes]f32 = undefined;
+        for (&values) |*v| v.* = (random.float(f32) - 0.5) * 170;
+        values[0] = if (random.boolean()) -std.math.inf(f32) else -150;
+        const alone = common.exp(values);
+        // One NaN (or a subnormal result) lane sends the whole vector down the wide path.
+        var mixed = values;
+        mixed[lanes - 1] = if (random.boolean()) std.math.nan(f32) else -95;
+        const together = common.exp(mixed);
+        try testing.expectEqual(@as(f32, 0), alone[0]);
+        for (0..lanes - 1) |lane| {
+            try testing.expectEqual(@as(u32, @bitCast(alone[lane])), @as(u32, @bitCast(together[lane])));
+        }
+    }
+}
+
 fn expect_repeat(
     dtype: DType,
     ne_src: Shape,

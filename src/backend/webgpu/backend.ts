@@ -81,7 +81,11 @@ export class WebGpuBackend implements Backend {
   #statusDirty = false;
   #errors: string[] = [];
 
-  private constructor(device: GPUDevice, info: GPUAdapterInfo) {
+  /** False for backends made over a caller's device: their dispose leaves it alive. */
+  readonly #ownsDevice: boolean;
+
+  private constructor(device: GPUDevice, info: GPUAdapterInfo, ownsDevice: boolean) {
+    this.#ownsDevice = ownsDevice;
     this.device = device;
     this.adapterInfo = info;
     this.alignment = device.limits.minStorageBufferOffsetAlignment;
@@ -131,7 +135,14 @@ export class WebGpuBackend implements Backend {
       },
       label: "graft",
     });
-    return new WebGpuBackend(device, adapter.info);
+    return new WebGpuBackend(device, adapter.info, true);
+  }
+  /**
+   * A backend over a device the caller already has (one device can serve several backends).
+   * Disposing this backend frees what it made but leaves the device alive: its owner destroys it.
+   */
+  static fromDevice(device: GPUDevice, adapterInfo: GPUAdapterInfo): WebGpuBackend {
+    return new WebGpuBackend(device, adapterInfo, false);
   }
 
   #alive(verb: string): void {
@@ -335,7 +346,7 @@ export class WebGpuBackend implements Backend {
     if (this.#disposed) throw new DisposedError("WebGpuBackend.dispose: already disposed");
     this.#disposed = true;
     this.#statusBuffer.destroy();
-    this.device.destroy();
+    if (this.#ownsDevice) this.device.destroy();
   }
 
   /** Disposes unless already disposed (for `using`). */

@@ -1,7 +1,8 @@
-// The one WebGPU backend the test files share. Every test file that opened a device of its own
-// (three or four devices in one `deno test` process) made Deno 2.9.6 abort at exit now and then
-// with a glibc heap error on Mesa's lavapipe; with one shared device it does not. The shared
-// backend is never disposed: the process ends with it.
+// The one WebGPU backend a test process shares. With Deno 2.9.6 on Mesa's lavapipe, a process
+// that did much WebGPU work (several devices, or all three WebGPU test files) aborted at exit
+// now and then with a glibc heap error after every test had passed; so each WebGPU test file
+// runs in its own `deno test` process (the `test` task in deno.json) over one device. The
+// shared backend is never disposed: the process ends with it.
 import { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 
 let opened: Promise<WebGpuBackend | null> | null = null;

@@ -19,7 +19,7 @@ import {
   scale,
   type Tensor,
 } from "../mod.ts";
-import { blockData, buildBlock } from "../demo/block.ts";
+import { blockData, buildBlock, setBlockInputs } from "../demo/block.ts";
 import {
   CblasNoTrans,
   CblasRowMajor,
@@ -201,9 +201,7 @@ async function block(cpu: CpuBackend): Promise<void> {
   const data = blockData(config);
   using _weights = allocTensors(cpu, b.ctx.tensors);
   using _activations = allocGraph(cpu, b.graph);
-  for (const [name, tensor] of Object.entries(b.inputs)) {
-    cpu.setTensor(tensor, data[name as keyof typeof data]);
-  }
+  setBlockInputs(b, data);
   // Constant weights packed once, as onnxruntime does at session creation.
   using plan = cpu.graphPlanCreate(b.graph, { prepackWeights: true });
   const onnx = await onnxBlock(config, data, cpu.threads);

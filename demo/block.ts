@@ -120,7 +120,7 @@ export function causalMask(seq: number): Float32Array {
 }
 
 /** Random weights and input for a block, with scales that keep activations O(1). */
-export function blockData(config: BlockConfig, seed = 1): Record<keyof BlockWeights, Float32Array> {
+export function blockData(config: BlockConfig, seed = 1): BlockData {
   const { dim, seq, ffn } = config;
   const ones = (n: number, s: number): Float32Array => randomValues(n, s, 0.1).map((v) => 1 + v);
   return {
@@ -136,4 +136,16 @@ export function blockData(config: BlockConfig, seed = 1): Record<keyof BlockWeig
     wUp: randomValues(dim * ffn, seed + 8, 1 / Math.sqrt(dim)),
     wDown: randomValues(ffn * dim, seed + 9, 1 / Math.sqrt(ffn)),
   };
+}
+
+/** The data `blockData` makes, one array per input tensor. */
+export type BlockData = Record<keyof BlockWeights, Float32Array>;
+
+/** Writes each input of the block through the backend whose memory holds it. */
+export function setBlockInputs(block: Block, data: BlockData): void {
+  for (const [name, tensor] of Object.entries(block.inputs)) {
+    const placement = tensor.placement;
+    if (!placement) throw new Error(`setBlockInputs: ${tensor.label} has no memory`);
+    placement.buffer.backend.setTensor(tensor, data[name as keyof BlockWeights]);
+  }
 }

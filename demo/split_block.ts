@@ -10,7 +10,7 @@
 
 import { allocGraph, allocTensors, type Backend, CpuBackend, Op, Schedule } from "../mod.ts";
 import { WebGpuBackend, WebGpuUnavailableError } from "../src/backend/webgpu/backend.ts";
-import { blockData, buildBlock } from "./block.ts";
+import { blockData, buildBlock, setBlockInputs } from "./block.ts";
 import { finishDemo, parseDemoArgs } from "./cli.ts";
 import { relativeError } from "./block_reference.ts";
 
@@ -34,9 +34,7 @@ function cpuOnly(cpu: CpuBackend, data: ReturnType<typeof blockData>): Float32Ar
   const block = buildBlock(config);
   using _weights = allocTensors(cpu, block.ctx.tensors);
   using _activations = allocGraph(cpu, block.graph);
-  for (const [name, tensor] of Object.entries(block.inputs)) {
-    cpu.setTensor(tensor, data[name as keyof typeof data]);
-  }
+  setBlockInputs(block, data);
   cpu.graphCompute(block.graph);
   return cpu.getTensor(block.output) as Float32Array;
 }
@@ -53,10 +51,7 @@ async function main(): Promise<number> {
   const attention = [w.attnNorm, w.wq, w.wk, w.wv, w.wo];
   using _onAccelerator = allocTensors(accelerator, attention);
   using _onCpu = allocTensors(cpu, block.ctx.tensors.filter((t) => !attention.includes(t)));
-  for (const [name, tensor] of Object.entries(w)) {
-    const backend = attention.includes(tensor) ? accelerator : cpu;
-    backend.setTensor(tensor, data[name as keyof typeof data]);
-  }
+  setBlockInputs(block, data);
   // Accelerator first: it is preferred where nothing else decides; the CPU is the fallback.
   using schedule = Schedule.create(block.graph, {
     backends: [accelerator, cpu],

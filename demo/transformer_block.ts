@@ -9,7 +9,7 @@
  */
 
 import { allocTensors, CpuBackend, type CpuPlan, opName, planGraph } from "../mod.ts";
-import { blockData, buildBlock } from "./block.ts";
+import { blockData, buildBlock, setBlockInputs } from "./block.ts";
 import { finishDemo, parseDemoArgs } from "./cli.ts";
 import { referenceBlock, relativeError } from "./block_reference.ts";
 
@@ -25,9 +25,7 @@ function main(): number {
   using weights = allocTensors(cpu, block.ctx.tensors);
   const memory = planGraph(block.graph, { alignment: cpu.alignment });
   using activations = memory.allocate(cpu);
-  for (const [name, tensor] of Object.entries(block.inputs)) {
-    cpu.setTensor(tensor, data[name as keyof typeof data]);
-  }
+  setBlockInputs(block, data);
   // Weights are constant across runs: the plan packs them once, on the first compute.
   using plan = cpu.graphPlanCreate(block.graph, { prepackWeights });
   cpu.graphPlanCompute(plan);

@@ -16,7 +16,7 @@ import {
   silu,
   type Tensor,
 } from "../mod.ts";
-import { blockData, buildBlock, DEFAULT_BLOCK } from "../demo/block.ts";
+import { blockData, buildBlock, DEFAULT_BLOCK, setBlockInputs } from "../demo/block.ts";
 import { assertNothingLive } from "./leaks.ts";
 
 // Loads the library outside any test, so its resource is not reported as a test's leak.
@@ -72,9 +72,7 @@ Deno.test("a prepacked demo block is bitwise the plain plan's", () => {
     const data = blockData(DEFAULT_BLOCK);
     using _weights = allocTensors(cpu, block.ctx.tensors);
     using _activations = allocGraph(cpu, block.graph);
-    for (const [name, tensor] of Object.entries(block.inputs)) {
-      cpu.setTensor(tensor, data[name as keyof typeof data]);
-    }
+    setBlockInputs(block, data);
     using plan = cpu.graphPlanCreate(block.graph, { prepackWeights: true });
     assert.ok(plan.prepacked.length > 0, "the block's weights are prepacked");
     plan.dispose();

@@ -23,7 +23,13 @@ import {
   type Tensor,
 } from "../mod.ts";
 import { Schedule } from "../src/sched/schedule.ts";
-import { blockData, buildBlock, DEFAULT_BLOCK, randomValues } from "../demo/block.ts";
+import {
+  blockData,
+  buildBlock,
+  DEFAULT_BLOCK,
+  randomValues,
+  setBlockInputs,
+} from "../demo/block.ts";
 
 class NoSoftmaxCpu extends CpuBackend {
   supportsOp(tensor: Tensor): boolean {
@@ -75,12 +81,8 @@ Deno.test("a split schedule computes the transformer block exactly as one backen
   const onB = [w.attnNorm, w.wq, w.wk, w.wv, w.wo];
   using _restA = allocTensors(a, split.ctx.tensors.filter((t) => !onB.includes(t)));
   using _restB = allocTensors(b, onB);
-  for (const [name, t] of Object.entries(alone.inputs)) {
-    a.setTensor(t, data[name as keyof typeof data]);
-  }
-  for (const [name, t] of Object.entries(split.inputs)) {
-    (onB.includes(t) ? b : a).setTensor(t, data[name as keyof typeof data]);
-  }
+  setBlockInputs(alone, data);
+  setBlockInputs(split, data);
   a.graphCompute(alone.graph);
   const expected = a.getTensor(alone.output);
   using s = Schedule.create(split.graph, { backends: [b, a] });

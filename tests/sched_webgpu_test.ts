@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { sharedWebGpu } from "./gpu.ts";
 import { allocGraph, allocTensors, CpuBackend, Op, Schedule } from "../mod.ts";
-import { blockData, buildBlock, DEFAULT_BLOCK } from "../demo/block.ts";
+import { blockData, buildBlock, DEFAULT_BLOCK, setBlockInputs } from "../demo/block.ts";
 import { relativeError } from "../demo/block_reference.ts";
 
 /** f32 sums in a different order on the GPU (no f64 in WGSL). */
@@ -24,9 +24,7 @@ Deno.test({
     const alone = buildBlock(DEFAULT_BLOCK);
     using _aw = allocTensors(cpu, alone.ctx.tensors);
     using _an = allocGraph(cpu, alone.graph);
-    for (const [name, t] of Object.entries(alone.inputs)) {
-      cpu.setTensor(t, data[name as keyof typeof data]);
-    }
+    setBlockInputs(alone, data);
     cpu.graphCompute(alone.graph);
     const expected = cpu.getTensor(alone.output);
 
@@ -35,9 +33,7 @@ Deno.test({
     const attention = [w.attnNorm, w.wq, w.wk, w.wv, w.wo];
     using _g = allocTensors(accelerator, attention);
     using _c = allocTensors(cpu, block.ctx.tensors.filter((t) => !attention.includes(t)));
-    for (const [name, t] of Object.entries(w)) {
-      (attention.includes(t) ? accelerator : cpu).setTensor(t, data[name as keyof typeof data]);
-    }
+    setBlockInputs(block, data);
     using schedule = Schedule.create(block.graph, {
       backends: [accelerator, cpu],
       allocate: allocGraph,

@@ -54,6 +54,7 @@ export {
   CpuPlan,
   type CpuPlanOptions,
 } from "./src/backend/cpu.ts";
+export type { TableEntry } from "./src/backend/node_table.ts";
 export { Allocator, type AllocatorOptions, type AllocatorStats } from "./src/alloc/allocator.ts";
 export { allocTensors } from "./src/alloc/alloc_tensors.ts";
 export { type LiveAllocations, liveAllocations } from "./src/live.ts";

@@ -2,7 +2,9 @@
 //! bench/gemm_bench.sh, which lays this file beside a copy of zig/ as "kernels/gemm.zig".
 //! Square sgemm (M = N = K) on 1 and 2 threads in GFLOP/s, skinny N in GFLOP/s, and
 //! matrix-vector (N = 1) in GB/s of weights read; OpenBLAS alongside where it can be loaded.
-//! Usage: gemm_bench [--quick] [--no-blas] [--square | --skinny]
+//! Usage: gemm_bench [--quick] [--no-blas] [--square | --skinny | --block]
+//! --block: the products of the demo's transformer block (dim 768, seq 128, ffn 3072) with
+//! prepacked weights, as the CPU plan runs them.
 
 const std = @import("std");
 const gemm = @import("kernels/gemm.zig");
@@ -41,6 +43,8 @@ const Pool = struct {
     done: SpinBarrier,
     kernel_barrier: SpinBarrier,
     args: *const gemm.GemmArgs = undefined,
+    /// When set, A comes prepacked (`gemm.prepack_a`), as a plan with constant weights runs it.
+    a_packed: ?[]const f32 = null,
     scratch: []align(64) u8 = &.{},
     quit: bool = false,
     threads: [8]std.Thread = undefined,
@@ -87,7 +91,7 @@ const Pool = struct {
             seen = self.generation.load(.acquire);
             if (@atomicLoad(bool, &self.quit, .acquire)) return;
             const w = self.work(t);
-            gemm.sgemm(self.args, &w);
+            self.call(&w);
             self.done.wait();
         }
     }
@@ -96,8 +100,12 @@ const Pool = struct {
         self.args = args;
         self.kick();
         const w = self.work(0);
-        gemm.sgemm(args, &w);
+        self.call(&w);
         self.done.wait();
+    }
+
+    fn call(self: *Pool, w: *const node.Work) void {
+        if (self.a_packed) |a| gemm.sgemm_prepacked(self.args, a, w) else gemm.sgemm(self.args, w);
     }
 };
 
@@ -254,6 +262,7 @@ pub fn main() !void {
     var use_blas = true;
     var do_square = true;
     var do_skinny = true;
+    var do_block = false;
     var it = std.process.args();
     _ = it.skip();
     while (it.next()) |arg| {
@@ -261,6 +270,7 @@ pub fn main() !void {
         if (std.mem.eql(u8, arg, "--no-blas")) use_blas = false;
         if (std.mem.eql(u8, arg, "--square")) do_skinny = false;
         if (std.mem.eql(u8, arg, "--skinny")) do_square = false;
+        if (std.mem.eql(u8, arg, "--block")) do_block = true;
     }
     // Timed: best of repeats; 1 thread in thread CPU time (less disturbed by other load), 2 in
     // wall time.
@@ -276,6 +286,7 @@ pub fn main() !void {
         p.deinit();
         if (p.scratch.len > 0) allocator.free(p.scratch);
     };
+    if (do_block) return blockShapes(allocator, &pools, blas, min_s);
 
     const sizes = [_]usize{ 256, 512, 1024, 2048 };
     const ns = [_]usize{ 1, 2, 3, 4, 5, 8, 16, 32, 64 };
@@ -357,4 +368,37 @@ pub fn main() !void {
         const per_gflop_bytes = 4.0 / (2.0 * @as(f64, @floatFromInt(n))); // weight bytes per flop, f32
         out("{d:>6} {d:>4} {d:>10.1} {d:>8.1} {d:>10.1} {d:>8.1} {d:>10.1} {d:>8.1}\n", .{ n, ti + 1, sk32[ni][ti], sk32[ni][ti] * per_gflop_bytes, sk16[ni][ti], sk16[ni][ti] * per_gflop_bytes / 2, sk_blas[ni][ti], sk_blas[ni][ti] * per_gflop_bytes });
     };
+}
+
+/// The block's products (M weight rows, N tokens, K): q/k/v/o, gate/up, down.
+fn blockShapes(allocator: std.mem.Allocator, pools: *[2]Pool, blas: ?Blas, min_s: f64) !void {
+    const out = std.debug.print;
+    const shapes = [_][3]usize{ .{ 768, 128, 768 }, .{ 3072, 128, 768 }, .{ 768, 128, 3072 } };
+    out("\n== block products, prepacked A (GFLOP/s) ==\n{s:>5} {s:>5} {s:>5} {s:>4} {s:>9} {s:>9} {s:>9}\n", .{ "M", "N", "K", "thr", "graft", "openblas", "us" });
+    for (shapes) |s| {
+        var p = try Problem.init(allocator, s[0], s[1], s[2]);
+        defer p.deinit(allocator);
+        const flops = 2.0 * @as(f64, @floatFromInt(s[0] * s[1] * s[2]));
+        const args32 = p.args(.f32);
+        const packed_a = try allocator.alloc(f32, gemm.prepacked_size_bytes(&args32) / 4);
+        defer allocator.free(packed_a);
+        const no_barrier = struct {
+            fn wait(_: *anyopaque) callconv(.c) void {}
+        };
+        var dummy: u8 = 0;
+        gemm.prepack_a(&args32, packed_a, &.{ .thread_index = 0, .thread_count = 1, .scratch = undefined, .scratch_size_bytes = 0, .barrier_context = &dummy, .barrier = no_barrier.wait });
+        for (pools, 0..) |*pool, ti| {
+            clock = if (ti == 0) .THREAD_CPUTIME_ID else .MONOTONIC;
+            try ensureScratch(allocator, pool, &args32);
+            pool.a_packed = packed_a;
+            const ours = timeBest(OursContext{ .pool = pool, .args = &args32 }, callOurs, min_s);
+            pool.a_packed = null;
+            var theirs: f64 = 0;
+            if (blas) |*bl| {
+                bl.set_threads(@intCast(pool.thread_count));
+                theirs = timeBest(BlasContext{ .blas = bl, .p = &p }, callBlasGemm, min_s);
+            }
+            out("{d:>5} {d:>5} {d:>5} {d:>4} {d:>9.1} {d:>9.1} {d:>9.1}\n", .{ s[0], s[1], s[2], ti + 1, flops / ours * 1e-9, if (theirs > 0) flops / theirs * 1e-9 else 0, ours * 1e6 });
+        }
+    }
 }

@@ -72,8 +72,9 @@ function printProfile(cpu: CpuBackend, plan: CpuPlan): void {
   plan.enableProfiling();
   cpu.graphPlanCompute(plan);
   console.log("  profile (ms per node, last run):");
-  for (const { tensor, ms } of plan.nodeTimings()) {
-    console.log(`    ${ms.toFixed(3).padStart(8)}  ${opName(tensor.op).padEnd(8)} ${tensor.label}`);
+  for (const { tensor, ms, fused } of plan.nodeTimings()) {
+    const op = fused.map((t) => opName(t.op)).join("+");
+    console.log(`    ${ms.toFixed(3).padStart(8)}  ${op.padEnd(11)} ${tensor.label}`);
   }
 }
 

@@ -235,17 +235,13 @@ Deno.test("allocGraph() on a small GPT-2 computes what the unplanned graph compu
   assertEquals(run(true), run(false));
 });
 
-Deno.test("planGraph() plans a 10k-node graph in under 50 ms", () => {
+// Tests never time things (a noisy machine fails them at random): `deno task bench:planner`
+// reports this graph's planning time (random_10k, ms=, against its 50 ms budget).
+Deno.test("planGraph() plans a 10k-node graph with no live overlap and peak >= lower bound", () => {
   const { graph } = randomDag({ seed: 10000, nodes: 10000, sizes: "realistic" });
-  planGraph(graph); // warm up the JIT
-  const times: number[] = [];
-  for (let i = 0; i < 5; i++) {
-    const started = performance.now();
-    planGraph(graph);
-    times.push(performance.now() - started);
-  }
-  times.sort((a, b) => a - b);
-  assert(times[2]! < 50, `median ${times[2]!.toFixed(1)} ms`);
+  const plan = planGraph(graph);
+  assertNoLiveOverlap(plan);
+  assert(plan.peak >= plan.lowerBound && plan.peak <= plan.naiveSize);
 });
 
 // ---------------------------------------------------------------------------------------------

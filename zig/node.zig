@@ -45,6 +45,11 @@ pub const Op = enum(u32) {
     gelu = 17,
     silu = 18,
     relu = 19,
+    // Fused ops: never graph ops; the CPU plan builder (src/backend/fuse.ts) emits them for a
+    // pair of nodes whose intermediate nobody else reads. Same arithmetic as the pair, so the
+    // results are bitwise those of the two nodes.
+    silu_mul = 20, // dst = silu(src0) * src1, one shape
+    rms_norm_mul = 21, // params[0]: f32 eps; dst = rms_norm(src0) * src1, src1.ne[0] == ne[0]
     _,
 };
 

@@ -66,6 +66,8 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
         .cpy => check_cpy(n),
         .get_rows => check_get_rows(n),
         .soft_max => check_soft_max(n),
+        .silu_mul => check_silu_mul(n),
+        .rms_norm_mul => check_rms_norm_mul(n),
         _ => unreachable,
     };
 }
@@ -73,7 +75,7 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
 /// Inclusive bounds on src_count.
 fn source_counts(comptime op: Op) [2]u32 {
     return switch (op) {
-        .add, .sub, .mul, .div, .mul_mat, .get_rows => .{ 2, 2 },
+        .add, .sub, .mul, .div, .mul_mat, .get_rows, .silu_mul, .rms_norm_mul => .{ 2, 2 },
         .soft_max => .{ 1, 2 },
         else => .{ 1, 1 },
     };
@@ -256,6 +258,31 @@ fn check_soft_max(n: *const Node) Verdict {
         }
         if (mask.ne[1] < src.ne[1]) {
             return fail(.shape_mismatch, "soft_max: src1.ne[1] < src0.ne[1]");
+        }
+    }
+    return .ok;
+}
+
+fn check_silu_mul(n: *const Node) Verdict {
+    if (dtype_of(&n.dst) != .f32 or dtype_of(&n.src[0]) != .f32 or dtype_of(&n.src[1]) != .f32) {
+        return fail(.unsupported, "silu_mul: dst, src0 and src1 must be f32");
+    }
+    if (!same_shape(&n.dst, &n.src[0])) return fail(.shape_mismatch, "silu_mul: dst.ne != src0.ne");
+    if (!same_shape(&n.dst, &n.src[1])) return fail(.shape_mismatch, "silu_mul: dst.ne != src1.ne");
+    return .ok;
+}
+
+fn check_rms_norm_mul(n: *const Node) Verdict {
+    const a = &n.src[0];
+    const g = &n.src[1];
+    if (dtype_of(&n.dst) != .f32 or dtype_of(a) != .f32 or dtype_of(g) != .f32) {
+        return fail(.unsupported, "rms_norm_mul: dst, src0 and src1 must be f32");
+    }
+    if (!same_shape(&n.dst, a)) return fail(.shape_mismatch, "rms_norm_mul: dst.ne != src0.ne");
+    if (g.ne[0] != a.ne[0]) return fail(.shape_mismatch, "rms_norm_mul: src1.ne[0] != src0.ne[0]");
+    for (1..dims_max) |d| {
+        if (@mod(a.ne[d], g.ne[d]) != 0) {
+            return fail(.shape_mismatch, "rms_norm_mul: src1.ne[d] does not divide src0.ne[d]");
         }
     }
     return .ok;

@@ -11,7 +11,8 @@ import type { Graph } from "../graph.ts";
 import { Op } from "../op.ts";
 import type { Tensor } from "../tensor.ts";
 import type { Backend, BackendBuffer, GraphPlan } from "./backend.ts";
-import { computeNodes, encodeNodeTable } from "./node_table.ts";
+import { computeNodes, encodeNodeTable, type TableEntry, tensorEntry } from "./node_table.ts";
+import { fuseNodes } from "./fuse.ts";
 import { requireSameLayout, requireTensorRange } from "./checks.ts";
 
 /** Tensor offsets in CPU buffers are 64-byte aligned (one cache line, one zmm register). */
@@ -110,6 +111,13 @@ export interface CpuPlanOptions {
    * bitwise those of a plan without prepacking.
    */
   prepackWeights?: boolean;
+  /**
+   * Fuse node pairs whose intermediate only feeds the next node (default true): `mul` of a
+   * `silu` and `mul` of an `rmsNorm` by a gain row run as one pass (see `src/backend/fuse.ts`).
+   * Results are bitwise those without fusion, but the intermediate (the silu or rmsNorm result,
+   * never a graph output) is not written: make it an output of the graph to read it.
+   */
+  fuse?: boolean;
 }
 
 /** A byte range of one CPU buffer. */
@@ -162,8 +170,10 @@ export class CpuPlan implements GraphPlan {
   readonly threads: number;
   /** The backend that made the plan. */
   readonly backend: CpuBackend;
-  /** Nodes the core computes (views excluded). */
+  /** Records in the core's node table: nodes computed (views excluded), a fused pair as one. */
   readonly nodeCount: number;
+  /** The node table's records in order, each with the graph nodes it computes. */
+  readonly entries: readonly TableEntry[];
   /**
    * The mulMat nodes whose weight (src0) the plan prepacks (see
    * {@link CpuPlanOptions.prepackWeights}); the core still computes from the weight itself for
@@ -191,12 +201,16 @@ export class CpuPlan implements GraphPlan {
       backend.bufferOf(tensor, "graphPlanCreate");
     }
     const prepacked = options.prepackWeights ? prepackedProducts(backend, nodes) : [];
-    const table = encodeNodeTable(nodes, (t) => backend.addressOf(t), new Set(prepacked));
+    const entries = options.fuse === false ? nodes.map(tensorEntry) : fuseNodes(graph, {
+      overlaps: (a, b) => overlaps(ownerRange(backend, a), ownerRange(backend, b)),
+      addressOf: (t) => backend.addressOf(t),
+    });
+    const table = encodeNodeTable(entries, (t) => backend.addressOf(t), new Set(prepacked));
     const handle = new Uint32Array(1);
     const work = new BigUint64Array(1);
     check(
       lib,
-      lib.graft_plan_create(table, nodes.length, threads, simdLevel, handle, work),
+      lib.graft_plan_create(table, entries.length, threads, simdLevel, handle, work),
       "graphPlanCreate",
     );
     this.backend = backend;
@@ -204,7 +218,8 @@ export class CpuPlan implements GraphPlan {
     this.handle = handle[0]!;
     this.workSize = Number(work[0]!);
     this.threads = threads;
-    this.nodeCount = nodes.length;
+    this.nodeCount = entries.length;
+    this.entries = entries;
     this.prepacked = prepacked;
     this.#lib = lib;
     this.#writes = [
@@ -253,16 +268,18 @@ export class CpuPlan implements GraphPlan {
   }
 
   /**
-   * Each computed node's milliseconds in the last compute (views excluded), with its tensor;
-   * includes the wait for the slowest thread. Needs {@link enableProfiling}.
+   * Each node table record's milliseconds in the last compute (views excluded), with the tensor
+   * it writes and the graph nodes it computes (two for a fused pair); includes the wait for the
+   * slowest thread. Needs {@link enableProfiling}.
    */
-  nodeTimings(): { tensor: Tensor; ms: number }[] {
+  nodeTimings(): { tensor: Tensor; ms: number; fused: readonly Tensor[] }[] {
     if (this.#disposed) throw new DisposedError("nodeTimings: plan was freed");
     const out = new BigUint64Array(Math.max(1, this.nodeCount));
     check(this.#lib, this.#lib.graft_plan_timings(this.handle, out, out.length), "nodeTimings");
-    return computeNodes(this.graph.nodes).map((tensor, i) => ({
-      tensor,
+    return this.entries.map((entry, i) => ({
+      tensor: entry.tensor,
       ms: Number(out[i]!) / 1e6,
+      fused: entry.fused,
     }));
   }
 

@@ -19,6 +19,27 @@ const PARAMS_OFFSET = 8;
 /** mul_mat's params[0] (a u32 slot): src0 is a constant weight the plan prepacks. */
 const PREPACK_FLAG = 1;
 
+/** One record of the node table: the tensor it computes and the core op that computes it. */
+export interface TableEntry {
+  /** The tensor the record writes (its destination). */
+  readonly tensor: Tensor;
+  /** The core op code (`zig/node.zig`). */
+  readonly coreOp: number;
+  /** The sources the core reads, in its order. */
+  readonly src: readonly Tensor[];
+  /** The op's f32 parameter slots. */
+  readonly params: readonly number[];
+  /** The graph nodes this record computes: the tensor alone, or a fused pair (fuse.ts). */
+  readonly fused: readonly Tensor[];
+}
+
+/** The record of one graph node as it is (no fusion). */
+export function tensorEntry(tensor: Tensor): TableEntry {
+  // cpy's second source is its destination: the core reads only the first.
+  const src = tensor.op === Op.cpy ? tensor.src.slice(0, 1) : tensor.src;
+  return { tensor, coreOp: coreOp(tensor.op), src, params: tensor.params, fused: [tensor] };
+}
+
 /** Resolves a placed tensor to its native address. */
 export type AddressOf = (tensor: Tensor) => bigint;
 
@@ -37,28 +58,30 @@ function writeDesc(view: DataView, at: number, tensor: Tensor, address: bigint):
 }
 
 /**
- * Writes the node table for `nodes` (compute nodes only, in order). The mulMat nodes in
- * `prepack` get the prepack flag: their src0 is a weight the plan may pack once.
+ * Writes the node table for `nodes` (compute nodes only, in order; tensors, or entries from
+ * fuse.ts). The mulMat nodes in `prepack` get the prepack flag: their src0 is a weight the
+ * plan may pack once.
  */
 export function encodeNodeTable(
-  nodes: readonly Tensor[],
+  nodes: readonly (Tensor | TableEntry)[],
   addressOf: AddressOf,
   prepack: ReadonlySet<Tensor> = new Set(),
 ): Uint8Array {
   const table = new Uint8Array(Math.max(1, nodes.length) * NODE_SIZE);
   const view = new DataView(table.buffer);
-  nodes.forEach((tensor, index) => {
+  nodes.forEach((node, index) => {
+    const entry = "coreOp" in node ? node : tensorEntry(node);
+    const tensor = entry.tensor;
     const at = index * NODE_SIZE;
-    // cpy's second source is its destination: the core reads only the first.
-    const sources = tensor.op === Op.cpy ? tensor.src.slice(0, 1) : tensor.src;
+    const sources = entry.src;
     if (sources.length > SOURCES_MAX) {
       throw new PlacementError(`${opName(tensor.op)} has ${sources.length} sources (max 3)`);
     }
-    view.setUint32(at, coreOp(tensor.op), true);
+    view.setUint32(at, entry.coreOp, true);
     view.setUint32(at + 4, sources.length, true);
-    tensor.params.forEach((p, i) => view.setFloat32(at + PARAMS_OFFSET + i * 4, p, true));
+    entry.params.forEach((p, i) => view.setFloat32(at + PARAMS_OFFSET + i * 4, p, true));
     if (prepack.has(tensor)) {
-      if (tensor.op !== Op.mulMat || tensor.params.length > 0) {
+      if (entry.coreOp !== Op.mulMat || entry.params.length > 0) {
         throw new PlacementError(`prepack: ${tensor.label} is not a mulMat without params`);
       }
       view.setUint32(at + PARAMS_OFFSET, PREPACK_FLAG, true);

@@ -53,6 +53,8 @@ fn dispatch(op: Op, n: *const Node, work: *const Work) Status {
         .gelu => elementwise.unary(.gelu, n, work),
         .silu => elementwise.unary(.silu, n, work),
         .relu => elementwise.unary(.relu, n, work),
+        .silu_mul => elementwise.silu_mul(n, work),
+        .rms_norm_mul => norm.normalize(.rms_norm_mul, n, work),
         .repeat => elementwise.repeat(n, work),
         .sum => reduce.sum(n, work),
         .mean => reduce.mean(n, work),

@@ -1,5 +1,5 @@
 //! Element-wise kernels: binary (add, sub, mul, div with src1 broadcast by repetition), unary
-//! (scale, sqr, sqrt, gelu, silu, relu) and repeat. Every output element depends only on the
+//! (scale, sqr, sqrt, gelu, silu, relu), repeat, and the fused silu_mul. Every output element depends only on the
 //! input elements of the same (or the broadcast) index, so dst may alias src0 exactly.
 //!
 //! Rows are split across threads. Within a row, elements go through the same vector function in
@@ -129,6 +129,34 @@ pub fn unary(comptime op: UnaryOp, n: *const common.Node, work: *const common.Wo
             common.store_chunk(dst_row, i, chunk, value);
         }
     }
+    return .ok;
+}
+
+/// Fused silu(src0) * src1 (one shape): the arithmetic of silu then mul, element by element, so
+/// bitwise their result, without writing and reading back silu's output.
+pub fn silu_mul(n: *const common.Node, work: *const common.Work) common.Status {
+    const dst = Tensor.from(&n.dst);
+    const a = Tensor.from(&n.src[0]);
+    const b = Tensor.from(&n.src[1]);
+    assert(dst.element_count() == a.element_count());
+    assert(dst.element_count() == b.element_count());
+    const stream = common.use_stream_stores(dst);
+    const none = splat(0);
+    const range = common.thread_range(dst.rows(), work);
+    for (range.begin..range.end) |row| {
+        const index = dst.row_index(row);
+        const dst_row = dst.row_at(index);
+        const a_row = a.row_at(index);
+        const b_row = b.row_at(index);
+        var i: usize = 0;
+        while (i < dst.ne[0]) : (i += lanes) {
+            const chunk = @min(lanes, dst.ne[0] - i);
+            const activated = unary_apply(.silu, common.load_chunk(a_row, i, chunk, 0), none);
+            const value = activated * common.load_chunk(b_row, i, chunk, 1);
+            common.store_chunk_maybe_stream(dst_row, i, chunk, value, stream);
+        }
+    }
+    if (stream) common.stream_fence();
     return .ok;
 }
 

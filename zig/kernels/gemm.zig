@@ -83,7 +83,7 @@ const prefetch_bytes = 512;
 /// unit_panels_max * MR x KC, stays in L2), and at least this many units per thread, so the
 /// last units even out the threads' finishing times.
 pub const unit_panels_max: usize = 4;
-const units_per_thread_min: usize = 8;
+const units_per_thread_min: usize = 2;
 /// Dynamic schedule: the largest packed B (all of K by one NC block) one thread keeps. Packed
 /// once, it is read back one KC block at a time; past this the static schedule is used.
 pub const b_all_bytes_max: usize = 2 << 20;

@@ -15,7 +15,9 @@ const Tensor = common.Tensor;
 const lanes = common.lanes;
 const splat = common.splat;
 
-pub const Kind = enum { norm, rms_norm };
+/// rms_norm_mul is rms_norm followed by a multiply by src1's row (a gain broadcast over rows),
+/// fused: the same two roundings as the two nodes, without writing and reading back the norm.
+pub const Kind = enum { norm, rms_norm, rms_norm_mul };
 
 pub fn normalize(
     comptime kind: Kind,
@@ -28,6 +30,8 @@ pub fn normalize(
     const eps: f64 = n.param_f32(0);
     const count = src.ne[0];
     const stream = common.use_stream_stores(dst);
+    const gain: ?Tensor = if (kind == .rms_norm_mul) Tensor.from(&n.src[1]) else null;
+    if (gain) |g| assert(g.ne[0] == count);
     const range = common.thread_range(src.rows(), work);
     for (range.begin..range.end) |row| {
         const index = src.row_index(row);
@@ -46,6 +50,11 @@ pub fn normalize(
                 const mean_square = squares_sum(src_row, count, 0) / @as(f64, @floatFromInt(count));
                 const scale: f32 = @floatCast(1.0 / @sqrt(mean_square + eps));
                 scale_row(dst_row, src_row, count, 0, scale, stream);
+            },
+            .rms_norm_mul => {
+                const mean_square = squares_sum(src_row, count, 0) / @as(f64, @floatFromInt(count));
+                const scale: f32 = @floatCast(1.0 / @sqrt(mean_square + eps));
+                scale_gain_row(dst_row, src_row, gain.?.row_broadcast(index), count, scale, stream);
             },
         }
     }
@@ -72,6 +81,17 @@ fn scale_row(dst: Strided, src: Strided, count: usize, center: f32, scale: f32, 
     while (index < count) : (index += lanes) {
         const chunk = @min(lanes, count - index);
         const value = (common.load_chunk(src, index, chunk, center) - splat(center)) * splat(scale);
+        common.store_chunk_maybe_stream(dst, index, chunk, value, stream);
+    }
+}
+
+/// dst = (x * scale) * gain, the product rounded to f32 before the gain as in two nodes.
+fn scale_gain_row(dst: Strided, src: Strided, gain: Strided, count: usize, scale: f32, stream: bool) void {
+    var index: usize = 0;
+    while (index < count) : (index += lanes) {
+        const chunk = @min(lanes, count - index);
+        const normed = (common.load_chunk(src, index, chunk, 0) - splat(0)) * splat(scale);
+        const value = normed * common.load_chunk(gain, index, chunk, 1);
         common.store_chunk_maybe_stream(dst, index, chunk, value, stream);
     }
 }

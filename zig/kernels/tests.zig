@@ -681,6 +681,98 @@ test "norm and rms_norm match float64 on strided rows and in place" {
     }
 }
 
+/// A fused op (silu_mul or rms_norm_mul) against float64, and bit for bit against its two
+/// unfused nodes (silu or rms_norm into a temporary, then mul), on every thread count.
+fn expect_fused(
+    op: Op,
+    ne: Shape,
+    layout_a: Layout,
+    layout_b: Layout,
+    in_place: bool,
+    random: std.Random,
+) !void {
+    const first: Op = if (op == .silu_mul) .silu else .rms_norm;
+    // rms_norm_mul's src1 is a gain row broadcast over rows (and over dim 3).
+    const ne_b: Shape = if (op == .silu_mul) ne else .{ ne[0], 1, ne[2], 1 };
+    var a = try TestTensor.init(.f32, ne, layout_a);
+    defer a.deinit();
+    var b = try TestTensor.init(.f32, ne_b, layout_b);
+    defer b.deinit();
+    var dst = try TestTensor.init(.f32, ne, .contiguous);
+    defer dst.deinit();
+    var tmp = try TestTensor.init(.f32, ne, .contiguous);
+    defer tmp.deinit();
+    var unfused = try TestTensor.init(.f32, ne, .contiguous);
+    defer unfused.deinit();
+    a.fill_random(random, 4);
+    b.fill_random(random, 2);
+    const eps: f32 = 1e-5;
+    const row_length: usize = @intCast(ne[0]);
+    const reference = try allocator.alloc(f64, a.count());
+    defer allocator.free(reference);
+    for (reference, 0..) |*value, flat| value.* = a.value_at(flat);
+    if (op == .rms_norm_mul) {
+        for (0..a.count() / row_length) |row| normalize_reference(.rms_norm, reference[row * row_length ..][0..row_length], eps);
+    } else {
+        for (reference) |*value| value.* = unary_reference(.silu, value.*, 0);
+    }
+    for (reference, 0..) |*value, flat| {
+        var position = coordinates(ne, flat);
+        for (0..node.dims_max) |d| position[d] %= @intCast(ne_b[d]);
+        value.* *= b.value_at(flat_index(ne_b, position));
+    }
+
+    // The unfused pair, computed first (before an in-place run overwrites a).
+    var step1 = make_node(first, tmp.desc, &.{a.desc});
+    step1.params[0] = @bitCast(eps);
+    try testing.expectEqual(node.Status.ok, try run(&step1, 1));
+    var step2 = make_node(.mul, unfused.desc, &.{ tmp.desc, b.desc });
+    try testing.expectEqual(node.Status.ok, try run(&step2, 1));
+
+    var n = make_node(op, if (in_place) a.desc else dst.desc, &.{ a.desc, b.desc });
+    n.params[0] = @bitCast(eps);
+    try testing.expectEqual(node.Status.ok, validate.validate_node(&n).status);
+    const buffers = [_][]align(64) u8{ a.memory, b.memory, dst.memory };
+    try expect_node(&n, &buffers, if (in_place) 0 else 2, reference, tolerance_f32);
+    const out = if (in_place) &a.desc else &dst.desc;
+    for (0..a.count()) |flat| {
+        const fused_bits: u32 = @bitCast(@as(f32, @floatCast(get(out, flat))));
+        const unfused_bits: u32 = @bitCast(@as(f32, @floatCast(unfused.value_at(flat))));
+        try testing.expectEqual(unfused_bits, fused_bits);
+    }
+}
+
+test "silu_mul and rms_norm_mul match float64 and their unfused pairs bit for bit, in place too" {
+    var prng = std.Random.DefaultPrng.init(21);
+    for ([_]Op{ .silu_mul, .rms_norm_mul }) |op| {
+        for (shapes) |ne| {
+            for (layouts) |layout| {
+                try expect_fused(op, ne, layout, .contiguous, false, prng.random());
+                try expect_fused(op, ne, .contiguous, layout, false, prng.random());
+            }
+            try expect_fused(op, ne, .contiguous, .contiguous, true, prng.random());
+            try expect_fused(op, ne, .strided, .strided, true, prng.random());
+        }
+    }
+}
+
+test "validate_node refuses fused ops with mismatched shapes or dtypes" {
+    var a = try TestTensor.init(.f32, .{ 8, 3, 1, 1 }, .contiguous);
+    defer a.deinit();
+    var short = try TestTensor.init(.f32, .{ 4, 3, 1, 1 }, .contiguous);
+    defer short.deinit();
+    var wide = try TestTensor.init(.f32, .{ 8, 2, 1, 1 }, .contiguous);
+    defer wide.deinit();
+    var half = try TestTensor.init(.f16, .{ 8, 3, 1, 1 }, .contiguous);
+    defer half.deinit();
+    try expect_verdict(&make_node(.silu_mul, a.desc, &.{ a.desc, short.desc }), .shape_mismatch, "silu_mul: dst.ne != src1.ne");
+    try expect_verdict(&make_node(.silu_mul, a.desc, &.{ a.desc, half.desc }), .unsupported, "silu_mul: dst, src0 and src1 must be f32");
+    try expect_verdict(&make_node(.silu_mul, a.desc, &.{a.desc}), .invalid_argument, "silu_mul: wrong src_count");
+    try expect_verdict(&make_node(.rms_norm_mul, a.desc, &.{ a.desc, short.desc }), .shape_mismatch, "rms_norm_mul: src1.ne[0] != src0.ne[0]");
+    try expect_verdict(&make_node(.rms_norm_mul, a.desc, &.{ a.desc, wide.desc }), .shape_mismatch, "rms_norm_mul: src1.ne[d] does not divide src0.ne[d]");
+    try expect_verdict(&make_node(.rms_norm_mul, short.desc, &.{ a.desc, a.desc }), .shape_mismatch, "rms_norm_mul: dst.ne != src0.ne");
+}
+
 test "binary ops and norms past the streaming-store size match float64 and are in place" {
     var prng = std.Random.DefaultPrng.init(51);
     // Rows of 4101 floats: most rows start off a vector boundary, so streamed (aligned) and

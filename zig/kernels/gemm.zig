@@ -18,7 +18,8 @@
 //! With several threads, a single NC block and a packed B (all of K) that fits a thread's
 //! budget, the rows are not split statically: threads claim units of a few MR panels from a
 //! shared counter (the dynamic schedule), so a thread that a noisy machine descheduled leaves
-//! its rows to the others instead of stalling the node. The counter is reset behind a barrier.
+//! its rows to the others instead of stalling the node. There B (all of K) is packed once into
+//! one buffer, each thread packing a share, between the two barriers that reset the counter.
 //!
 //! Prepacked A: a plan that knows A is a constant weight packs all of it once (`prepack_a`) into
 //! panels of MR rows by all of K, [k][MR] each, the exact values `packPanel` makes per block, and
@@ -315,7 +316,8 @@ fn microKernelAny(cols: usize, kc: usize, a: [*]const f32, b: [*]const f32, c: C
 // Work buffer layout.
 
 /// Each thread has its own region: a packed-B block, then a packed-A block. The dynamic schedule
-/// puts the shared unit counter first and keeps all of K of packed B.
+/// puts the shared unit counter first, then one shared packed B (all of K), then each thread's
+/// packed-A block.
 const Layout = struct {
     kc: usize, // largest KC block
     b_panels: usize, // NR panels in the largest NC block
@@ -361,6 +363,7 @@ fn unitPanels(m: usize, thread_count: usize) usize {
 fn layout(args: *const GemmArgs, thread_count: u32) Layout {
     const kc = min(args.k, kc_max);
     if (useDynamic(args, thread_count)) {
+        // One packed B shared by all threads (each packs a share), then each thread's A block.
         const b_panels = (args.n + nr - 1) / nr;
         const b_floats = roundUp(args.k * b_panels * nr, 16);
         const a_floats = roundUp(unitPanels(args.m, thread_count) * mr * kc, 16);
@@ -370,7 +373,7 @@ fn layout(args: *const GemmArgs, thread_count: u32) Layout {
             .b_floats = b_floats,
             .a_floats = a_floats,
             .header_bytes = counter_bytes,
-            .total_bytes = counter_bytes + (b_floats + a_floats) * thread_count * @sizeOf(f32),
+            .total_bytes = counter_bytes + (b_floats + a_floats * thread_count) * @sizeOf(f32),
         };
     }
     const b_panels = (min(args.n, nc_max) + nr - 1) / nr;
@@ -688,30 +691,34 @@ fn dynamicPath(comptime T: type, args: *const GemmArgs, a_packed: ?[*]const f32,
     std.debug.assert(work.scratch_size_bytes >= lay.total_bytes);
     const counter: *std.atomic.Value(usize) = @ptrCast(work.scratch);
     const region: [*]f32 = @ptrCast(@alignCast(work.scratch + counter_bytes));
-    const b_pack = region + (lay.b_floats + lay.a_floats) * t;
-    const a_pack = b_pack + lay.b_floats;
+    const b_pack = region;
+    const a_pack = region + lay.b_floats + lay.a_floats * t;
     const np = lay.b_panels;
     const unit_rows = unitPanels(M, tc) * mr;
     const units = (M + unit_rows - 1) / unit_rows;
 
     // The reset must not overtake a claim of the previous call on this counter, nor a claim
-    // of this call the reset: a barrier on each side of it.
+    // of this call the reset: a barrier on each side of it. The same barriers fence the shared
+    // packed B: the first keeps a thread from packing over panels the previous call still
+    // reads, the second keeps every thread from reading panels not packed yet.
     work.sync();
     if (t == 0) counter.store(0, .monotonic);
-    work.sync();
 
-    // Every thread packs all of B once (it is small: at most b_all_bytes_max), KC blocks in
-    // order, each block [panel][kc][nr].
-    var pc: usize = 0;
-    while (pc < K) : (pc += kc_max) {
+    // All of B packed once (it is small: at most b_all_bytes_max), KC blocks in order, each
+    // block [panel][kc][nr]; the threads pack consecutive shares of the (block, panel) list.
+    const k_blocks = (K + kc_max - 1) / kc_max;
+    const items = k_blocks * np;
+    for (items * t / tc..items * (t + 1) / tc) |item| {
+        const pc = (item / np) * kc_max;
+        const p = item % np;
         const kc = min(kc_max, K - pc);
-        for (0..np) |p| {
-            const n0 = p * nr;
-            const base = offsetPtr(args.b, @as(isize, @intCast(n0)) * args.b_row_stride_bytes +
-                @as(isize, @intCast(pc)) * args.b_element_stride_bytes);
-            packPanel(nr, f32, base, args.b_row_stride_bytes, args.b_element_stride_bytes, min(nr, N - n0), kc, b_pack + pc * np * nr + p * nr * kc);
-        }
+        const n0 = p * nr;
+        const base = offsetPtr(args.b, @as(isize, @intCast(n0)) * args.b_row_stride_bytes +
+            @as(isize, @intCast(pc)) * args.b_element_stride_bytes);
+        packPanel(nr, f32, base, args.b_row_stride_bytes, args.b_element_stride_bytes, min(nr, N - n0), kc, b_pack + pc * np * nr + p * nr * kc);
     }
+    work.sync();
+    var pc: usize = 0;
 
     var unit = counter.fetchAdd(1, .monotonic);
     while (unit < units) {

@@ -76,6 +76,7 @@ export { WebGpuBuffer } from "./src/backend/webgpu/buffer.ts";
 export { WebGpuPlan } from "./src/backend/webgpu/plan.ts";
 export {
   type BackendTimes,
+  type ComputeOptions,
   type ComputeStats,
   type Cut,
   manualAssignment,

@@ -9,6 +9,8 @@ import {
   type BackendBuffer,
   Context,
   CpuBackend,
+  type CpuBuffer,
+  cpy,
   GraftError,
   Graph,
   liveAllocations,
@@ -257,6 +259,7 @@ Deno.test("planned split buffers give the same results, and declared cut inputs 
   await planned.compute();
   assert.deepEqual(await planned.getOutput(out), await simple.getOutput(out));
   const gb = graph.nodes.find((n) => n.op === Op.mulMat && n.src[0] === wb)!;
+  const live = liveAllocations().buffers;
   assert.throws(
     () =>
       Schedule.fromCuts(graph, [
@@ -266,6 +269,7 @@ Deno.test("planned split buffers give the same results, and declared cut inputs 
       ]),
     (e: unknown) => e instanceof GraftError && /declared input x .* does not cross/.test(e.message),
   );
+  assert.equal(liveAllocations().buffers, live, "a refused schedule frees what it allocated");
   using manual = Schedule.fromCuts(graph, [
     { upTo: h, backend: a },
     { upTo: gb, backend: b, inputs: [h] },
@@ -273,4 +277,100 @@ Deno.test("planned split buffers give the same results, and declared cut inputs 
   ]);
   await manual.compute();
   assert.deepEqual(await manual.getOutput(out), await simple.getOutput(out));
+});
+
+/** out[n][m] = sum_k w[m][k] x[n][k] in f64: mulMat(w [k, m], x [k, n]). */
+function mulMatF64(w: Float32Array, x: Float32Array, k: number, m: number, n: number): number[] {
+  const out: number[] = [];
+  for (let j = 0; j < n; j++) {
+    for (let i = 0; i < m; i++) {
+      let sum = 0;
+      for (let p = 0; p < k; p++) sum += w[i * k + p]! * x[j * k + p]!;
+      out.push(sum);
+    }
+  }
+  return out;
+}
+
+function assertClose(actual: ArrayLike<number>, expected: readonly number[], what: string): void {
+  assert.equal(actual.length, expected.length);
+  for (let i = 0; i < expected.length; i++) {
+    // f32 dot products of 37 terms of size < 1: 1e-5 absolute is ~100 ulps of slack.
+    assert.ok(Math.abs(actual[i]! - expected[i]!) < 1e-5, `${what}[${i}]`);
+  }
+}
+
+Deno.test("a leaf input crosses once while unchanged; a write to its buffer makes it cross again", async () => {
+  {
+    using a = new CpuBackend({ threads: 1, name: "a" });
+    using b = new CpuBackend({ threads: 1, name: "b" });
+    const ctx = new Context();
+    const [k, m, n] = [37, 5, 3];
+    const x = ctx.newTensor("f32", [k, n], "x");
+    const w = ctx.newTensor("f32", [k, m], "w");
+    const y = mulMat(w, x); // on b, where its weight lives; x crosses from a
+    using onA = allocTensors(a, [x]);
+    using _onB = allocTensors(b, [w]);
+    const wData = randomValues(w.nelements, 11);
+    b.setTensor(w, wData);
+    let xData = randomValues(x.nelements, 12);
+    a.setTensor(x, xData);
+    using s = Schedule.create(Graph.build(y), { backends: [b, a] });
+    assert.equal(s.splits.length, 1);
+    assert.equal(s.splits[0]!.inputs.length, 1);
+
+    const first = await s.compute();
+    assert.equal(first.bytesCopied, x.nbytes);
+    assert.equal(first.copiesSkipped, 0);
+    assertClose(await s.getOutput(y) as Float32Array, mulMatF64(wData, xData, k, m, n), "first");
+
+    const second = await s.compute({ profile: true });
+    assert.equal(second.bytesCopied, 0);
+    assert.equal(second.copiesSkipped, 1);
+    assertClose(await s.getOutput(y) as Float32Array, mulMatF64(wData, xData, k, m, n), "second");
+
+    xData = randomValues(x.nelements, 13);
+    a.setTensor(x, xData);
+    const third = await s.compute();
+    assert.equal(third.bytesCopied, x.nbytes);
+    assertClose(await s.getOutput(y) as Float32Array, mulMatF64(wData, xData, k, m, n), "new x");
+
+    // A write the backend did not see, announced with markWritten.
+    (onA as CpuBuffer).markWritten();
+    assert.equal((await s.compute()).bytesCopied, x.nbytes);
+    assert.equal((await s.compute()).bytesCopied, 0);
+  }
+  assert.equal(liveAllocations().buffers, 0);
+});
+
+Deno.test("a crossing input that the graph writes (a cpy into a leaf) crosses on every compute", async () => {
+  using a = new CpuBackend({ threads: 1, name: "a" });
+  using b = new CpuBackend({ threads: 1, name: "b" });
+  const ctx = new Context();
+  const [k, m, n] = [9, 4, 2];
+  const x = ctx.newTensor("f32", [k, n], "x");
+  const cache = ctx.newTensor("f32", [k, n], "cache");
+  const w = ctx.newTensor("f32", [k, m], "w");
+  const written = cpy(scale(x, 2), cache); // on a: cache's memory lives there
+  const y = mulMat(w, written); // on b
+  // Separate buffers: write counts are per buffer, and each compute writes the cache's.
+  using _x = allocTensors(a, [x]);
+  using _cache = allocTensors(a, [cache]);
+  using _onB = allocTensors(b, [w]);
+  const wData = randomValues(w.nelements, 21);
+  b.setTensor(w, wData);
+  using s = Schedule.create(Graph.build(y), { backends: [b, a] });
+  for (let run = 0; run < 3; run++) {
+    const xData = randomValues(x.nelements, 30 + run);
+    a.setTensor(x, xData);
+    const stats = await s.compute();
+    assert.equal(stats.copiesSkipped, 0);
+    const doubled = Float32Array.from(xData, (v) => 2 * v);
+    assertClose(await s.getOutput(y) as Float32Array, mulMatF64(wData, doubled, k, m, n), "run");
+  }
+  // x unchanged: its copy is skipped, but what the cpy wrote still crosses.
+  const crossings = s.splits.flatMap((sp) => sp.inputs).length;
+  const again = await s.compute();
+  assert.equal(again.copiesSkipped, 1);
+  assert.equal(again.bytesCopied, (crossings - 1) * x.nbytes);
 });

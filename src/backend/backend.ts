@@ -18,6 +18,12 @@ export interface BackendBuffer extends Disposable {
   readonly alignment: number;
   /** True once disposed. */
   readonly disposed: boolean;
+  /**
+   * Optional: a count that changes whenever the buffer is written through its backend. Where
+   * present, schedules copy a leaf out of this buffer only after it changed. Absent: every
+   * compute copies.
+   */
+  readonly writeGeneration?: number;
   /** Frees the memory; tensors placed in it can no longer be used. */
   dispose(): void;
 }

@@ -1,6 +1,7 @@
 /** Checks every backend makes on tensor reads, writes and copies. */
 
 import { OutOfBoundsError, ShapeError } from "../errors.ts";
+import { Op } from "../op.ts";
 import { formatShape, type Tensor } from "../tensor.ts";
 import { sameDims } from "../ops/check.ts";
 
@@ -30,4 +31,9 @@ export function requireTensorRange(
         `(${tensor.nbytes} bytes)`,
     );
   }
+}
+
+/** Whether a compute node writes into a leaf's memory (a `cpy` into a leaf or a view of one). */
+export function writesLeaf(node: Tensor): boolean {
+  return node.memoryOwner !== node && node.memoryOwner.op === Op.none;
 }

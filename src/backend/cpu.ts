@@ -13,7 +13,7 @@ import type { Tensor } from "../tensor.ts";
 import type { Backend, BackendBuffer, GraphPlan } from "./backend.ts";
 import { computeNodes, encodeNodeTable, type TableEntry, tensorEntry } from "./node_table.ts";
 import { fuseNodes } from "./fuse.ts";
-import { requireSameLayout, requireTensorRange } from "./checks.ts";
+import { requireSameLayout, requireTensorRange, writesLeaf } from "./checks.ts";
 
 /** Tensor offsets in CPU buffers are 64-byte aligned (one cache line, one zmm register). */
 export const CPU_ALIGNMENT = 64;
@@ -136,11 +136,6 @@ function ownerRange(backend: CpuBackend, tensor: Tensor): BufferRange {
 
 function overlaps(a: BufferRange, b: BufferRange): boolean {
   return a.buffer === b.buffer && a.begin < b.end && b.begin < a.end;
-}
-
-/** Whether a compute node writes into a leaf's memory (a `cpy` into a leaf or a view of one). */
-function writesLeaf(node: Tensor): boolean {
-  return node.memoryOwner !== node && node.memoryOwner.op === Op.none;
 }
 
 /**

@@ -20,7 +20,7 @@ import {
   followsMemory,
   supports,
 } from "./assign.ts";
-import { buildSplits, type Split, type SplitSet } from "./splits.ts";
+import { buildSplits, type Split, type SplitInput, type SplitSet } from "./splits.ts";
 
 /** A hand-marked cut: every node up to and including `upTo` (in graph order) runs on `backend`. */
 export interface Cut {
@@ -48,6 +48,17 @@ export interface ComputeStats {
   backends: Record<string, BackendTimes>;
   /** Bytes copied between backends in all. */
   bytesCopied: number;
+  /** Leaf inputs not copied because their source was not written since the last copy. */
+  copiesSkipped: number;
+}
+
+/** Options of {@link Schedule.compute}. */
+export interface ComputeOptions {
+  /**
+   * Wait for each backend after its copies and after its compute, so that `copyMs` and
+   * `computeMs` are what each took (default false: no waits between splits, which is faster).
+   */
+  profile?: boolean;
 }
 
 /**
@@ -91,6 +102,8 @@ export class Schedule implements Disposable {
   readonly #set: SplitSet;
   readonly #buffers: BackendBuffer[] = [];
   readonly #plans: GraphPlan[] = [];
+  /** Per leaf input: its buffer's write count when it was last copied. */
+  readonly #copiedAt = new Map<SplitInput, number>();
   #disposed = false;
 
   private constructor(graph: Graph, assignment: Map<Tensor, Assignment>, allocate: SplitAllocator) {
@@ -120,7 +133,12 @@ export class Schedule implements Disposable {
   static fromCuts(graph: Graph, cuts: readonly Cut[], allocate?: SplitAllocator): Schedule {
     const assignment = manualAssignment(graph, cuts);
     const schedule = new Schedule(graph, assignment, allocate ?? everyTensorItsOwnBlock);
-    schedule.#checkDeclaredInputs(cuts);
+    try {
+      schedule.#checkDeclaredInputs(cuts);
+    } catch (error) {
+      schedule.dispose();
+      throw error;
+    }
     return schedule;
   }
 
@@ -132,7 +150,11 @@ export class Schedule implements Disposable {
     for (const [backend, splits] of byBackend) {
       const copies = splits.flatMap((s) => s.inputs.map((i) => i.copy));
       if (copies.length > 0) this.#buffers.push(allocTensors(backend, copies));
-      this.#buffers.push(allocate(backend, splits.map((s) => s.graph), { keep: this.#set.finals }));
+      const graphs = splits.map((s) => s.graph);
+      // A backend whose splits only write memory that exists already (cpy into a leaf, views)
+      // needs no buffer of its own.
+      if (!graphs.some((g) => g.nodes.some((n) => n.placement === null))) continue;
+      this.#buffers.push(allocate(backend, graphs, { keep: this.#set.finals }));
     }
   }
 
@@ -168,27 +190,66 @@ export class Schedule implements Disposable {
     return local.placement!.buffer.backend.getTensorAsync(local);
   }
 
-  /** Copies each split's inputs, then computes it, in order. */
-  async compute(): Promise<ComputeStats> {
+  /**
+   * Copies each split's inputs, then computes it, in order, and resolves once every backend
+   * has finished. An input that is a leaf (or a view of one) in a buffer that counts its writes
+   * (CPU buffers: see `CpuBuffer.writeGeneration`) is copied only when that buffer was written
+   * since the last copy, so weights that stay put cross once; memory written behind the
+   * backend's back needs `markWritten()`. Backends are not waited on between splits unless
+   * `profile` is set: a split's reads from a device already wait for the work before them, and
+   * device work overlaps what comes next. Per-backend times are exact only with `profile`.
+   */
+  async compute(options: ComputeOptions = {}): Promise<ComputeStats> {
     if (this.#disposed) throw new DisposedError("Schedule.compute: schedule is disposed");
+    const profile = options.profile ?? false;
     const backends: Record<string, BackendTimes> = {};
+    const used = new Set<Backend>();
     let bytesCopied = 0;
+    let copiesSkipped = 0;
     for (const [index, split] of this.splits.entries()) {
+      used.add(split.backend);
       const times = backends[split.backend.name] ??= { copyMs: 0, computeMs: 0, bytesCopied: 0 };
       const started = performance.now();
-      for (const input of split.inputs) {
-        await split.backend.cpyTensorFrom(input.source, input.copy);
+      const due = split.inputs.filter((input) => this.#copyDue(input));
+      copiesSkipped += split.inputs.length - due.length;
+      // All of a split's copies at once: reads back from a device then share one wait.
+      const copies = await Promise.allSettled(
+        due.map((input) => split.backend.cpyTensorFrom(input.source, input.copy)),
+      );
+      const failed = copies.find((c): c is PromiseRejectedResult => c.status === "rejected");
+      if (failed) {
+        for (const input of due) this.#copiedAt.delete(input);
+        throw failed.reason;
+      }
+      for (const input of due) {
         times.bytesCopied += input.copy.nbytes;
         bytesCopied += input.copy.nbytes;
       }
-      await split.backend.synchronize();
+      if (profile) await split.backend.synchronize();
       const copied = performance.now();
       split.backend.graphPlanCompute(this.#plans[index]!, split.graph);
-      await split.backend.synchronize();
+      if (profile) await split.backend.synchronize();
       times.copyMs += copied - started;
       times.computeMs += performance.now() - copied;
     }
-    return { backends, bytesCopied };
+    if (!profile) {
+      const waited = performance.now();
+      for (const backend of used) await backend.synchronize();
+      const last = this.splits[this.splits.length - 1];
+      if (last) backends[last.backend.name]!.computeMs += performance.now() - waited;
+    }
+    return { backends, bytesCopied, copiesSkipped };
+  }
+
+  // A leaf's copy stays good while its buffer's write count is the one seen at the last copy.
+  // The copy itself lives in the schedule's own buffer, which no split writes.
+  #copyDue(input: SplitInput): boolean {
+    if (!isLeafMemory(input.source)) return true;
+    const generation = input.source.placement?.buffer.writeGeneration;
+    if (generation === undefined) return true;
+    if (this.#copiedAt.get(input) === generation) return false;
+    this.#copiedAt.set(input, generation);
+    return true;
   }
 
   /** One line per split: backend, node count, inputs copied in. */
@@ -222,6 +283,16 @@ export class Schedule implements Disposable {
   [Symbol.dispose](): void {
     this.dispose();
   }
+}
+
+/** True when `t` is a leaf or a view of one: no node of the schedule computes its memory. */
+function isLeafMemory(t: Tensor): boolean {
+  let at: Tensor | null = t;
+  while (at.viewSource) {
+    if (!isViewOp(at.op)) return false;
+    at = at.viewSource;
+  }
+  return at.src.length === 0;
 }
 
 /** Backends from hand-marked cuts; views and cpy still go where their memory is. */

@@ -183,6 +183,7 @@ export class WebGpuBackend implements Backend {
     requireTensorRange("setTensor", tensor, offset, data.byteLength);
     const at = tensor.placement!.offset + offset;
     writeBytes(this.device, this.#pipelines, buffer.gpuBuffer, at, hostBytes(data), this.alignment);
+    buffer.markWritten();
   }
 
   /** Always throws: WebGPU cannot read device memory synchronously. */
@@ -290,6 +291,7 @@ export class WebGpuBackend implements Backend {
         encoder.copyBufferToBuffer(from.gpuBuffer, at, to.gpuBuffer, into, src.nbytes);
       }
       this.device.queue.submit([encoder.finish()]);
+      to.markWritten();
       temporary?.destroy();
       return Promise.resolve();
     } catch (error) {
@@ -323,6 +325,7 @@ export class WebGpuBackend implements Backend {
     const encoder = this.device.createCommandEncoder({ label: "graft graph" });
     gpuPlan.encode(encoder);
     this.device.queue.submit([encoder.finish()]);
+    gpuPlan.markLeafWrites();
     if (gpuPlan.reportsStatus) this.#statusDirty = true;
   }
 

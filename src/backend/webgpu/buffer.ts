@@ -21,6 +21,7 @@ export class WebGpuBuffer implements BackendBuffer {
   /** The device buffer (its size is `size` rounded up to 4 bytes). */
   readonly gpuBuffer: GPUBuffer;
   #disposed = false;
+  #writeGeneration = 0;
 
   /** Use {@link WebGpuBackend.allocBuffer}. */
   constructor(backend: Backend, device: GPUDevice, size: number, alignment: number) {
@@ -46,6 +47,20 @@ export class WebGpuBuffer implements BackendBuffer {
 
   get disposed(): boolean {
     return this.#disposed;
+  }
+
+  /**
+   * Counts the writes into this buffer queued through its backend: `setTensor`, tensor copies
+   * into it, and computes of plans whose graph writes into a leaf here (a `cpy` into it).
+   * Schedules compare it to skip copying leafs that did not change.
+   */
+  get writeGeneration(): number {
+    return this.#writeGeneration;
+  }
+
+  /** Records a write into this buffer; the backend calls it for its own writes. */
+  markWritten(): void {
+    this.#writeGeneration++;
   }
 
   dispose(): void {

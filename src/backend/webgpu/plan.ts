@@ -8,6 +8,7 @@ import { DisposedError, StalePlanError } from "../../errors.ts";
 import type { Graph } from "../../graph.ts";
 import type { Tensor } from "../../tensor.ts";
 import type { Backend, GraphPlan } from "../backend.ts";
+import { writesLeaf } from "../checks.ts";
 import { computeNodes } from "../node_table.ts";
 import type { TensorBinding } from "./binding.ts";
 import type { WebGpuBuffer } from "./buffer.ts";
@@ -57,6 +58,8 @@ export class WebGpuPlan implements GraphPlan {
   readonly reportsStatus: boolean;
   readonly #dispatches: Dispatch[] = [];
   readonly #buffers = new Set<WebGpuBuffer>();
+  /** Buffers holding leafs that a node writes (a `cpy` into a leaf). */
+  readonly #leafWrites: readonly WebGpuBuffer[];
   readonly #uniforms: GPUBuffer;
   #disposed = false;
 
@@ -66,6 +69,9 @@ export class WebGpuPlan implements GraphPlan {
       host.bindingOf(tensor, "graphPlanCreate");
     }
     const nodes = computeNodes(graph.nodes);
+    this.#leafWrites = [
+      ...new Set(nodes.filter(writesLeaf).map((t) => host.bindingOf(t, "graphPlanCreate").buffer)),
+    ];
     const kernels = nodes.map(kernelFor);
     const bindings = kernels.map((k) => k.tensors.map((t) => host.bindingOf(t, "graphPlanCreate")));
     const size = Math.max(1, kernels.length) * UNIFORM_SLOT_BYTES;
@@ -121,6 +127,11 @@ export class WebGpuPlan implements GraphPlan {
         throw new StalePlanError(`${verb}: a buffer the plan uses was disposed; plan again`);
       }
     }
+  }
+
+  /** Counts this compute's writes into leaf memory (the backend calls it once per compute). */
+  markLeafWrites(): void {
+    for (const buffer of this.#leafWrites) buffer.markWritten();
   }
 
   /** Records every dispatch into one compute pass of `encoder`. */

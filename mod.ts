@@ -28,6 +28,7 @@ export { Op, type OpCode, opName } from "./src/op.ts";
 export { type Dims, formatShape, type Placement, Tensor, type TensorInit } from "./src/tensor.ts";
 export { Context, type Shape } from "./src/context.ts";
 export { Graph } from "./src/graph.ts";
+export { type DotCluster, type DotOptions, graphToDot } from "./src/graph_dot.ts";
 export {
   add,
   div,

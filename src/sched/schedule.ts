@@ -9,6 +9,7 @@ import { allocTensors } from "../alloc/alloc_tensors.ts";
 import type { TensorData } from "../dtype.ts";
 import { DisposedError, GraftError } from "../errors.ts";
 import type { Graph } from "../graph.ts";
+import { graphToDot } from "../graph_dot.ts";
 import { isViewOp, opName } from "../op.ts";
 import type { Tensor } from "../tensor.ts";
 import {
@@ -269,6 +270,38 @@ export class Schedule implements Disposable {
       const a = this.assignment.get(n)!;
       return `node${i} ${opName(n.op)} ${n.label}: ${a.backend.name} (${a.reason})`;
     }).join("\n");
+  }
+
+  /**
+   * The graph as Graphviz DOT text: a box per split around its nodes, every tensor filled by
+   * its backend, and the edges that cross between backends (the copies) in red.
+   *
+   * @example
+   * ```ts ignore
+   * await Deno.writeTextFile("splits.dot", schedule.toDot()); // dot -Tsvg splits.dot
+   * ```
+   */
+  toDot(): string {
+    const splitOf = new Map<Tensor, Split>();
+    for (const split of this.splits) for (const local of split.nodes) splitOf.set(local, split);
+    const backendOf = (t: Tensor): Backend => this.assignment.get(t)!.backend;
+    return graphToDot(this.graph, {
+      title: `${this.splits.length} splits over ${
+        [...new Set(this.splits.map((s) => s.backend.name))].join(", ")
+      }`,
+      groupOf: (t) => backendOf(t).name,
+      clusterOf: (t) => {
+        // A view sits with the split that computes its memory; views of leafs with none.
+        let local: Tensor | null = t.src.length === 0 ? null : this.result(t);
+        while (local && !splitOf.has(local)) local = local.viewSource;
+        const split = local && splitOf.get(local);
+        return split
+          ? { id: String(split.index), label: `split ${split.index} ${split.backend.name}` }
+          : undefined;
+      },
+      edgeLabel: (source, consumer) =>
+        backendOf(source) === backendOf(consumer) ? undefined : `copy ${source.nbytes} B`,
+    });
   }
 
   /** Frees the plans and the buffers of every split. */

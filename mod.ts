@@ -23,12 +23,12 @@
 
 export { type DType, dtypeSize, type TensorData } from "./src/dtype.ts";
 export * from "./src/errors.ts";
-export { closeLibrary, type LoadOptions } from "./src/ffi.ts";
+export { closeLibrary, type LoadOptions } from "./src/core/ffi.ts";
 export { Op, type OpCode, opName } from "./src/op.ts";
 export { type Dims, formatShape, type Placement, Tensor, type TensorInit } from "./src/tensor.ts";
 export { Context, type Shape } from "./src/context.ts";
 export { Graph } from "./src/graph.ts";
-export { type DotCluster, type DotOptions, graphToDot } from "./src/graph_dot.ts";
+export { type DotCluster, type DotOptions, graphToDot } from "./src/viz/graph_dot.ts";
 export {
   add,
   div,
@@ -48,17 +48,13 @@ export { mulMat } from "./src/ops/matmul.ts";
 export { permute, reshape, transpose, view } from "./src/ops/view.ts";
 export { cont, cpy, getRows } from "./src/ops/copy.ts";
 export type { Backend, BackendBuffer, GraphPlan } from "./src/backend/backend.ts";
-export {
-  CpuBackend,
-  type CpuBackendOptions,
-  CpuBuffer,
-  CpuPlan,
-  type CpuPlanOptions,
-} from "./src/backend/cpu.ts";
-export type { TableEntry } from "./src/backend/node_table.ts";
+export { CpuBackend, type CpuBackendOptions } from "./src/backend/cpu/backend.ts";
+export { CpuBuffer } from "./src/backend/cpu/buffer.ts";
+export { CpuPlan, type CpuPlanOptions } from "./src/backend/cpu/plan.ts";
+export type { TableEntry } from "./src/backend/cpu/node_table.ts";
 export { Allocator, type AllocatorOptions, type AllocatorStats } from "./src/alloc/allocator.ts";
 export { allocTensors } from "./src/alloc/alloc_tensors.ts";
-export { type LiveAllocations, liveAllocations } from "./src/live.ts";
+export { type LiveAllocations, liveAllocations } from "./src/core/live.ts";
 export {
   allocGraph,
   MemoryPlan,
@@ -92,4 +88,4 @@ export {
   type AssignOptions,
 } from "./src/sched/assign.ts";
 export { buildSplits, type Split, type SplitInput, type SplitSet } from "./src/sched/splits.ts";
-export { planToSvg, type SvgOptions } from "./src/alloc/timeline_svg.ts";
+export { planToSvg, type SvgOptions } from "./src/viz/timeline_svg.ts";

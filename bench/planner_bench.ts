@@ -28,7 +28,7 @@ import {
   view,
 } from "../mod.ts";
 import { buildBlock, DEFAULT_BLOCK } from "../demo/block.ts";
-import { randomDag } from "../src/alloc/random_dag.ts";
+import { randomDag } from "../tests/random_dag.ts";
 
 /** Sizes of a GPT-2 style decoder. */
 export interface Gpt2Config {

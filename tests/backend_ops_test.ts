@@ -44,7 +44,7 @@ import {
   view,
 } from "../mod.ts";
 import { unplacedOwners } from "../src/alloc/alloc_tensors.ts";
-import { CpuBackend } from "../src/backend/cpu.ts";
+import { CpuBackend } from "../src/backend/cpu/backend.ts";
 
 /** Copies and gathers move bits: any difference is a bug. */
 const NMSE_EXACT = 0;

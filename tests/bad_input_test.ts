@@ -35,8 +35,8 @@ import {
   view,
 } from "../mod.ts";
 import { Allocator } from "../src/alloc/allocator.ts";
-import { computeNodes, encodeNodeTable, NODE_SIZE } from "../src/backend/node_table.ts";
-import { closeLibrary, lastError, loadLibrary } from "../src/ffi.ts";
+import { computeNodes, encodeNodeTable, NODE_SIZE } from "../src/backend/cpu/node_table.ts";
+import { closeLibrary, lastError, loadLibrary } from "../src/core/ffi.ts";
 
 const baseline = liveAllocations();
 
@@ -339,14 +339,14 @@ Deno.test({
     // A copy of the loader outside the repository: its build-output fallback does not exist.
     const dir = await Deno.makeTempDir({ prefix: "graft-missing-lib-" });
     try {
-      await Deno.mkdir(`${dir}/src`);
-      for (const file of ["ffi.ts", "errors.ts"]) {
+      await Deno.mkdir(`${dir}/src/core`, { recursive: true });
+      for (const file of ["core/ffi.ts", "errors.ts"]) {
         await Deno.copyFile(new URL(`../src/${file}`, import.meta.url), `${dir}/src/${file}`);
       }
       const broken = `${dir}/broken.so`;
       await Deno.writeTextFile(broken, "not a shared object");
       const script = `
-      import { loadLibrary } from ${JSON.stringify(`file://${dir}/src/ffi.ts`)};
+      import { loadLibrary } from ${JSON.stringify(`file://${dir}/src/core/ffi.ts`)};
       const report = (f) => {
         try { f(); return { loaded: true }; }
         catch (e) { return { name: e.name, message: e.message }; }

@@ -37,8 +37,8 @@ import {
   type Tensor,
   view,
 } from "../mod.ts";
-import { randomDag } from "../src/alloc/random_dag.ts";
-import { planToSvg } from "../src/alloc/timeline_svg.ts";
+import { randomDag } from "./random_dag.ts";
+import { planToSvg } from "../src/viz/timeline_svg.ts";
 import { buildGpt2 } from "../bench/planner_bench.ts";
 import { randomValues } from "../demo/block.ts";
 

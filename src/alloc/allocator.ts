@@ -5,7 +5,7 @@
  */
 
 import { DisposedError, OutOfSpaceError, Status } from "../errors.ts";
-import { check, type GraftSymbols, lastError, loadLibrary } from "../ffi.ts";
+import { check, type GraftSymbols, lastError, loadLibrary } from "../core/ffi.ts";
 
 /** Free blocks an allocator tracks by default (a named limit; raise it with `blocksMax`). */
 export const DEFAULT_FREE_BLOCKS = 4096;

@@ -9,7 +9,7 @@ import { allocTensors } from "../alloc/alloc_tensors.ts";
 import type { TensorData } from "../dtype.ts";
 import { DisposedError, GraftError } from "../errors.ts";
 import type { Graph } from "../graph.ts";
-import { graphToDot } from "../graph_dot.ts";
+import { graphToDot } from "../viz/graph_dot.ts";
 import { isViewOp, opName } from "../op.ts";
 import type { Tensor } from "../tensor.ts";
 import {

@@ -9,7 +9,7 @@ import type { Graph } from "../../graph.ts";
 import type { Tensor } from "../../tensor.ts";
 import type { Backend, GraphPlan } from "../backend.ts";
 import { writesLeaf } from "../checks.ts";
-import { computeNodes } from "../node_table.ts";
+import { computeNodes } from "../cpu/node_table.ts";
 import type { TensorBinding } from "./binding.ts";
 import type { WebGpuBuffer } from "./buffer.ts";
 import { type Kernel, kernelFor } from "./kernels.ts";

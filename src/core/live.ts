@@ -27,7 +27,7 @@ export interface LiveAllocations {
  *
  * @example
  * ```ts
- * import { CpuBackend, liveAllocations } from "../mod.ts";
+ * import { CpuBackend, liveAllocations } from "../../mod.ts";
  * { using _cpu = new CpuBackend(); }
  * console.log(liveAllocations().pools); // 0
  * ```

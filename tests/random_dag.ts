@@ -6,16 +6,16 @@
  * @module
  */
 
-import { Context } from "../context.ts";
-import { Graph } from "../graph.ts";
-import { add, mul, scale, silu } from "../ops/elementwise.ts";
-import { sum } from "../ops/reduce.ts";
-import { rmsNorm, softmax } from "../ops/norm.ts";
-import { mulMat } from "../ops/matmul.ts";
-import { cont, cpy } from "../ops/copy.ts";
-import { permute, reshape, transpose, view } from "../ops/view.ts";
-import { Op } from "../op.ts";
-import type { Tensor } from "../tensor.ts";
+import { Context } from "../src/context.ts";
+import { Graph } from "../src/graph.ts";
+import { add, mul, scale, silu } from "../src/ops/elementwise.ts";
+import { sum } from "../src/ops/reduce.ts";
+import { rmsNorm, softmax } from "../src/ops/norm.ts";
+import { mulMat } from "../src/ops/matmul.ts";
+import { cont, cpy } from "../src/ops/copy.ts";
+import { permute, reshape, transpose, view } from "../src/ops/view.ts";
+import { Op } from "../src/op.ts";
+import type { Tensor } from "../src/tensor.ts";
 
 /** Options of {@link randomDag}. */
 export interface RandomDagOptions {

@@ -5,10 +5,10 @@
  * @module
  */
 
-import { dtypeCode } from "../dtype.ts";
-import { PlacementError } from "../errors.ts";
-import { coreOp, isViewOp, Op, opName } from "../op.ts";
-import type { Tensor } from "../tensor.ts";
+import { dtypeCode } from "../../dtype.ts";
+import { PlacementError } from "../../errors.ts";
+import { coreOp, isViewOp, Op, opName } from "../../op.ts";
+import type { Tensor } from "../../tensor.ts";
 
 export const NODE_SIZE = 360;
 const DESC_SIZE = 80;

@@ -6,7 +6,7 @@
  */
 
 import { opName } from "../op.ts";
-import type { MemoryPlan } from "./planner.ts";
+import type { MemoryPlan } from "../alloc/planner.ts";
 
 /** Options of {@link planToSvg}. */
 export interface SvgOptions {
@@ -39,7 +39,7 @@ function opColor(op: number): string {
  * @example
  * ```ts
  * import { Context, Graph, silu, mulMat } from "../../mod.ts";
- * import { planGraph } from "./planner.ts";
+ * import { planGraph } from "../alloc/planner.ts";
  * import { planToSvg } from "./timeline_svg.ts";
  * const ctx = new Context();
  * const y = silu(mulMat(ctx.newTensor("f32", [64, 64]), ctx.newTensor("f32", [64, 8])));

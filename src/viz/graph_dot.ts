@@ -6,9 +6,9 @@
  * @module
  */
 
-import type { Graph } from "./graph.ts";
-import { opName } from "./op.ts";
-import { formatShape, type Tensor } from "./tensor.ts";
+import type { Graph } from "../graph.ts";
+import { opName } from "../op.ts";
+import { formatShape, type Tensor } from "../tensor.ts";
 
 /** A labelled box that some tensors are drawn inside. */
 export interface DotCluster {
@@ -62,7 +62,7 @@ function describe(tensor: Tensor): string {
  *
  * @example
  * ```ts
- * import { Context, Graph, graphToDot, mulMat, silu } from "../mod.ts";
+ * import { Context, Graph, graphToDot, mulMat, silu } from "../../mod.ts";
  * const ctx = new Context();
  * const w = ctx.newTensor("f32", [64, 64], "w");
  * const x = ctx.newTensor("f32", [64, 8], "x");

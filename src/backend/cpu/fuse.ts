@@ -14,9 +14,9 @@
  * @module
  */
 
-import type { Graph } from "../graph.ts";
-import { isViewOp, Op } from "../op.ts";
-import type { Tensor } from "../tensor.ts";
+import type { Graph } from "../../graph.ts";
+import { isViewOp, Op } from "../../op.ts";
+import type { Tensor } from "../../tensor.ts";
 import { type TableEntry, tensorEntry } from "./node_table.ts";
 
 /** Core op codes of fused nodes (`zig/node.zig`); never graph ops. */

@@ -4,7 +4,7 @@
  * @module
  */
 
-import { GraftError, LibraryLoadError, nativeError } from "./errors.ts";
+import { GraftError, LibraryLoadError, nativeError } from "../errors.ts";
 
 /** The ABI version this binding speaks; `graft_abi_version()` must return it. */
 export const ABI_VERSION = 3;
@@ -99,7 +99,7 @@ export function candidatePaths(options: LoadOptions = {}): string[] {
   const fromEnv = readEnv("GRAFT_LIB");
   if (fromEnv) paths.push(fromEnv);
   const name = readEnv("GRAFT_SAFE") === "1" ? "libgraft-safe.so" : "libgraft.so";
-  paths.push(new URL(`../zig-out/lib/${name}`, import.meta.url).pathname);
+  paths.push(new URL(`../../zig-out/lib/${name}`, import.meta.url).pathname);
   return paths;
 }
 

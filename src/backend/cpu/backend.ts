@@ -1,0 +1,350 @@
+/**
+ * The CPU backend: buffers from the Zig core, a persistent thread pool, and graph plans that
+ * compute a whole graph in one FFI call.
+ * @module
+ */
+
+import { dtypeSize, type TensorData, typedView } from "../../dtype.ts";
+import { DisposedError, GraftError, PlacementError, StalePlanError } from "../../errors.ts";
+import { check, type GraftSymbols, loadLibrary, type LoadOptions } from "../../core/ffi.ts";
+import type { Graph } from "../../graph.ts";
+import type { Tensor } from "../../tensor.ts";
+import type { Backend, GraphPlan } from "../backend.ts";
+import { requireSameLayout, requireTensorRange } from "../checks.ts";
+import { CPU_ALIGNMENT, CpuBuffer } from "./buffer.ts";
+import { CpuPlan, type CpuPlanOptions } from "./plan.ts";
+
+/** Options of {@link CpuBackend}. */
+export interface CpuBackendOptions {
+  /** Threads that compute graphs (default: 1 per available core, at most 64). */
+  threads?: number;
+  /** A name for reports, to tell several CPU backends apart (default "cpu"). */
+  name?: string;
+  /** Kernel build: "auto" picks the best the CPU supports. */
+  simd?: "auto" | "avx2" | "avx512";
+  /** Where to load the native library from. */
+  library?: LoadOptions;
+}
+
+function defaultThreads(): number {
+  try {
+    return Math.max(1, Math.min(64, navigator.hardwareConcurrency));
+  } catch {
+    return 1;
+  }
+}
+
+/**
+ * The CPU backend.
+ *
+ * @example
+ * ```ts
+ * import { add, allocTensors, Context, CpuBackend, Graph } from "../../../mod.ts";
+ * using cpu = new CpuBackend({ threads: 2 });
+ * const ctx = new Context();
+ * const a = ctx.newTensor("f32", [3]);
+ * const b = ctx.newTensor("f32", [3]);
+ * const c = add(a, b);
+ * const graph = Graph.build(c);
+ * using buffer = allocTensors(cpu, [a, b, ...graph.nodes]);
+ * cpu.setTensor(a, new Float32Array([1, 2, 3]));
+ * cpu.setTensor(b, new Float32Array([10, 20, 30]));
+ * cpu.graphCompute(graph);
+ * console.log(cpu.getTensor(c)); // Float32Array [11, 22, 33]
+ * ```
+ */
+export class CpuBackend implements Backend {
+  readonly name: string;
+  readonly alignment: number = CPU_ALIGNMENT;
+  readonly #lib: GraftSymbols;
+  #pool = 0;
+  #simdLevel = 1;
+  #threads = 1;
+  #disposed = false;
+  #tail: Promise<void> = Promise.resolve();
+  #pending = 0;
+
+  /** Loads the core, selects the kernel build and starts the thread pool. */
+  constructor(options: CpuBackendOptions = {}) {
+    this.name = options.name ?? "cpu";
+    this.#lib = loadLibrary(options.library);
+    const simd = options.simd ?? "auto";
+    const supported = this.#lib.graft_simd_supported();
+    const level = simd === "auto" ? supported : simd === "avx2" ? 1 : 2;
+    if (supported === 0 || level > supported) {
+      throw new GraftError(
+        `CpuBackend: this CPU cannot run simd=${simd} (AVX2 with FMA and F16C is the minimum; ` +
+          `best here: ${["none", "avx2", "avx512"][supported]})`,
+      );
+    }
+    this.#simdLevel = level;
+    this.#startPool(options.threads ?? defaultThreads());
+  }
+
+  /** The kernel build in use. */
+  get simd(): "avx2" | "avx512" {
+    return this.#simdLevel === 2 ? "avx512" : "avx2";
+  }
+
+  /** Threads computing graphs. */
+  get threads(): number {
+    return this.#threads;
+  }
+
+  /** Restarts the pool with `threads` threads. Plans made before must be made again. */
+  setThreads(threads: number): void {
+    this.#alive("setThreads");
+    this.#idle("setThreads");
+    check(this.#lib, this.#lib.graft_pool_destroy(this.#pool), "setThreads");
+    this.#startPool(threads);
+  }
+
+  #startPool(threads: number): void {
+    if (!Number.isInteger(threads) || threads < 1 || threads > 64) {
+      throw new GraftError(`CpuBackend: threads must be an integer in 1..64, got ${threads}`);
+    }
+    const handle = new Uint32Array(1);
+    check(this.#lib, this.#lib.graft_pool_create(threads, handle), "CpuBackend thread pool");
+    this.#pool = handle[0]!;
+    this.#threads = threads;
+  }
+
+  #alive(verb: string): void {
+    if (this.#disposed) throw new DisposedError(`CpuBackend.${verb}: backend is disposed`);
+  }
+
+  #idle(verb: string): void {
+    if (this.#pending > 0) {
+      throw new GraftError(
+        `CpuBackend.${verb}: asynchronous work is in flight; await synchronize() first`,
+      );
+    }
+  }
+
+  allocBuffer(size: number): CpuBuffer {
+    this.#alive("allocBuffer");
+    return new CpuBuffer(this, this.#lib, size);
+  }
+
+  /** The CPU buffer holding `tensor`; throws if it has no memory here. */
+  bufferOf(tensor: Tensor, verb: string): CpuBuffer {
+    const placement = tensor.placement;
+    if (!placement) throw new PlacementError(`${verb}: ${tensor.label} has no memory`);
+    const buffer = placement.buffer;
+    if (!(buffer instanceof CpuBuffer) || buffer.backend !== this) {
+      throw new PlacementError(
+        `${verb}: ${tensor.label} lives on ${buffer.backend.name}, not on this cpu backend`,
+      );
+    }
+    if (buffer.disposed) {
+      throw new DisposedError(`${verb}: the buffer holding ${tensor.label} was disposed`);
+    }
+    return buffer;
+  }
+
+  /** Native address of a placed tensor's first element. */
+  addressOf(tensor: Tensor): bigint {
+    const buffer = this.bufferOf(tensor, "addressOf");
+    return buffer.address + BigInt(tensor.placement!.offset);
+  }
+
+  setTensor(tensor: Tensor, data: ArrayBufferView, offset = 0): void {
+    this.#alive("setTensor");
+    this.#idle("setTensor");
+    const buffer = this.bufferOf(tensor, "setTensor");
+    requireTensorRange("setTensor", tensor, offset, data.byteLength);
+    const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    const at = BigInt(tensor.placement!.offset + offset);
+    check(
+      this.#lib,
+      this.#lib.graft_buffer_write(buffer.handle, at, bytes, BigInt(bytes.length)),
+      "setTensor",
+    );
+    buffer.markWritten();
+  }
+
+  getTensor(tensor: Tensor, offset = 0, size?: number): TensorData {
+    this.#alive("getTensor");
+    this.#idle("getTensor");
+    const buffer = this.bufferOf(tensor, "getTensor");
+    const length = size ?? tensor.nbytes - offset;
+    requireTensorRange("getTensor", tensor, offset, length);
+    const out = new ArrayBuffer(length);
+    const at = BigInt(tensor.placement!.offset + offset);
+    check(
+      this.#lib,
+      this.#lib.graft_buffer_read(buffer.handle, at, new Uint8Array(out), BigInt(length)),
+      "getTensor",
+    );
+    return typedView(tensor.dtype, out, Math.floor(length / dtypeSize[tensor.dtype]));
+  }
+
+  #enqueue<T>(work: () => Promise<T> | T): Promise<T> {
+    this.#pending++;
+    // The count drops before the caller's await resumes, so it may use the backend at once.
+    const run = async (): Promise<T> => {
+      try {
+        return await work();
+      } finally {
+        this.#pending--;
+      }
+    };
+    const result = this.#tail.then(run);
+    this.#tail = result.then(() => {}, () => {});
+    return result;
+  }
+
+  setTensorAsync(tensor: Tensor, data: ArrayBufferView, offset = 0): Promise<void> {
+    const copy = new Uint8Array(data.byteLength);
+    copy.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
+    return this.#enqueue(() => this.#withIdle(() => this.setTensor(tensor, copy, offset)));
+  }
+
+  getTensorAsync(tensor: Tensor, offset = 0, size?: number): Promise<TensorData> {
+    return this.#enqueue(() => this.#withIdle(() => this.getTensor(tensor, offset, size)));
+  }
+
+  // Queued work runs when everything before it has finished; it counts itself as pending, so
+  // the idle check is lifted while it runs.
+  #withIdle<T>(work: () => T): T {
+    const pending = this.#pending;
+    this.#pending = 0;
+    try {
+      return work();
+    } finally {
+      this.#pending = pending;
+    }
+  }
+
+  synchronize(): Promise<void> {
+    return this.#tail;
+  }
+
+  cpyTensorFrom(src: Tensor, dst: Tensor): Promise<void> {
+    requireSameLayout("cpyTensorFrom", src, dst);
+    const srcBuffer = src.placement?.buffer;
+    if (srcBuffer instanceof CpuBuffer && srcBuffer.backend === this) {
+      this.#copyLocal(src, dst);
+      return Promise.resolve();
+    }
+    if (!srcBuffer) {
+      return Promise.reject(new PlacementError(`cpyTensorFrom: ${src.label} has no memory`));
+    }
+    return srcBuffer.backend.getTensorAsync(src).then((data) => this.setTensor(dst, data));
+  }
+
+  cpyTensorTo(src: Tensor, dst: Tensor): Promise<void> {
+    requireSameLayout("cpyTensorTo", src, dst);
+    const dstBuffer = dst.placement?.buffer;
+    if (dstBuffer instanceof CpuBuffer && dstBuffer.backend === this) {
+      this.#copyLocal(src, dst);
+      return Promise.resolve();
+    }
+    if (!dstBuffer) {
+      return Promise.reject(new PlacementError(`cpyTensorTo: ${dst.label} has no memory`));
+    }
+    return dstBuffer.backend.setTensorAsync(dst, this.getTensor(src));
+  }
+
+  #copyLocal(src: Tensor, dst: Tensor): void {
+    this.#idle("cpyTensor");
+    const from = this.bufferOf(src, "cpyTensor");
+    const to = this.bufferOf(dst, "cpyTensor");
+    check(
+      this.#lib,
+      this.#lib.graft_buffer_copy(
+        from.handle,
+        BigInt(src.placement!.offset),
+        to.handle,
+        BigInt(dst.placement!.offset),
+        BigInt(src.nbytes),
+      ),
+      "cpyTensor",
+    );
+    to.markWritten();
+  }
+
+  /**
+   * Makes a plan for `graph`: its node table and work buffer in native memory.
+   *
+   * @param graph The graph; every tensor of it must have memory on this backend.
+   * @param options `prepackWeights`: pack the matrix products' weights once (see
+   *   {@link CpuPlanOptions.prepackWeights}); off by default.
+   * @returns The plan, to compute with {@link graphPlanCompute} and dispose.
+   */
+  graphPlanCreate(graph: Graph, options: CpuPlanOptions = {}): CpuPlan {
+    this.#alive("graphPlanCreate");
+    return new CpuPlan(this, this.#lib, graph, this.#threads, this.#simdLevel, options);
+  }
+
+  #checkPlan(plan: GraphPlan, graph: Graph | undefined): CpuPlan {
+    this.#alive("graphPlanCompute");
+    if (!(plan instanceof CpuPlan) || plan.backend !== this) {
+      throw new StalePlanError("graphPlanCompute: the plan was made by another backend");
+    }
+    if (plan.disposed) throw new DisposedError("graphPlanCompute: the plan was freed");
+    if (graph && graph !== plan.graph && graph.hash !== plan.graph.hash) {
+      throw new StalePlanError(
+        `graphPlanCompute: the plan was made for graph ${plan.graph.hash}, not ${graph.hash}`,
+      );
+    }
+    if (plan.threads !== this.#threads) {
+      throw new StalePlanError(
+        `graphPlanCompute: the plan was made for ${plan.threads} threads, the backend now has ` +
+          `${this.#threads}; create the plan again`,
+      );
+    }
+    return plan;
+  }
+
+  graphPlanCompute(plan: GraphPlan, graph?: Graph): void {
+    const cpuPlan = this.#checkPlan(plan, graph);
+    this.#idle("graphPlanCompute");
+    cpuPlan.beforeCompute();
+    check(this.#lib, this.#lib.graft_plan_compute(cpuPlan.handle, this.#pool), "graphPlanCompute");
+  }
+
+  /** Computes a plan on a Deno worker thread; resolves when done. Queued with other async work. */
+  graphPlanComputeAsync(plan: GraphPlan, graph?: Graph): Promise<void> {
+    const cpuPlan = this.#checkPlan(plan, graph);
+    return this.#enqueue(async () => {
+      // Here, behind the queued writes before it, so that it sees them.
+      cpuPlan.beforeCompute();
+      const status = await this.#lib.graft_plan_compute_async(cpuPlan.handle, this.#pool);
+      check(this.#lib, status, "graphPlanComputeAsync");
+    });
+  }
+
+  graphPlanFree(plan: GraphPlan): void {
+    plan.dispose();
+  }
+
+  graphCompute(graph: Graph): void {
+    using plan = this.graphPlanCreate(graph);
+    this.graphPlanCompute(plan);
+  }
+
+  /** Plans and computes without blocking; resolves when done. */
+  async graphComputeAsync(graph: Graph): Promise<void> {
+    using plan = this.graphPlanCreate(graph);
+    await this.graphPlanComputeAsync(plan);
+  }
+
+  /** True once disposed. */
+  get disposed(): boolean {
+    return this.#disposed;
+  }
+
+  /** Joins the pool's threads. Buffers and plans are disposed separately. */
+  dispose(): void {
+    if (this.#disposed) throw new DisposedError("CpuBackend.dispose: already disposed");
+    this.#idle("dispose");
+    this.#disposed = true;
+    check(this.#lib, this.#lib.graft_pool_destroy(this.#pool), "CpuBackend.dispose");
+  }
+
+  /** Disposes unless already disposed (for `using`). */
+  [Symbol.dispose](): void {
+    if (!this.#disposed) this.dispose();
+  }
+}

@@ -1,0 +1,216 @@
+/**
+ * CPU graph plans: a graph's node table and work buffer in native memory, computed in one call.
+ * @module
+ */
+
+import { DisposedError } from "../../errors.ts";
+import { check, type GraftSymbols } from "../../core/ffi.ts";
+import type { Graph } from "../../graph.ts";
+import { Op } from "../../op.ts";
+import type { Tensor } from "../../tensor.ts";
+import type { GraphPlan } from "../backend.ts";
+import { writesLeaf } from "../checks.ts";
+import type { CpuBackend } from "./backend.ts";
+import type { CpuBuffer } from "./buffer.ts";
+import { fuseNodes } from "./fuse.ts";
+import { computeNodes, encodeNodeTable, type TableEntry, tensorEntry } from "./node_table.ts";
+
+const plans = new FinalizationRegistry<{ lib: GraftSymbols; handle: number }>((held) => {
+  held.lib.graft_plan_free(held.handle);
+});
+
+/** Options of {@link CpuBackend.graphPlanCreate}. */
+export interface CpuPlanOptions {
+  /**
+   * Pack the weights of the graph's matrix products once, as the kernels read them, instead of
+   * on every compute (default false). A weight is the src0 of a `mulMat` whose memory owner is
+   * a leaf (op none) on this backend that no node of the graph writes. The packed copies live
+   * in the plan's memory (as large as the weights, f16 weights stored as f32) and are packed
+   * on the first compute. A later write into a weight's buffer through the backend
+   * (`setTensor`, `setTensorAsync`, a tensor copy, another plan's `cpy`; see
+   * {@link CpuBuffer.writeGeneration}) makes the next compute pack again, so results never
+   * come from a stale copy, but a buffer written on every compute repacks every compute: keep
+   * per-run inputs out of the weights' buffer. Memory written outside the backend, as through
+   * raw FFI, is not seen: call {@link CpuBuffer.markWritten} after such a write. Results are
+   * bitwise those of a plan without prepacking.
+   */
+  prepackWeights?: boolean;
+  /**
+   * Fuse node pairs whose intermediate only feeds the next node (default true): `mul` of a
+   * `silu` and `mul` of an `rmsNorm` by a gain row run as one pass (see `src/backend/fuse.ts`).
+   * Results are bitwise those without fusion, but the intermediate (the silu or rmsNorm result,
+   * never a graph output) is not written: make it an output of the graph to read it.
+   */
+  fuse?: boolean;
+}
+
+/** A byte range of one CPU buffer. */
+interface BufferRange {
+  buffer: CpuBuffer;
+  begin: number;
+  end: number;
+}
+
+function ownerRange(backend: CpuBackend, tensor: Tensor): BufferRange {
+  const owner = tensor.memoryOwner;
+  const buffer = backend.bufferOf(owner, "graphPlanCreate");
+  const begin = owner.placement!.offset;
+  return { buffer, begin, end: begin + owner.nbytes };
+}
+
+function overlaps(a: BufferRange, b: BufferRange): boolean {
+  return a.buffer === b.buffer && a.begin < b.end && b.begin < a.end;
+}
+
+/**
+ * The mulMat nodes whose src0 is a weight (see {@link CpuPlanOptions.prepackWeights}): owned by
+ * a leaf whose memory no node of the graph writes, not even in part. Every node's destination
+ * is checked, not only copies into leafs, so that a placement that aliases a weight (however
+ * it was made) never leaves a stale packed copy.
+ */
+function prepackedProducts(backend: CpuBackend, nodes: readonly Tensor[]): Tensor[] {
+  const writes = nodes.map((t) => ownerRange(backend, t));
+  return nodes.filter((t) => {
+    if (t.op !== Op.mulMat) return false;
+    const weight = t.src[0]!;
+    if (weight.memoryOwner.op !== Op.none) return false;
+    const range = ownerRange(backend, weight);
+    return !writes.some((w) => overlaps(w, range));
+  });
+}
+
+/** A graph plan in native memory: the node table and its work buffer. */
+export class CpuPlan implements GraphPlan {
+  readonly graph: Graph;
+  readonly workSize: number;
+  /** Native handle. */
+  readonly handle: number;
+  /** The thread count the plan was made for. */
+  readonly threads: number;
+  /** The backend that made the plan. */
+  readonly backend: CpuBackend;
+  /** Records in the core's node table: nodes computed (views excluded), a fused pair as one. */
+  readonly nodeCount: number;
+  /** The node table's records in order, each with the graph nodes it computes. */
+  readonly entries: readonly TableEntry[];
+  /**
+   * The mulMat nodes whose weight (src0) the plan prepacks (see
+   * {@link CpuPlanOptions.prepackWeights}); the core still computes from the weight itself for
+   * shapes its packed kernels do not take (few columns, a src0 of several batches).
+   */
+  readonly prepacked: readonly Tensor[];
+  #disposed = false;
+  readonly #lib: GraftSymbols;
+  /** Buffers the graph writes into (a leaf of), whose write counts each compute bumps. */
+  readonly #writes: readonly CpuBuffer[];
+  /** Buffers holding prepacked weights, with their write count when the plan last packed. */
+  readonly #packedGenerations = new Map<CpuBuffer, number>();
+
+  /** Use {@link CpuBackend.graphPlanCreate}. */
+  constructor(
+    backend: CpuBackend,
+    lib: GraftSymbols,
+    graph: Graph,
+    threads: number,
+    simdLevel: number,
+    options: CpuPlanOptions = {},
+  ) {
+    const nodes = computeNodes(graph.nodes);
+    for (const tensor of [...graph.leafs, ...graph.nodes]) {
+      backend.bufferOf(tensor, "graphPlanCreate");
+    }
+    const prepacked = options.prepackWeights ? prepackedProducts(backend, nodes) : [];
+    const entries = options.fuse === false ? nodes.map(tensorEntry) : fuseNodes(graph, {
+      overlaps: (a, b) => overlaps(ownerRange(backend, a), ownerRange(backend, b)),
+      addressOf: (t) => backend.addressOf(t),
+    });
+    const table = encodeNodeTable(entries, (t) => backend.addressOf(t), new Set(prepacked));
+    const handle = new Uint32Array(1);
+    const work = new BigUint64Array(1);
+    check(
+      lib,
+      lib.graft_plan_create(table, entries.length, threads, simdLevel, handle, work),
+      "graphPlanCreate",
+    );
+    this.backend = backend;
+    this.graph = graph;
+    this.handle = handle[0]!;
+    this.workSize = Number(work[0]!);
+    this.threads = threads;
+    this.nodeCount = entries.length;
+    this.entries = entries;
+    this.prepacked = prepacked;
+    this.#lib = lib;
+    this.#writes = [
+      ...new Set(nodes.filter(writesLeaf).map((t) => backend.bufferOf(t, "graphPlanCreate"))),
+    ];
+    // -1: never packed; the first compute packs anyway (the core starts unpacked).
+    for (const t of prepacked) {
+      this.#packedGenerations.set(backend.bufferOf(t.src[0]!, "graphPlanCreate"), -1);
+    }
+    plans.register(this, { lib, handle: this.handle }, this);
+  }
+
+  /**
+   * What the backend does right before each compute of this plan (do not call it otherwise):
+   * asks the core to pack the weights again when a weight's buffer was written since they were
+   * packed, then counts this compute's writes. The plan's own writes never touch its weights
+   * (such weights are not prepacked), so they do not make it repack.
+   */
+  beforeCompute(): void {
+    let stale = false;
+    for (const [buffer, generation] of this.#packedGenerations) {
+      if (buffer.writeGeneration !== generation) stale = true;
+    }
+    if (stale) {
+      check(this.#lib, this.#lib.graft_plan_repack(this.handle), "graphPlanCompute");
+      for (const buffer of this.#packedGenerations.keys()) {
+        this.#packedGenerations.set(buffer, buffer.writeGeneration);
+      }
+    }
+    for (const buffer of this.#writes) {
+      const current = this.#packedGenerations.get(buffer) === buffer.writeGeneration;
+      buffer.markWritten();
+      if (current) this.#packedGenerations.set(buffer, buffer.writeGeneration);
+    }
+  }
+
+  /** True once disposed. */
+  get disposed(): boolean {
+    return this.#disposed;
+  }
+
+  /** Records each node's time in later computes (a little overhead: two clock reads a node). */
+  enableProfiling(enable = true): void {
+    if (this.#disposed) throw new DisposedError("enableProfiling: plan was freed");
+    check(this.#lib, this.#lib.graft_plan_profile(this.handle, enable ? 1 : 0), "enableProfiling");
+  }
+
+  /**
+   * Each node table record's milliseconds in the last compute (views excluded), with the tensor
+   * it writes and the graph nodes it computes (two for a fused pair); includes the wait for the
+   * slowest thread. Needs {@link enableProfiling}.
+   */
+  nodeTimings(): { tensor: Tensor; ms: number; fused: readonly Tensor[] }[] {
+    if (this.#disposed) throw new DisposedError("nodeTimings: plan was freed");
+    const out = new BigUint64Array(Math.max(1, this.nodeCount));
+    check(this.#lib, this.#lib.graft_plan_timings(this.handle, out, out.length), "nodeTimings");
+    return this.entries.map((entry, i) => ({
+      tensor: entry.tensor,
+      ms: Number(out[i]!) / 1e6,
+      fused: entry.fused,
+    }));
+  }
+
+  dispose(): void {
+    if (this.#disposed) throw new DisposedError("graphPlanFree: plan already freed");
+    this.#disposed = true;
+    plans.unregister(this);
+    check(this.#lib, this.#lib.graft_plan_free(this.handle), "graphPlanFree");
+  }
+
+  /** Disposes unless already disposed (for `using`). */
+  [Symbol.dispose](): void {
+    if (!this.#disposed) this.dispose();
+  }
+}

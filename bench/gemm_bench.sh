@@ -18,6 +18,5 @@ cp -r "$root/zig/." "$out/src/"
 cp "$root/bench/gemm_bench.zig" "$out/src/gemm_bench.zig"
 "$zig" build-exe "$out/src/gemm_bench.zig" -O ReleaseFast -mcpu "$cpu" -lc \
     -femit-bin="$out/gemm_bench" --cache-dir "$root/.zig-cache"
-# Debian's OpenBLAS would pick its kernel from CPUID; Zen 4 is served best by SkylakeX's.
-export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-SkylakeX}"
-exec "$out/gemm_bench" "$@"
+# OpenBLAS on its best kernels for this CPU (SkylakeX's only where the CPU has AVX-512).
+exec "$root/scripts/openblas_env.sh" "$out/gemm_bench" "$@"

@@ -13,6 +13,7 @@ import type { Backend, GraphPlan } from "../backend.ts";
 import { requireSameLayout, requireTensorRange } from "../checks.ts";
 import { CPU_ALIGNMENT, CpuBuffer } from "./buffer.ts";
 import { CpuPlan, type CpuPlanOptions } from "./plan.ts";
+import { resolveSimd, type SimdChoice, type SimdLevel } from "./simd.ts";
 
 /** Options of {@link CpuBackend}. */
 export interface CpuBackendOptions {
@@ -20,8 +21,12 @@ export interface CpuBackendOptions {
   threads?: number;
   /** A name for reports, to tell several CPU backends apart (default "cpu"). */
   name?: string;
-  /** Kernel build: "auto" picks the best the CPU supports. */
-  simd?: "auto" | "avx2" | "avx512";
+  /**
+   * Kernel build. Default: the `GRAFT_CPU` environment variable (`auto`, `avx2`, `avx512`),
+   * else "auto", the best the CPU runs. An explicit build the CPU (or `GRAFT_CPU`) does not
+   * allow is an error.
+   */
+  simd?: SimdChoice;
   /** Where to load the native library from. */
   library?: LoadOptions;
 }
@@ -68,21 +73,12 @@ export class CpuBackend implements Backend {
   constructor(options: CpuBackendOptions = {}) {
     this.name = options.name ?? "cpu";
     this.#lib = loadLibrary(options.library);
-    const simd = options.simd ?? "auto";
-    const supported = this.#lib.graft_simd_supported();
-    const level = simd === "auto" ? supported : simd === "avx2" ? 1 : 2;
-    if (supported === 0 || level > supported) {
-      throw new GraftError(
-        `CpuBackend: this CPU cannot run simd=${simd} (AVX2 with FMA and F16C is the minimum; ` +
-          `best here: ${["none", "avx2", "avx512"][supported]})`,
-      );
-    }
-    this.#simdLevel = level;
+    this.#simdLevel = resolveSimd(this.#lib, options.simd);
     this.#startPool(options.threads ?? defaultThreads());
   }
 
   /** The kernel build in use. */
-  get simd(): "avx2" | "avx512" {
+  get simd(): SimdLevel {
     return this.#simdLevel === 2 ? "avx512" : "avx2";
   }
 

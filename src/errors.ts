@@ -46,6 +46,24 @@ export class StalePlanError extends GraftError {
   override name = "StalePlanError";
 }
 
+/**
+ * An argument whose value no call accepts (a size that is negative, fractional, NaN, a BigInt
+ * or above 2^53, a thread count out of range...); the message names the argument and value.
+ */
+export class ArgumentError extends GraftError {
+  /** The error class name. */
+  override name = "ArgumentError";
+}
+
+/**
+ * An object is in use by asynchronous work (a compute in flight): await that work (for a CPU
+ * backend, `synchronize()`) and try again. Nothing was freed or changed.
+ */
+export class BusyError extends GraftError {
+  /** The error class name. */
+  override name = "BusyError";
+}
+
 /** The native library could not be found or loaded, or has another ABI version. */
 export class LibraryLoadError extends GraftError {
   /** The error class name. */
@@ -114,6 +132,8 @@ export function nativeError(status: number, message: string): GraftError {
       return new LimitError(status, message);
     case Status.stalePlan:
       return new StalePlanError(message);
+    case Status.busy:
+      return new BusyError(message);
     default:
       return new NativeError(status, message);
   }

@@ -9,6 +9,7 @@ import { assertNothingLive } from "./leaks.ts";
 import {
   Allocator,
   allocTensors,
+  ArgumentError,
   Context,
   CpuBackend,
   cpy,
@@ -101,10 +102,10 @@ Deno.test("offsets are aligned and sizes rounded up to the alignment", () => {
       [1, 3, alignment, alignment + 1, 1031].reduce((s, n) => s + allocator.alignedSize(n), 0),
     );
   }
+  // Checked where it enters, before the core (which refuses it too).
   const error = thrown(() => new Allocator(1024, { alignment: 48 }));
-  assert.ok(error instanceof NativeError, String(error));
-  assert.equal(error.status, Status.invalidArgument);
-  assert.match(error.message, /48 is not a power of two/);
+  assert.ok(error instanceof ArgumentError, String(error));
+  assert.match(error.message, /alignment must be a power of two.*got 48/);
 });
 
 Deno.test("measure mode never runs out and reports the size a real buffer needs", () => {
@@ -250,6 +251,87 @@ Deno.test("allocTensors skips tensors that already have memory", () => {
   assert.equal(a.placement?.buffer, first);
   assert.equal(b.placement?.buffer, second);
   assert.equal(second.size, 64);
+});
+
+Deno.test("a free with the wrong size throws and never hands the same bytes out twice", () => {
+  using allocator = new Allocator(1024, { alignment: 64 });
+  const a = allocator.alloc(64);
+  const b = allocator.alloc(64);
+  // The old allocator took this free of 128 bytes at a, freeing b's bytes too: the next two
+  // allocations then both got b's memory.
+  const error = thrown(() => allocator.free(a, 128));
+  assert.ok(error instanceof NativeError, String(error));
+  assert.match(error.message, /names no live block of that size/);
+  assert.ok(thrown(() => allocator.free(a + 16, 48)) instanceof NativeError, "inside a");
+  allocator.free(a, 60); // rounds to the same 64 bytes
+  const c = allocator.alloc(64);
+  const d = allocator.alloc(64);
+  assert.equal(new Set([b, c, d]).size, 3, `offsets ${b}, ${c}, ${d} are distinct`);
+  assert.equal(allocator.stats().liveBlocks, 3);
+});
+
+Deno.test("sizes and offsets that are not byte counts are ArgumentErrors naming the value", () => {
+  using allocator = new Allocator(1024, { alignment: 64 });
+  using measure = Allocator.measure();
+  const bad: [unknown, RegExp][] = [
+    [-1, /got -1/],
+    [1.5, /got 1.5/],
+    [NaN, /got NaN/],
+    [Infinity, /got Infinity/],
+    [2 ** 53 + 2, /got 9007199254740994/],
+    [2n, /got 2n \(a BigInt\)/],
+  ];
+  for (const [value, message] of bad) {
+    for (
+      const [label, call] of [
+        ["alloc", () => measure.alloc(value as number)],
+        ["free size", () => allocator.free(0, value as number)],
+        ["free offset", () => allocator.free(value as number, 64)],
+        ["new Allocator", () => new Allocator(value as number)],
+      ] as const
+    ) {
+      const error = thrown(call);
+      assert.ok(error instanceof ArgumentError, `${label}(${String(value)}): ${String(error)}`);
+      assert.match(error.message, message);
+    }
+  }
+  assert.equal(measure.stats().liveBlocks, 0);
+});
+
+Deno.test("the core itself refuses sizes that would wrap, in the fast and the safe build", async () => {
+  // Raw calls past the TypeScript checks: the safe build used to abort the process on these
+  // (integer overflow panic), the fast build wrapped.
+  for (const safe of ["0", "1"]) {
+    const script = `
+      import { loadLibrary, lastError } from ${
+      JSON.stringify(new URL("../src/core/ffi.ts", import.meta.url).href)
+    };
+      const lib = loadLibrary();
+      const handle = new Uint32Array(1);
+      const out = new BigUint64Array(1);
+      if (lib.graft_allocator_create(0n, 64, 1, 16, handle) !== 0) throw new Error(lastError(lib));
+      const results = [
+        lib.graft_allocator_alloc(handle[0], 2n ** 64n - 1n, out),
+        lib.graft_allocator_free(handle[0], 0n, 2n ** 64n - 1n),
+        lib.graft_buffer_alloc(2n ** 64n - 1n, handle.subarray(0, 1), out),
+      ];
+      console.log(JSON.stringify({ results, message: lastError(lib) }));
+    `;
+    const output = await new Deno.Command(Deno.execPath(), {
+      args: ["eval", "--ext=ts", script],
+      env: { GRAFT_SAFE: safe },
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const stderr = new TextDecoder().decode(output.stderr);
+    assert.equal(output.code, 0, `GRAFT_SAFE=${safe}: the process survives: ${stderr}`);
+    const result = JSON.parse(new TextDecoder().decode(output.stdout)) as { results: number[] };
+    assert.deepEqual(result.results, [
+      Status.invalidArgument,
+      Status.invalidArgument,
+      Status.invalidArgument,
+    ]);
+  }
 });
 
 Deno.test("allocator_test leaves no native allocators or buffers alive", () => {

@@ -2,11 +2,19 @@
 //! blocks are kept sorted by offset, so freeing coalesces with both neighbours in one pass. In
 //! measure mode the buffer is unbounded: allocation never fails and `size_max_bytes` reports how
 //! big a real buffer must be for the same sequence of calls.
+//!
+//! Live blocks are tracked too (sorted by offset), so a free must name a live block exactly:
+//! a double free or a free with the wrong size is an error, never a corrupted free list. The
+//! safe build checks the lists' invariants after every change.
 
 const std = @import("std");
 const assert = std.debug.assert;
 
-pub const Error = error{ OutOfSpace, FreeBlocksFull, InvalidFree };
+pub const Error = error{ OutOfSpace, FreeBlocksFull, InvalidFree, InvalidSize };
+
+/// The largest size one block may have: 2^53 bytes (TypeScript's exact integers), so that
+/// rounding a size up to the alignment can never wrap.
+pub const block_bytes_max: u64 = 1 << 53;
 
 pub const Block = struct {
     offset: u64,
@@ -17,6 +25,8 @@ pub const Allocator = struct {
     /// Sorted by offset, never adjacent (adjacent blocks are merged), never empty.
     blocks: []Block,
     block_count: u32,
+    /// The blocks handed out and not freed, sorted by offset, disjoint.
+    live: []Block,
     size_bytes: u64,
     alignment: u64,
     measure: bool,
@@ -25,13 +35,16 @@ pub const Allocator = struct {
     live_blocks: u64,
     live_bytes: u64,
 
-    /// `blocks` is the caller's storage for free blocks; its length is the free-block limit.
-    pub fn init(blocks: []Block, size_bytes: u64, alignment: u64, measure: bool) Allocator {
+    /// `blocks` is the caller's storage for free blocks and `live` for live ones; their lengths
+    /// are the limits (a free that would need more free blocks fails with FreeBlocksFull, an
+    /// alloc that would need more live blocks with the same).
+    pub fn init(blocks: []Block, live: []Block, size_bytes: u64, alignment: u64, measure: bool) Allocator {
         assert(blocks.len >= 1);
         assert(std.math.isPowerOfTwo(alignment));
         var self: Allocator = .{
             .blocks = blocks,
             .block_count = 0,
+            .live = live,
             .size_bytes = if (measure) std.math.maxInt(u64) / 2 else size_bytes,
             .alignment = alignment,
             .measure = measure,
@@ -53,12 +66,15 @@ pub const Allocator = struct {
         self.live_bytes = 0;
     }
 
+    /// `size` rounded up to the alignment (sizes above block_bytes_max are rejected before).
     pub fn aligned_size(self: *const Allocator, size: u64) u64 {
-        return std.mem.alignForward(u64, @max(size, 1), self.alignment);
+        return std.mem.alignForward(u64, @max(@min(size, block_bytes_max), 1), self.alignment);
     }
 
     /// Returns the offset of a block of at least `size` bytes: the smallest free block that fits.
     pub fn alloc(self: *Allocator, size: u64) Error!u64 {
+        if (size > block_bytes_max) return error.InvalidSize;
+        if (self.live_blocks == self.live.len) return error.FreeBlocksFull;
         const needed = self.aligned_size(size);
         var best: ?u32 = null;
         for (self.blocks[0..self.block_count], 0..) |block, index| {
@@ -72,19 +88,71 @@ pub const Allocator = struct {
         block.size -= needed;
         if (block.size == 0) self.remove_block(index);
         self.size_max_bytes = @max(self.size_max_bytes, offset + needed);
-        self.live_blocks += 1;
+        self.insert_live(.{ .offset = offset, .size = needed });
         self.live_bytes += needed;
         assert(offset % self.alignment == 0);
+        self.check_invariants();
         return offset;
+    }
+
+    /// Where a live block at `offset` is, or would be inserted, in `live`.
+    fn live_position(self: *const Allocator, offset: u64) usize {
+        var low: usize = 0;
+        var high: usize = @intCast(self.live_blocks);
+        while (low < high) {
+            const middle = low + (high - low) / 2;
+            if (self.live[middle].offset < offset) low = middle + 1 else high = middle;
+        }
+        return low;
+    }
+
+    fn insert_live(self: *Allocator, block: Block) void {
+        const count: usize = @intCast(self.live_blocks);
+        assert(count < self.live.len);
+        const position = self.live_position(block.offset);
+        std.mem.copyBackwards(Block, self.live[position + 1 .. count + 1], self.live[position..count]);
+        self.live[position] = block;
+        self.live_blocks += 1;
+    }
+
+    fn remove_live(self: *Allocator, position: usize) void {
+        const count: usize = @intCast(self.live_blocks);
+        std.mem.copyForwards(Block, self.live[position .. count - 1], self.live[position + 1 .. count]);
+        self.live_blocks -= 1;
+    }
+
+    /// Safe build: the free list is sorted, disjoint and coalesced, the live list sorted and
+    /// disjoint, and (with a bounded buffer) free and live bytes add up to the buffer.
+    fn check_invariants(self: *const Allocator) void {
+        if (!std.debug.runtime_safety) return;
+        var free_bytes: u64 = 0;
+        for (self.blocks[0..self.block_count], 0..) |block, index| {
+            assert(block.size > 0);
+            if (index > 0) assert(self.end(@intCast(index - 1)) < block.offset); // disjoint, not adjacent
+            free_bytes += block.size;
+        }
+        var live_bytes: u64 = 0;
+        for (self.live[0..@intCast(self.live_blocks)], 0..) |block, index| {
+            if (index > 0) {
+                const before = self.live[index - 1];
+                assert(before.offset + before.size <= block.offset);
+            }
+            live_bytes += block.size;
+        }
+        assert(live_bytes == self.live_bytes);
+        if (!self.measure) assert(free_bytes + live_bytes == self.size_bytes);
     }
 
     /// Returns a block to the free list, merging it with free neighbours. Freeing a range that
     /// is outside the buffer or overlaps free memory (a double free) is an error.
     pub fn free(self: *Allocator, offset: u64, size: u64) Error!void {
+        if (size > block_bytes_max) return error.InvalidSize;
         const freed = self.aligned_size(size);
-        if (offset % self.alignment != 0) return error.InvalidFree;
-        if (offset > self.size_bytes or freed > self.size_bytes - offset) return error.InvalidFree;
-        if (self.live_blocks == 0 or freed > self.live_bytes) return error.InvalidFree;
+        // The block must be live, with the size it was allocated with (after rounding).
+        const position = self.live_position(offset);
+        if (position == self.live_blocks) return error.InvalidFree;
+        const live_block = self.live[position];
+        if (live_block.offset != offset or live_block.size != freed) return error.InvalidFree;
         // The first free block after the freed range.
         var index: u32 = 0;
         while (index < self.block_count and self.blocks[index].offset < offset) index += 1;
@@ -112,8 +180,9 @@ pub const Allocator = struct {
             self.blocks[index] = .{ .offset = offset, .size = freed };
             self.block_count += 1;
         }
-        self.live_blocks -= 1;
+        self.remove_live(position);
         self.live_bytes -= freed;
+        self.check_invariants();
     }
 
     pub fn largest_free_block(self: *const Allocator) u64 {
@@ -141,7 +210,8 @@ const testing = std.testing;
 
 test "best fit picks the smallest block that fits" {
     var storage: [8]Block = undefined;
-    var allocator = Allocator.init(&storage, 1024, 16, false);
+    var live: [8]Block = undefined;
+    var allocator = Allocator.init(&storage, &live, 1024, 16, false);
     const a = try allocator.alloc(100); // 0..112
     const b = try allocator.alloc(16); // 112..128
     const c = try allocator.alloc(48); // 128..176
@@ -154,7 +224,8 @@ test "best fit picks the smallest block that fits" {
 
 test "freeing coalesces with both neighbours" {
     var storage: [8]Block = undefined;
-    var allocator = Allocator.init(&storage, 256, 16, false);
+    var live: [8]Block = undefined;
+    var allocator = Allocator.init(&storage, &live, 256, 16, false);
     const a = try allocator.alloc(64);
     const b = try allocator.alloc(64);
     const c = try allocator.alloc(64);
@@ -169,7 +240,8 @@ test "freeing coalesces with both neighbours" {
 
 test "offsets are aligned and sizes rounded up" {
     var storage: [8]Block = undefined;
-    var allocator = Allocator.init(&storage, 4096, 64, false);
+    var live: [8]Block = undefined;
+    var allocator = Allocator.init(&storage, &live, 4096, 64, false);
     _ = try allocator.alloc(1);
     try testing.expectEqual(@as(u64, 64), try allocator.alloc(3));
     try testing.expectEqual(@as(u64, 128), allocator.size_max_bytes);
@@ -177,7 +249,8 @@ test "offsets are aligned and sizes rounded up" {
 
 test "out of space, double free and foreign ranges are errors" {
     var storage: [8]Block = undefined;
-    var allocator = Allocator.init(&storage, 128, 16, false);
+    var live: [8]Block = undefined;
+    var allocator = Allocator.init(&storage, &live, 128, 16, false);
     const a = try allocator.alloc(100);
     try testing.expectError(error.OutOfSpace, allocator.alloc(32));
     try allocator.free(a, 100);
@@ -187,11 +260,43 @@ test "out of space, double free and foreign ranges are errors" {
 
 test "measure mode never fails and reports the size a real buffer needs" {
     var storage: [8]Block = undefined;
-    var allocator = Allocator.init(&storage, 0, 32, true);
+    var live: [8]Block = undefined;
+    var allocator = Allocator.init(&storage, &live, 0, 32, true);
     const a = try allocator.alloc(1000);
     const b = try allocator.alloc(500);
     try allocator.free(a, 1000);
     _ = try allocator.alloc(900);
     _ = b;
     try testing.expectEqual(@as(u64, 1024 + 512), allocator.size_max_bytes);
+}
+
+test "a free must name a live block with its size: wrong sizes and double frees are errors" {
+    var storage: [8]Block = undefined;
+    var live: [8]Block = undefined;
+    var allocator = Allocator.init(&storage, &live, 1024, 16, false);
+    const a = try allocator.alloc(64);
+    const b = try allocator.alloc(64);
+    // The old allocator took these: the wrong size freed b's bytes along with a's, so the same
+    // bytes were handed out twice.
+    try testing.expectError(error.InvalidFree, allocator.free(a, 128));
+    try testing.expectError(error.InvalidFree, allocator.free(a, 16));
+    try testing.expectError(error.InvalidFree, allocator.free(a + 16, 48));
+    try allocator.free(a, 60); // rounds to the same 64 bytes
+    try testing.expectError(error.InvalidFree, allocator.free(a, 64));
+    try testing.expectEqual(@as(u64, 1), allocator.live_blocks);
+    const c = try allocator.alloc(64);
+    try testing.expect(c != b);
+    try allocator.free(b, 64);
+    try allocator.free(c, 64);
+    try testing.expectEqual(@as(u64, 1024), allocator.largest_free_block());
+}
+
+test "sizes that would wrap when aligned are rejected" {
+    var storage: [8]Block = undefined;
+    var live: [8]Block = undefined;
+    var allocator = Allocator.init(&storage, &live, 0, 64, true);
+    try testing.expectError(error.InvalidSize, allocator.alloc(std.math.maxInt(u64)));
+    try testing.expectError(error.InvalidSize, allocator.alloc(block_bytes_max + 1));
+    try testing.expectError(error.InvalidSize, allocator.free(0, std.math.maxInt(u64)));
+    try testing.expectEqual(@as(u64, 0), allocator.live_blocks);
 }

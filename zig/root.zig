@@ -12,13 +12,14 @@ const pool_module = @import("pool.zig");
 const plan_module = @import("plan.zig");
 const validate = @import("validate.zig");
 const cpu = @import("cpu.zig");
+const pin = @import("pin.zig");
 
 const Node = node_abi.Node;
 const Status = node_abi.Status;
 const fail = status_module.fail;
 
 /// Bumped whenever an export, the node table or a status code changes meaning.
-pub const abi_version: u32 = 3;
+pub const abi_version: u32 = 4;
 
 pub const buffers_max = 4096;
 pub const allocators_max = 4096;
@@ -26,6 +27,10 @@ pub const pools_max = 64;
 pub const plans_max = 4096;
 pub const buffer_alignment = 64;
 pub const free_blocks_max = 1 << 20;
+/// Entries of an allocator's live-block list at first; it doubles when full.
+pub const live_blocks_initial = 64;
+/// The largest buffer: 2^53 bytes, the largest size TypeScript's numbers hold exactly.
+pub const buffer_bytes_max: u64 = 1 << 53;
 
 const gpa = std.heap.c_allocator;
 
@@ -101,6 +106,12 @@ export fn graft_abi_version() u32 {
     return abi_version;
 }
 
+/// Keeps the library mapped until the process ends, so that no dlclose (Deno's, on exit or on
+/// an uncaught exception) unmaps code that pool threads or an in-flight compute run.
+export fn graft_pin_library() c_int {
+    return status_code(pin.pin());
+}
+
 /// Copies the last error message into `destination` and returns its full length.
 export fn graft_last_error(destination: [*]u8, capacity: u32) u32 {
     return @intCast(status_module.copy_message(destination[0..capacity]));
@@ -127,8 +138,27 @@ export fn graft_live(out: *[6]u64) c_int {
 // ---------------------------------------------------------------------------------------------
 // Buffers
 
+/// Why an insert into a handle table failed, as a status with its message.
+fn insert_failed(err: registry_module.InsertError, what: []const u8, live_max: u32) Status {
+    return switch (err) {
+        error.LiveLimit => fail(.limit_reached, "{d} live {s} reached (the core's named limit {s}_max); dispose some first", .{ live_max, what, what }),
+        error.HandlesExhausted => fail(.limit_reached, "this process made every handle the core can give {s} ({d} slots x {d} generations); handles are never reused", .{ what, registry_module.slots_max, registry_module.generation_max }),
+    };
+}
+
+/// Why a remove from a handle table failed.
+fn remove_failed(err: registry_module.RemoveError, what: []const u8, handle: u32) Status {
+    return switch (err) {
+        error.NotLive => fail(.invalid_handle, "{s} handle 0x{x} is not live (freed, or never one)", .{ what, handle }),
+        error.Busy => fail(.busy, "the {s} is in use by a running compute; wait for it (synchronize) before disposing", .{what}),
+    };
+}
+
 export fn graft_buffer_alloc(size_bytes: u64, out_handle: *u32, out_address: *u64) c_int {
     if (size_bytes == 0) return status_code(fail(.invalid_argument, "buffer size is 0", .{}));
+    if (size_bytes > buffer_bytes_max) {
+        return status_code(fail(.invalid_argument, "buffer size {d} exceeds buffer_bytes_max ({d})", .{ size_bytes, buffer_bytes_max }));
+    }
     const memory = gpa.alignedAlloc(u8, .fromByteUnits(buffer_alignment), @intCast(size_bytes)) catch {
         return status_code(fail(.out_of_memory, "cannot allocate a buffer of {d} bytes", .{size_bytes}));
     };
@@ -137,10 +167,10 @@ export fn graft_buffer_alloc(size_bytes: u64, out_handle: *u32, out_address: *u6
         return status_code(fail(.out_of_memory, "cannot allocate a buffer record", .{}));
     };
     buffer.* = .{ .memory = memory };
-    const handle = buffers.insert(buffer) orelse {
+    const handle = buffers.insert(buffer) catch |err| {
         gpa.free(memory);
         gpa.destroy(buffer);
-        return status_code(fail(.limit_reached, "buffers_max ({d}) live buffers reached", .{buffers_max}));
+        return status_code(insert_failed(err, "buffers", buffers_max));
     };
     _ = live_buffer_bytes.fetchAdd(size_bytes, .monotonic);
     out_handle.* = handle;
@@ -149,7 +179,7 @@ export fn graft_buffer_alloc(size_bytes: u64, out_handle: *u32, out_address: *u6
 }
 
 export fn graft_buffer_free(handle: u32) c_int {
-    const buffer = buffers.remove(handle) orelse return status_code(stale_buffer(handle));
+    const buffer = buffers.remove(handle) catch |err| return status_code(remove_failed(err, "buffer", handle));
     _ = live_buffer_bytes.fetchSub(buffer.memory.len, .monotonic);
     gpa.free(buffer.memory);
     gpa.destroy(buffer);
@@ -218,15 +248,25 @@ export fn graft_allocator_create(size_bytes: u64, alignment: u32, measure: u32, 
         return status_code(fail(.invalid_argument, "blocks_max {d} is not in 1..{d} (free_blocks_max)", .{ blocks_max, free_blocks_max }));
     }
     const object = gpa.create(AllocatorObject) catch return status_code(fail(.out_of_memory, "allocator record", .{}));
+    if (size_bytes > allocator_module.block_bytes_max) {
+        return status_code(fail(.invalid_argument, "allocator size {d} exceeds {d} bytes (block_bytes_max)", .{ size_bytes, allocator_module.block_bytes_max }));
+    }
     const blocks = gpa.alloc(allocator_module.Block, blocks_max) catch {
         gpa.destroy(object);
         return status_code(fail(.out_of_memory, "free-block list of {d}", .{blocks_max}));
     };
-    object.* = .{ .allocator = .init(blocks, size_bytes, alignment, measure != 0) };
-    out_handle.* = allocators.insert(object) orelse {
+    // The live-block list grows on demand (see graft_allocator_alloc); it starts small.
+    const live = gpa.alloc(allocator_module.Block, live_blocks_initial) catch {
         gpa.free(blocks);
         gpa.destroy(object);
-        return status_code(fail(.limit_reached, "allocators_max ({d}) live allocators reached", .{allocators_max}));
+        return status_code(fail(.out_of_memory, "live-block list", .{}));
+    };
+    object.* = .{ .allocator = .init(blocks, live, size_bytes, alignment, measure != 0) };
+    out_handle.* = allocators.insert(object) catch |err| {
+        gpa.free(live);
+        gpa.free(blocks);
+        gpa.destroy(object);
+        return status_code(insert_failed(err, "allocators", allocators_max));
     };
     return 0;
 }
@@ -241,10 +281,21 @@ fn get_allocator(handle: u32) ?*allocator_module.Allocator {
 
 export fn graft_allocator_alloc(handle: u32, size_bytes: u64, out_offset: *u64) c_int {
     const allocator = get_allocator(handle) orelse return status_code(.invalid_handle);
-    out_offset.* = allocator.alloc(size_bytes) catch {
-        // The caller learns the size it needs from the out-pointer.
-        out_offset.* = allocator.aligned_size(size_bytes);
-        return status_code(fail(.out_of_space, "allocator of {d} bytes cannot fit {d} bytes (largest free block {d}, {d} bytes live)", .{ allocator.size_bytes, allocator.aligned_size(size_bytes), allocator.largest_free_block(), allocator.live_bytes }));
+    if (allocator.live_blocks == allocator.live.len) {
+        // The allocator itself never allocates: its live list is grown here, doubling.
+        const grown = gpa.realloc(allocator.live, 2 * allocator.live.len) catch {
+            return status_code(fail(.out_of_memory, "live-block list of {d}", .{2 * allocator.live.len}));
+        };
+        allocator.live = grown;
+    }
+    out_offset.* = allocator.alloc(size_bytes) catch |err| switch (err) {
+        error.InvalidSize => return status_code(fail(.invalid_argument, "size {d} exceeds {d} bytes (block_bytes_max)", .{ size_bytes, allocator_module.block_bytes_max })),
+        error.FreeBlocksFull => return status_code(fail(.limit_reached, "the allocator's live-block list is full ({d} blocks: raise blocks_max)", .{allocator.live.len})),
+        error.OutOfSpace, error.InvalidFree => {
+            // The caller learns the size it needs from the out-pointer.
+            out_offset.* = allocator.aligned_size(size_bytes);
+            return status_code(fail(.out_of_space, "allocator of {d} bytes cannot fit {d} bytes (largest free block {d}, {d} bytes live)", .{ allocator.size_bytes, allocator.aligned_size(size_bytes), allocator.largest_free_block(), allocator.live_bytes }));
+        },
     };
     return 0;
 }
@@ -253,7 +304,8 @@ export fn graft_allocator_free(handle: u32, offset: u64, size_bytes: u64) c_int 
     const allocator = get_allocator(handle) orelse return status_code(.invalid_handle);
     allocator.free(offset, size_bytes) catch |err| return status_code(switch (err) {
         error.FreeBlocksFull => fail(.limit_reached, "the allocator's free-block list is full ({d} blocks: raise blocks_max)", .{allocator.blocks.len}),
-        error.InvalidFree, error.OutOfSpace => fail(.invalid_argument, "free of [{d}, +{d}) is not a live block (double free, or never allocated)", .{ offset, size_bytes }),
+        error.InvalidSize => fail(.invalid_argument, "free size {d} exceeds {d} bytes (block_bytes_max)", .{ size_bytes, allocator_module.block_bytes_max }),
+        error.InvalidFree, error.OutOfSpace => fail(.invalid_argument, "free of {d} bytes at offset {d} names no live block of that size (double free, a wrong size, or never allocated)", .{ size_bytes, offset }),
     });
     return 0;
 }
@@ -272,7 +324,8 @@ export fn graft_allocator_stats(handle: u32, out: *[5]u64) c_int {
 }
 
 export fn graft_allocator_destroy(handle: u32) c_int {
-    const object = allocators.remove(handle) orelse return status_code(fail(.invalid_handle, "allocator handle 0x{x} is not live", .{handle}));
+    const object = allocators.remove(handle) catch |err| return status_code(remove_failed(err, "allocator", handle));
+    gpa.free(object.allocator.live);
     gpa.free(object.allocator.blocks);
     gpa.destroy(object);
     return 0;
@@ -290,18 +343,16 @@ export fn graft_pool_create(thread_count: u32, out_handle: *u32) c_int {
         gpa.destroy(pool);
         return status_code(fail(.out_of_memory, "cannot start {d} threads", .{thread_count}));
     };
-    out_handle.* = pools.insert(pool) orelse {
+    out_handle.* = pools.insert(pool) catch |err| {
         pool.stop();
         gpa.destroy(pool);
-        return status_code(fail(.limit_reached, "pools_max ({d}) live pools reached", .{pools_max}));
+        return status_code(insert_failed(err, "pools", pools_max));
     };
     return 0;
 }
 
 export fn graft_pool_destroy(handle: u32) c_int {
-    const pool = pools.get(handle) orelse return status_code(fail(.invalid_handle, "pool handle 0x{x} is not live", .{handle}));
-    if (pool.busy.load(.acquire)) return status_code(fail(.busy, "pool is computing a graph; wait for it before disposing", .{}));
-    _ = pools.remove(handle);
+    const pool = pools.remove(handle) catch |err| return status_code(remove_failed(err, "pool", handle));
     pool.stop();
     gpa.destroy(pool);
     return 0;
@@ -390,9 +441,9 @@ fn make_plan(
         .prepacked = prepacked.memory,
         .prepacked_ranges = prepacked.ranges,
     };
-    out_handle.* = plans.insert(plan) orelse {
+    out_handle.* = plans.insert(plan) catch |err| {
         free_plan(plan);
-        return fail(.limit_reached, "plans_max ({d}) live plans reached", .{plans_max});
+        return insert_failed(err, "plans", plans_max);
     };
     _ = live_plan_bytes.fetchAdd(plan_bytes(plan), .monotonic);
     out_work_bytes.* = work_bytes;
@@ -459,8 +510,9 @@ fn check_tensor_memory(tensor: *const node_abi.TensorDesc, index: usize, role: [
     const extent = tensor.extent_bytes();
     buffers.mutex.lock();
     defer buffers.mutex.unlock();
-    for (buffers.items, 0..) |maybe_buffer, slot| {
-        const buffer = maybe_buffer orelse continue;
+    for (0..buffers.live_count) |position| {
+        const slot = buffers.live_index(@intCast(position));
+        const buffer = buffers.items[slot].?;
         const base = @intFromPtr(buffer.memory.ptr);
         if (begin < base or begin - base >= buffer.memory.len) continue;
         if (extent > buffer.memory.len - (begin - base)) {
@@ -473,12 +525,21 @@ fn check_tensor_memory(tensor: *const node_abi.TensorDesc, index: usize, role: [
     return fail(.out_of_bounds, "node {d}: {s} at address 0x{x} is in no live buffer", .{ index, role, begin });
 }
 
+/// Computes a plan on a pool. The plan, the pool and every buffer the plan touches are held
+/// (acquired) for the whole compute, so a free of any of them meanwhile, from any thread, is
+/// refused with `busy` instead of pulling memory from under the kernels.
 export fn graft_plan_compute(plan_handle: u32, pool_handle: u32) c_int {
-    const plan = plans.get(plan_handle) orelse return status_code(fail(.invalid_handle, "plan handle 0x{x} is not live (freed?)", .{plan_handle}));
-    const pool = pools.get(pool_handle) orelse return status_code(fail(.invalid_handle, "pool handle 0x{x} is not live (disposed?)", .{pool_handle}));
-    for (plan.buffer_handles) |handle| {
-        if (buffers.get(handle) == null) return status_code(fail(.stale_plan, "a buffer this plan uses was freed after the plan was made", .{}));
+    const plan = plans.acquire(plan_handle) orelse return status_code(fail(.invalid_handle, "plan handle 0x{x} is not live (freed?)", .{plan_handle}));
+    defer plans.release(plan_handle);
+    const pool = pools.acquire(pool_handle) orelse return status_code(fail(.invalid_handle, "pool handle 0x{x} is not live (disposed?)", .{pool_handle}));
+    defer pools.release(pool_handle);
+    for (plan.buffer_handles, 0..) |handle, held| {
+        if (buffers.acquire(handle) == null) {
+            for (plan.buffer_handles[0..held]) |acquired| buffers.release(acquired);
+            return status_code(fail(.stale_plan, "a buffer this plan uses was freed after the plan was made", .{}));
+        }
     }
+    defer for (plan.buffer_handles) |handle| buffers.release(handle);
     const outcome = plan_module.compute(plan, pool);
     if (outcome.status == .ok) return 0;
     if (outcome.status == .busy) return status_code(fail(.busy, "the pool or plan is already computing", .{}));
@@ -520,9 +581,7 @@ export fn graft_plan_timings(handle: u32, out: [*]u64, capacity: u32) c_int {
 }
 
 export fn graft_plan_free(handle: u32) c_int {
-    const plan = plans.get(handle) orelse return status_code(fail(.invalid_handle, "plan handle 0x{x} is not live (double free?)", .{handle}));
-    if (plan.computing.load(.acquire)) return status_code(fail(.busy, "plan is computing", .{}));
-    _ = plans.remove(handle);
+    const plan = plans.remove(handle) catch |err| return status_code(remove_failed(err, "plan", handle));
     _ = live_plan_bytes.fetchSub(plan_bytes(plan), .monotonic);
     free_plan(plan);
     return 0;

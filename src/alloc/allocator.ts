@@ -4,7 +4,8 @@
  * @module
  */
 
-import { DisposedError, OutOfSpaceError, Status } from "../errors.ts";
+import { ArgumentError, DisposedError, OutOfSpaceError, Status } from "../errors.ts";
+import { requireByteCount } from "../args.ts";
 import { check, type GraftSymbols, lastError, loadLibrary } from "../core/ffi.ts";
 
 /** Free blocks an allocator tracks by default (a named limit; raise it with `blocksMax`). */
@@ -59,9 +60,25 @@ export class Allocator implements Disposable {
 
   /** An allocator over `size` bytes (or unbounded with `measure`). */
   constructor(size: number, options: AllocatorOptions = {}, measure = false) {
+    requireByteCount("Allocator: size", size);
+    const alignment = options.alignment ?? 64;
+    if (
+      !Number.isSafeInteger(alignment) || alignment < 1 || (alignment & (alignment - 1)) !== 0 ||
+      alignment > 2 ** 30
+    ) {
+      throw new ArgumentError(
+        `Allocator: alignment must be a power of two up to 2^30, got ${String(alignment)}`,
+      );
+    }
+    const blocksMax = options.blocksMax ?? DEFAULT_FREE_BLOCKS;
+    if (!Number.isSafeInteger(blocksMax) || blocksMax < 1 || blocksMax > 2 ** 20) {
+      throw new ArgumentError(
+        `Allocator: blocksMax must be an integer in 1..2^20, got ${String(blocksMax)}`,
+      );
+    }
     this.#lib = loadLibrary();
     this.size = size;
-    this.alignment = options.alignment ?? 64;
+    this.alignment = alignment;
     this.isMeasure = measure;
     const handle = new Uint32Array(1);
     check(
@@ -70,7 +87,7 @@ export class Allocator implements Disposable {
         BigInt(size),
         this.alignment,
         measure ? 1 : 0,
-        options.blocksMax ?? DEFAULT_FREE_BLOCKS,
+        blocksMax,
         handle,
       ),
       "Allocator",
@@ -96,6 +113,7 @@ export class Allocator implements Disposable {
   /** Reserves `size` bytes and returns their offset; throws OutOfSpaceError if none fits. */
   alloc(size: number): number {
     this.#alive("alloc");
+    requireByteCount("Allocator.alloc: size", size);
     const status = this.#lib.graft_allocator_alloc(this.#handle, BigInt(size), this.#out);
     if (status === Status.outOfSpace) {
       throw new OutOfSpaceError(
@@ -108,9 +126,15 @@ export class Allocator implements Disposable {
     return Number(this.#out[0]!);
   }
 
-  /** Returns a block; freeing what is not a live block (a double free) throws. */
+  /**
+   * Returns a block. `offset` and `size` must be those of a live block (the size as given to
+   * {@link alloc}, or anything that rounds to the same aligned size); anything else (a double
+   * free, a wrong size, an offset never handed out) throws and changes nothing.
+   */
   free(offset: number, size: number): void {
     this.#alive("free");
+    requireByteCount("Allocator.free: offset", offset);
+    requireByteCount("Allocator.free: size", size);
     check(
       this.#lib,
       this.#lib.graft_allocator_free(this.#handle, BigInt(offset), BigInt(size)),

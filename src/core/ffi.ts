@@ -7,11 +7,13 @@
 import { GraftError, LibraryLoadError, nativeError } from "../errors.ts";
 
 /** The ABI version this binding speaks; `graft_abi_version()` must return it. */
-export const ABI_VERSION = 3;
+export const ABI_VERSION = 4;
 
 /** Native symbols of the Graft core. */
 export const symbols = {
   graft_abi_version: { parameters: [], result: "u32" },
+  /** Keeps the library mapped until the process ends (see zig/pin.zig). */
+  graft_pin_library: { parameters: [], result: "i32" },
   /** (destination, capacity) -> full message length */
   graft_last_error: { parameters: ["buffer", "u32"], result: "u32" },
   /** The best kernel build this CPU runs: 0 none, 1 AVX2, 2 AVX-512. */
@@ -139,6 +141,14 @@ export function loadLibrary(options: LoadOptions = {}): GraftSymbols {
     throw new LibraryLoadError(
       `${path} speaks ABI ${version}, this binding needs ${ABI_VERSION}. Rebuild it. ${BUILD_HINT}`,
     );
+  }
+  // Pinned so that no later close (ours, or Deno's on an uncaught exception) unmaps code that
+  // pool threads or an in-flight compute are running.
+  const pinned = opened.symbols.graft_pin_library();
+  if (pinned !== 0) {
+    const message = lastError(opened.symbols);
+    opened.close();
+    throw new LibraryLoadError(`${path} could not be pinned in memory: ${message}`);
   }
   library = opened;
   return opened.symbols;

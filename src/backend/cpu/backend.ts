@@ -5,7 +5,13 @@
  */
 
 import { dtypeSize, type TensorData, typedView } from "../../dtype.ts";
-import { DisposedError, GraftError, PlacementError, StalePlanError } from "../../errors.ts";
+import {
+  ArgumentError,
+  BusyError,
+  DisposedError,
+  PlacementError,
+  StalePlanError,
+} from "../../errors.ts";
 import { check, type GraftSymbols, loadLibrary, type LoadOptions } from "../../core/ffi.ts";
 import type { Graph } from "../../graph.ts";
 import type { Tensor } from "../../tensor.ts";
@@ -29,6 +35,17 @@ export interface CpuBackendOptions {
   simd?: SimdChoice;
   /** Where to load the native library from. */
   library?: LoadOptions;
+}
+
+/** Thread counts a pool takes: the core's threads_max is 64. */
+function requireThreads(verb: string, threads: unknown): void {
+  if (typeof threads !== "number" || !Number.isInteger(threads) || threads < 1 || threads > 64) {
+    throw new ArgumentError(
+      `${verb}: threads must be an integer in 1..64, got ${
+        typeof threads === "bigint" ? `${threads}n (a BigInt)` : String(threads)
+      }`,
+    );
+  }
 }
 
 function defaultThreads(): number {
@@ -91,14 +108,14 @@ export class CpuBackend implements Backend {
   setThreads(threads: number): void {
     this.#alive("setThreads");
     this.#idle("setThreads");
+    // Validate before tearing the old pool down: a bad count must leave the backend working.
+    requireThreads("setThreads", threads);
     check(this.#lib, this.#lib.graft_pool_destroy(this.#pool), "setThreads");
     this.#startPool(threads);
   }
 
   #startPool(threads: number): void {
-    if (!Number.isInteger(threads) || threads < 1 || threads > 64) {
-      throw new GraftError(`CpuBackend: threads must be an integer in 1..64, got ${threads}`);
-    }
+    requireThreads("CpuBackend", threads);
     const handle = new Uint32Array(1);
     check(this.#lib, this.#lib.graft_pool_create(threads, handle), "CpuBackend thread pool");
     this.#pool = handle[0]!;
@@ -111,7 +128,7 @@ export class CpuBackend implements Backend {
 
   #idle(verb: string): void {
     if (this.#pending > 0) {
-      throw new GraftError(
+      throw new BusyError(
         `CpuBackend.${verb}: asynchronous work is in flight; await synchronize() first`,
       );
     }
@@ -304,6 +321,13 @@ export class CpuBackend implements Backend {
   graphPlanComputeAsync(plan: GraphPlan, graph?: Graph): Promise<void> {
     const cpuPlan = this.#checkPlan(plan, graph);
     return this.#enqueue(async () => {
+      // The plan may have been freed while this compute waited its turn.
+      if (cpuPlan.disposed) {
+        throw new DisposedError("graphPlanComputeAsync: the plan was freed before it ran");
+      }
+      if (this.#disposed) {
+        throw new DisposedError("graphPlanComputeAsync: the backend was disposed before it ran");
+      }
       // Here, behind the queued writes before it, so that it sees them.
       cpuPlan.beforeCompute();
       const status = await this.#lib.graft_plan_compute_async(cpuPlan.handle, this.#pool);
@@ -331,12 +355,16 @@ export class CpuBackend implements Backend {
     return this.#disposed;
   }
 
-  /** Joins the pool's threads. Buffers and plans are disposed separately. */
+  /**
+   * Joins the pool's threads. Buffers and plans are disposed separately. While asynchronous
+   * work is queued or running this throws a BusyError and changes nothing: await
+   * {@link synchronize} first.
+   */
   dispose(): void {
     if (this.#disposed) throw new DisposedError("CpuBackend.dispose: already disposed");
     this.#idle("dispose");
-    this.#disposed = true;
     check(this.#lib, this.#lib.graft_pool_destroy(this.#pool), "CpuBackend.dispose");
+    this.#disposed = true;
   }
 
   /** Disposes unless already disposed (for `using`). */

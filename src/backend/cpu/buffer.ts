@@ -4,7 +4,8 @@
  * @module
  */
 
-import { DisposedError, GraftError } from "../../errors.ts";
+import { DisposedError } from "../../errors.ts";
+import { requireByteCount } from "../../args.ts";
 import { check, type GraftSymbols } from "../../core/ffi.ts";
 import type { BackendBuffer } from "../backend.ts";
 import type { CpuBackend } from "./backend.ts";
@@ -33,9 +34,8 @@ export class CpuBuffer implements BackendBuffer {
 
   /** Use {@link CpuBackend.allocBuffer}. */
   constructor(backend: CpuBackend, lib: GraftSymbols, size: number) {
-    if (!Number.isInteger(size) || size <= 0) {
-      throw new GraftError(`allocBuffer: size must be a positive integer, got ${size}`);
-    }
+    // A size above 2^53 would reach the core wrapped (2^64 + 4096 became a 4 KiB buffer).
+    requireByteCount("allocBuffer: size", size, 1);
     const handle = new Uint32Array(1);
     const address = new BigUint64Array(1);
     check(lib, lib.graft_buffer_alloc(BigInt(size), handle, address), "allocBuffer");
@@ -72,11 +72,16 @@ export class CpuBuffer implements BackendBuffer {
     this.#writeGeneration++;
   }
 
+  /**
+   * Frees the memory. While a compute that uses the buffer runs, the core refuses and this
+   * throws a BusyError, leaving the buffer alive: await the compute (`synchronize()`) first.
+   */
   dispose(): void {
     if (this.#disposed) throw new DisposedError("CpuBuffer.dispose: buffer already disposed");
+    // The core frees first: a refusal (busy) leaves the buffer usable and disposable later.
+    check(this.#lib, this.#lib.graft_buffer_free(this.handle), "CpuBuffer.dispose");
     this.#disposed = true;
     buffers.unregister(this);
-    check(this.#lib, this.#lib.graft_buffer_free(this.handle), "CpuBuffer.dispose");
   }
 
   /** Disposes unless already disposed (for `using`). */

@@ -202,11 +202,17 @@ export class CpuPlan implements GraphPlan {
     }));
   }
 
+  /**
+   * Frees the plan. While the plan computes, the core refuses and this throws a BusyError,
+   * leaving the plan alive: await the compute first. Computes queued behind others and not yet
+   * started when the plan is freed reject with a DisposedError.
+   */
   dispose(): void {
     if (this.#disposed) throw new DisposedError("graphPlanFree: plan already freed");
+    // The core frees first: a refusal (busy) leaves the plan usable and disposable later.
+    check(this.#lib, this.#lib.graft_plan_free(this.handle), "graphPlanFree");
     this.#disposed = true;
     plans.unregister(this);
-    check(this.#lib, this.#lib.graft_plan_free(this.handle), "graphPlanFree");
   }
 
   /** Disposes unless already disposed (for `using`). */

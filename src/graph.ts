@@ -6,7 +6,7 @@
 
 import { GraftError } from "./errors.ts";
 import { Op, opName } from "./op.ts";
-import type { Tensor } from "./tensor.ts";
+import { bufferId, type Tensor } from "./tensor.ts";
 
 /**
  * A topologically ordered graph.
@@ -32,10 +32,20 @@ export class Graph {
   readonly hash: string;
 
   private constructor(nodes: Tensor[], leafs: Tensor[], outputs: Tensor[]) {
-    this.nodes = nodes;
-    this.leafs = leafs;
-    this.outputs = outputs;
-    this.hash = structureHash(nodes, leafs);
+    // Frozen: a plan checks the graph once, when it is made.
+    this.nodes = Object.freeze(nodes);
+    this.leafs = Object.freeze(leafs);
+    this.outputs = Object.freeze(outputs);
+    this.hash = identityHash(nodes, leafs, false);
+  }
+
+  /**
+   * The structure hash ({@link hash}) plus where every tensor lives now: the buffer object and
+   * offset of each (unplaced: none). Two graphs with equal identities compute the same thing
+   * in the same memory; a plan is valid for exactly one identity.
+   */
+  identity(): string {
+    return identityHash(this.nodes, this.leafs, true);
   }
 
   /** Collects every tensor the outputs depend on, sources before consumers. */
@@ -88,28 +98,58 @@ export class Graph {
   }
 }
 
-function structureHash(nodes: readonly Tensor[], leafs: readonly Tensor[]): string {
-  // FNV-1a over 32-bit words, two lanes for 64 bits of hash.
-  let h1 = 0x811c9dc5, h2 = 0x01000193 ^ 0x5bd1e995;
+const paramBits = new DataView(new ArrayBuffer(8));
+
+/**
+ * 128 bits of hash (four 32-bit multiply-xorshift lanes) over every tensor's op, exact dtype
+ * name, shape, strides, view offset, exact param bits and sources by position; with
+ * `placement`, also each tensor's buffer and offset.
+ */
+function identityHash(
+  nodes: readonly Tensor[],
+  leafs: readonly Tensor[],
+  placement: boolean,
+): string {
+  const lanes = new Uint32Array([0x811c9dc5, 0x9e3779b9, 0x85ebca6b, 0xc2b2ae35]);
+  const primes = [0x01000193, 0x5bd1e995, 0x27d4eb2f, 0x165667b1];
   const position = new Map<number, number>();
+  // Numbers enter as two 32-bit words (high and low), so values up to 2^53 are exact.
+  const word = (value: number): void => {
+    for (let i = 0; i < 4; i++) {
+      let h = Math.imul(lanes[i]! ^ value, primes[i]!);
+      h ^= h >>> (13 + i);
+      lanes[i] = h;
+    }
+  };
   const mix = (value: number): void => {
-    h1 = Math.imul(h1 ^ (value | 0), 0x01000193);
-    h2 = Math.imul(h2 ^ ((value / 0x100000000) | 0) ^ (value | 0), 0x5bd1e995);
-    h2 ^= h2 >>> 15;
+    word(Math.floor(value / 0x100000000) | 0);
+    word(value | 0);
   };
   const add = (t: Tensor): void => {
     position.set(t.id, position.size);
     mix(t.op);
-    mix(t.dtype.charCodeAt(1));
+    mix(t.dtype.length);
+    for (let i = 0; i < t.dtype.length; i++) mix(t.dtype.charCodeAt(i));
     for (let d = 0; d < 4; d++) {
       mix(t.ne[d]!);
       mix(t.nb[d]!);
     }
     mix(t.viewOffset);
-    for (const p of t.params) mix(Math.fround(p) * 1e6);
+    mix(t.params.length);
+    for (const p of t.params) {
+      paramBits.setFloat64(0, p);
+      word(paramBits.getInt32(0));
+      word(paramBits.getInt32(4));
+    }
+    mix(t.src.length);
     for (const s of t.src) mix(position.get(s.id) ?? -1);
+    if (placement) {
+      const where = t.placement;
+      mix(where ? bufferId(where.buffer) : -1);
+      mix(where ? where.offset : -1);
+    }
   };
   leafs.forEach(add);
   nodes.forEach(add);
-  return (h1 >>> 0).toString(16).padStart(8, "0") + (h2 >>> 0).toString(16).padStart(8, "0");
+  return Array.from(lanes, (h) => h.toString(16).padStart(8, "0")).join("");
 }

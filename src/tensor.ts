@@ -57,6 +57,35 @@ export function formatShape(ne: Dims): string {
   return `[${ne.slice(0, last + 1).join(", ")}]`;
 }
 
+/** Counts, per buffer, the tensors taken out of it (see {@link unplaceEpoch}). */
+const unplaceEpochs = new WeakMap<BackendBuffer, number>();
+/** A process-unique number per buffer object, for plan identities. */
+const bufferIds = new WeakMap<BackendBuffer, number>();
+let nextBufferId = 1;
+
+function bumpUnplaceEpoch(buffer: BackendBuffer): void {
+  unplaceEpochs.set(buffer, (unplaceEpochs.get(buffer) ?? 0) + 1);
+}
+
+/**
+ * How many times a tensor was unplaced from `buffer`. A tensor's memory can only change by
+ * an unplace (placement happens once otherwise), so a plan that recorded these counts for its
+ * buffers knows in O(1) per buffer whether anything it uses may have moved.
+ */
+export function unplaceEpoch(buffer: BackendBuffer): number {
+  return unplaceEpochs.get(buffer) ?? 0;
+}
+
+/** A number that tells buffer objects apart for the life of the process. */
+export function bufferId(buffer: BackendBuffer): number {
+  let id = bufferIds.get(buffer);
+  if (id === undefined) {
+    id = nextBufferId++;
+    bufferIds.set(buffer, id);
+  }
+  return id;
+}
+
 /**
  * A node of a compute graph: an input (op `none`) or the result of an op.
  *
@@ -101,11 +130,15 @@ export class Tensor {
       }
     }
     this.dtype = init.dtype;
-    this.ne = init.ne;
-    this.nb = init.nb ?? contiguousStrides(init.dtype, init.ne);
+    // Frozen copies: plans are checked against a tensor's metadata once, at creation, so it
+    // must not change afterwards (placement is the one thing that can; see unplace).
+    this.ne = Object.freeze([...init.ne]) as unknown as Dims;
+    this.nb = Object.freeze([
+      ...(init.nb ?? contiguousStrides(init.dtype, init.ne)),
+    ]) as unknown as Dims;
     this.op = init.op ?? Op.none;
-    this.src = init.src ?? [];
-    this.params = init.params ?? [];
+    this.src = Object.freeze([...(init.src ?? [])]);
+    this.params = Object.freeze([...(init.params ?? [])]);
     this.viewSource = init.viewSource ?? null;
     this.viewOffset = init.viewOffset ?? 0;
     this.name = init.name ?? "";
@@ -184,8 +217,12 @@ export class Tensor {
     this.#placement = { buffer, offset };
   }
 
-  /** Forgets this tensor's memory (the buffer was disposed or is being re-planned). */
+  /**
+   * Forgets this tensor's memory (the buffer was disposed or is being re-planned). Plans made
+   * while it was placed notice at their next compute and throw StalePlanError.
+   */
   unplace(): void {
+    if (this.#placement) bumpUnplaceEpoch(this.#placement.buffer);
     this.#placement = null;
   }
 

@@ -279,8 +279,8 @@ Deno.test("graphPlanCompute with a graph the plan was not made for throws StaleP
   using plan = cpu.graphPlanCreate(first.graph);
   assertThrowsWith(() => cpu.graphPlanCompute(plan, second.graph), StalePlanError, [
     "graphPlanCompute",
-    first.graph.hash,
-    second.graph.hash,
+    first.graph.identity().slice(0, 16),
+    second.graph.identity().slice(0, 16),
   ]);
   cpu.graphPlanCompute(plan, first.graph);
 });

@@ -6,6 +6,7 @@
 
 import assert from "node:assert/strict";
 import { sharedWebGpu } from "./gpu.ts";
+import { samePlanOtherWeights, unplacedTensor } from "./plan_identity.ts";
 import {
   add,
   allocTensors,
@@ -300,3 +301,8 @@ test("disposal: twice is an error, use after dispose is refused", (gpu) => {
   using alive = gpu.allocBuffer(4); // the shared backend is untouched
   assert.equal(alive.disposed, false);
 });
+
+test("a plan for mulMat(w1, x) refuses mulMat(w2, x) of the same shapes", (gpu) =>
+  samePlanOtherWeights(gpu));
+
+test("after unplace() or a new placement an old plan is stale", (gpu) => unplacedTensor(gpu));

@@ -30,7 +30,7 @@ export interface BackendBuffer extends Disposable {
 
 /** A graph prepared for repeated computation on one backend. */
 export interface GraphPlan extends Disposable {
-  /** The graph it was made for (plans check `graph.hash` when given a graph). */
+  /** The graph it was made for (computes check its identity: structure and placement). */
   readonly graph: Graph;
   /** Bytes of scratch memory the plan holds. */
   readonly workSize: number;

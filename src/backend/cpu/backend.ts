@@ -296,11 +296,7 @@ export class CpuBackend implements Backend {
       throw new StalePlanError("graphPlanCompute: the plan was made by another backend");
     }
     if (plan.disposed) throw new DisposedError("graphPlanCompute: the plan was freed");
-    if (graph && graph !== plan.graph && graph.hash !== plan.graph.hash) {
-      throw new StalePlanError(
-        `graphPlanCompute: the plan was made for graph ${plan.graph.hash}, not ${graph.hash}`,
-      );
-    }
+    plan.identity.check("graphPlanCompute", graph);
     if (plan.threads !== this.#threads) {
       throw new StalePlanError(
         `graphPlanCompute: the plan was made for ${plan.threads} threads, the backend now has ` +

@@ -10,6 +10,7 @@ import { Op } from "../../op.ts";
 import type { Tensor } from "../../tensor.ts";
 import type { GraphPlan } from "../backend.ts";
 import { writesLeaf } from "../checks.ts";
+import { PlanIdentity } from "../plan_identity.ts";
 import type { CpuBackend } from "./backend.ts";
 import type { CpuBuffer } from "./buffer.ts";
 import { fuseNodes } from "./fuse.ts";
@@ -82,6 +83,8 @@ function prepackedProducts(backend: CpuBackend, nodes: readonly Tensor[]): Tenso
 /** A graph plan in native memory: the node table and its work buffer. */
 export class CpuPlan implements GraphPlan {
   readonly graph: Graph;
+  /** The graph and placement the plan was made for; checked before every compute. */
+  readonly identity: PlanIdentity;
   readonly workSize: number;
   /** Native handle. */
   readonly handle: number;
@@ -134,6 +137,7 @@ export class CpuPlan implements GraphPlan {
     );
     this.backend = backend;
     this.graph = graph;
+    this.identity = new PlanIdentity(graph);
     this.handle = handle[0]!;
     this.workSize = Number(work[0]!);
     this.threads = threads;

@@ -310,11 +310,7 @@ export class WebGpuBackend implements Backend {
       throw new StalePlanError("graphPlanCompute: the plan was made by another backend");
     }
     if (plan.disposed) throw new DisposedError("graphPlanCompute: the plan was freed");
-    if (graph && graph !== plan.graph && graph.hash !== plan.graph.hash) {
-      throw new StalePlanError(
-        `graphPlanCompute: the plan was made for graph ${plan.graph.hash}, not ${graph.hash}`,
-      );
-    }
+    plan.identity.check("graphPlanCompute", graph);
     plan.checkBuffers("graphPlanCompute");
     return plan;
   }

@@ -9,6 +9,7 @@ import type { Graph } from "../../graph.ts";
 import type { Tensor } from "../../tensor.ts";
 import type { Backend, GraphPlan } from "../backend.ts";
 import { writesLeaf } from "../checks.ts";
+import { PlanIdentity } from "../plan_identity.ts";
 import { computeNodes } from "../cpu/node_table.ts";
 import type { TensorBinding } from "./binding.ts";
 import type { WebGpuBuffer } from "./buffer.ts";
@@ -48,6 +49,8 @@ function encodeSlot(view: DataView, at: number, kernel: Kernel, bindings: Tensor
 /** A prepared graph. Use {@link WebGpuBackend.graphPlanCreate}. */
 export class WebGpuPlan implements GraphPlan {
   readonly graph: Graph;
+  /** The graph and placement the plan was made for; checked before every compute. */
+  readonly identity: PlanIdentity;
   /** Bytes of the uniform buffer holding every node's parameters. */
   readonly workSize: number;
   /** The backend that made the plan. */
@@ -109,6 +112,7 @@ export class WebGpuPlan implements GraphPlan {
       });
     });
     this.graph = graph;
+    this.identity = new PlanIdentity(graph);
     this.backend = backend;
     this.workSize = size;
     this.nodeCount = nodes.length;

@@ -50,6 +50,7 @@ export { cont, cpy, getRows } from "./src/ops/copy.ts";
 export type { Backend, BackendBuffer, GraphPlan } from "./src/backend/backend.ts";
 export { CpuBackend, type CpuBackendOptions } from "./src/backend/cpu/backend.ts";
 export { CpuBuffer } from "./src/backend/cpu/buffer.ts";
+export { PlanIdentity } from "./src/backend/plan_identity.ts";
 export { type SimdChoice, type SimdLevel, simdLevels } from "./src/backend/cpu/simd.ts";
 export { CpuPlan, type CpuPlanOptions } from "./src/backend/cpu/plan.ts";
 export type { TableEntry } from "./src/backend/cpu/node_table.ts";

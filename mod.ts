@@ -21,10 +21,32 @@
  * @module
  */
 
-export { type DType, dtypeSize, type TensorData } from "./src/dtype.ts";
+export {
+  type DType,
+  DTYPE_NAMES,
+  DTYPES,
+  dtypeSize,
+  type DTypeTraits,
+  isDType,
+  parseDType,
+  rowBytes,
+  type TensorData,
+} from "./src/dtype.ts";
 export * from "./src/errors.ts";
 export { closeLibrary, type LoadOptions } from "./src/core/ffi.ts";
-export { Op, type OpCode, opName } from "./src/op.ts";
+export {
+  CoreOp,
+  coreOp,
+  type CoreOpName,
+  isViewOp,
+  Op,
+  type OpCode,
+  type OpInfo,
+  opInfo,
+  type OpName,
+  opName,
+  OPS,
+} from "./src/op.ts";
 export { type Dims, formatShape, type Placement, Tensor, type TensorInit } from "./src/tensor.ts";
 export { Context, type Shape } from "./src/context.ts";
 export { Graph } from "./src/graph.ts";

@@ -1,12 +1,18 @@
 /**
- * Operation codes. Compute ops share their numbers with the Zig core (`zig/node.zig`, `Op`);
- * view ops never reach the core, they only describe memory.
+ * The op table: every op a tensor can be the result of, once. Each row says the op's code and
+ * name, how many sources and which params it takes, whether it is a view (memory only, never
+ * computed), which core op computes it, and whether it may run in place. The core's own op
+ * numbering (`zig/node.zig`, `Op`) is mirrored in {@link CoreOp} and checked against the
+ * library when it loads (`src/core/tables.ts`), so the two sides cannot drift apart silently.
  * @module
  */
 
-/** Every op a tensor can be the result of. */
-export const Op = {
-  none: 0,
+/**
+ * The core's op codes, by the core's names (`zig/node.zig`, `Op`). Graph ops map onto these
+ * through the `core` column of the op table; the fused ops are emitted only by the CPU plan
+ * builder (`src/backend/cpu/fuse.ts`).
+ */
+export const CoreOp = {
   add: 1,
   sub: 2,
   mul: 3,
@@ -17,38 +23,178 @@ export const Op = {
   sum: 8,
   mean: 9,
   repeat: 10,
-  mulMat: 11,
+  mul_mat: 11,
   cpy: 12,
-  getRows: 13,
+  get_rows: 13,
   norm: 14,
-  rmsNorm: 15,
-  softmax: 16,
+  rms_norm: 15,
+  soft_max: 16,
   gelu: 17,
   silu: 18,
   relu: 19,
-  cont: 20,
-  view: 100,
-  reshape: 101,
-  permute: 102,
-  transpose: 103,
+  silu_mul: 20,
+  rms_norm_mul: 21,
 } as const;
 
-/** An op code. */
-export type OpCode = typeof Op[keyof typeof Op];
+/** A core op's name. */
+export type CoreOpName = keyof typeof CoreOp;
 
-const names = new Map<number, string>(Object.entries(Op).map(([name, code]) => [code, name]));
+/** Why an op can or cannot write its result over its first source's memory. */
+export interface InPlaceRule {
+  /** True when dst may alias src0 exactly (same dtype, shape and strides). */
+  readonly safe: boolean;
+  /** The kernel property that makes it safe or unsafe (shown in plan reports and tests). */
+  readonly reason: string;
+}
+
+/** One row of the op table. */
+export interface OpInfo {
+  /** The graph op's code (a compute op's equals its core op's where it has one of its own). */
+  readonly code: number;
+  /** Sources the op takes (optional ones counted). */
+  readonly arity: number;
+  /** The op's parameter slots, in node-table order. */
+  readonly params: readonly string[];
+  /** The core op that computes it; null for views and inputs (never computed). */
+  readonly core: CoreOpName | null;
+  /** Whether the result may reuse src0's memory; the reasons come from the Zig kernels. */
+  readonly inPlace: InPlaceRule;
+}
+
+const elementwise: InPlaceRule = {
+  safe: true,
+  // elementwise.zig: dst[i] depends only on src0[i] (and src1 at the broadcast index); each
+  // chunk is loaded before the same chunk of dst is stored.
+  reason: "each dst element depends only on the src0 element at the same index",
+};
+
+const rowRead: InPlaceRule = {
+  safe: true,
+  // norm.zig reduces the whole row (mean, variance) before scale_row writes it, chunk by chunk
+  // at the index it just read; soft_max.zig reads chunk k of src0 before storing chunk k of dst
+  // and its last pass reads only dst. Rows are split across threads, never within a row.
+  reason: "the kernel reads each row element before writing the same element",
+};
+
+const never = (reason: string): InPlaceRule => ({ safe: false, reason });
+const view = never("a view owns no memory: it is its source's");
+
+/** The op table. Adding an op: a row here, its builder in `src/ops/`, its kernels. */
+export const OPS = {
+  none: { code: 0, arity: 0, params: [], core: null, inPlace: never("an input computes nothing") },
+  add: { code: 1, arity: 2, params: [], core: "add", inPlace: elementwise },
+  sub: { code: 2, arity: 2, params: [], core: "sub", inPlace: elementwise },
+  mul: { code: 3, arity: 2, params: [], core: "mul", inPlace: elementwise },
+  div: { code: 4, arity: 2, params: [], core: "div", inPlace: elementwise },
+  scale: { code: 5, arity: 1, params: ["factor"], core: "scale", inPlace: elementwise },
+  sqr: { code: 6, arity: 1, params: [], core: "sqr", inPlace: elementwise },
+  sqrt: { code: 7, arity: 1, params: [], core: "sqrt", inPlace: elementwise },
+  sum: {
+    code: 8,
+    arity: 1,
+    params: [],
+    core: "sum",
+    inPlace: never("a reduction reads every src0 element for one dst element"),
+  },
+  mean: {
+    code: 9,
+    arity: 1,
+    params: [],
+    core: "mean",
+    inPlace: never("a reduction reads a whole row for one dst element"),
+  },
+  repeat: {
+    code: 10,
+    arity: 1,
+    params: [],
+    core: "repeat",
+    inPlace: never("dst element i reads src0 element i mod ne"),
+  },
+  mulMat: {
+    code: 11,
+    arity: 2,
+    params: [],
+    core: "mul_mat",
+    inPlace: never("every dst element reads a whole row of src0 and of src1 (across threads)"),
+  },
+  cpy: {
+    code: 12,
+    arity: 2,
+    params: [],
+    core: "cpy",
+    inPlace: never("cpy writes its second source's memory, owning none"),
+  },
+  getRows: {
+    code: 13,
+    arity: 2,
+    params: [],
+    core: "get_rows",
+    inPlace: never("dst row n reads src0 row indices[n], any row"),
+  },
+  norm: { code: 14, arity: 1, params: ["eps"], core: "norm", inPlace: rowRead },
+  rmsNorm: { code: 15, arity: 1, params: ["eps"], core: "rms_norm", inPlace: rowRead },
+  softmax: { code: 16, arity: 2, params: ["scale"], core: "soft_max", inPlace: rowRead },
+  gelu: { code: 17, arity: 1, params: [], core: "gelu", inPlace: elementwise },
+  silu: { code: 18, arity: 1, params: [], core: "silu", inPlace: elementwise },
+  relu: { code: 19, arity: 1, params: [], core: "relu", inPlace: elementwise },
+  // A copy into fresh memory: the core's cpy. Its graph code is its own (22), above every
+  // core code that it could be mistaken for (20 and 21 are the core's fused ops).
+  cont: {
+    code: 22,
+    arity: 1,
+    params: [],
+    core: "cpy",
+    // copy.zig uses memmove for the same-layout byte copy, so a cont onto itself is harmless;
+    // with any other layout the planner's same-layout check refuses it.
+    inPlace: { safe: true, reason: "a same-layout copy is a memmove onto itself" },
+  },
+  view: { code: 100, arity: 1, params: [], core: null, inPlace: view },
+  reshape: { code: 101, arity: 1, params: [], core: null, inPlace: view },
+  permute: {
+    code: 102,
+    arity: 1,
+    params: ["axis0", "axis1", "axis2", "axis3"],
+    core: null,
+    inPlace: view,
+  },
+  transpose: { code: 103, arity: 1, params: [], core: null, inPlace: view },
+} as const satisfies Record<string, OpInfo>;
+
+/** An op's name in the table. */
+export type OpName = keyof typeof OPS;
+
+/** Every op's code, by name (`Op.mulMat`). */
+export const Op: { readonly [K in OpName]: (typeof OPS)[K]["code"] } = Object.fromEntries(
+  Object.entries(OPS).map(([name, info]) => [name, info.code]),
+) as { readonly [K in OpName]: (typeof OPS)[K]["code"] };
+
+/** An op code. */
+export type OpCode = typeof Op[OpName];
+
+const byCode = new Map<number, { name: OpName; info: OpInfo }>(
+  (Object.entries(OPS) as [OpName, OpInfo][]).map(([name, info]) => [info.code, { name, info }]),
+);
+
+/** The table row of an op code; throws on a code no op has. */
+export function opInfo(op: OpCode): OpInfo {
+  const row = byCode.get(op);
+  if (!row) throw new RangeError(`op code ${op} is not in the op table`);
+  return row.info;
+}
 
 /** The op's name, as used in error messages and reports. */
 export function opName(op: OpCode): string {
-  return names.get(op) ?? `op${op}`;
+  return byCode.get(op)?.name ?? `op${op}`;
 }
 
 /** Ops whose result shares its source's memory instead of owning memory. */
 export function isViewOp(op: OpCode): boolean {
-  return op >= Op.view;
+  return byCode.get(op)?.info.core === null && op !== Op.none;
 }
 
-/** The core op that computes `op` (cont is a cpy into fresh memory). */
+/** The core op code that computes `op` (cont is a cpy into fresh memory). */
 export function coreOp(op: OpCode): number {
-  return op === Op.cont ? Op.cpy : op;
+  const core = opInfo(op).core;
+  if (core === null) throw new RangeError(`${opName(op)} is not computed by the core`);
+  return CoreOp[core];
 }

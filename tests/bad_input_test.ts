@@ -340,7 +340,7 @@ Deno.test({
     const dir = await Deno.makeTempDir({ prefix: "graft-missing-lib-" });
     try {
       await Deno.mkdir(`${dir}/src/core`, { recursive: true });
-      for (const file of ["core/ffi.ts", "errors.ts"]) {
+      for (const file of ["core/ffi.ts", "core/tables.ts", "errors.ts", "dtype.ts", "op.ts"]) {
         await Deno.copyFile(new URL(`../src/${file}`, import.meta.url), `${dir}/src/${file}`);
       }
       const broken = `${dir}/broken.so`;

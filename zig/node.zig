@@ -8,19 +8,8 @@ pub const dims_max = 4;
 pub const sources_max = 3;
 pub const params_max = 8;
 
-/// Element types. The numbering is shared with TypeScript (`src/dtype.ts`).
-pub const DType = enum(u32) {
-    f32 = 0,
-    f16 = 1,
-    i32 = 2,
-
-    pub fn size_bytes(dtype: DType) usize {
-        return switch (dtype) {
-            .f32, .i32 => 4,
-            .f16 => 2,
-        };
-    }
-};
+/// Element types: the dtype traits table (dtype.zig).
+pub const DType = @import("dtype.zig").DType;
 
 /// Operations the CPU core executes. Views (view, reshape, permute, transpose) never reach the
 /// core: they only change a tensor's data address and strides. The numbering is shared with

@@ -13,13 +13,14 @@ const plan_module = @import("plan.zig");
 const validate = @import("validate.zig");
 const cpu = @import("cpu.zig");
 const pin = @import("pin.zig");
+const tables = @import("tables.zig");
 
 const Node = node_abi.Node;
 const Status = node_abi.Status;
 const fail = status_module.fail;
 
 /// Bumped whenever an export, the node table or a status code changes meaning.
-pub const abi_version: u32 = 4;
+pub const abi_version: u32 = 5;
 
 pub const buffers_max = 4096;
 pub const allocators_max = 4096;
@@ -110,6 +111,14 @@ export fn graft_abi_version() u32 {
 /// an uncaught exception) unmaps code that pool threads or an in-flight compute run.
 export fn graft_pin_library() c_int {
     return status_code(pin.pin());
+}
+
+/// Copies the core's op, dtype and status tables as text (tables.zig) into `destination` and
+/// returns the full length; TypeScript compares them with its own tables when it loads.
+export fn graft_abi_tables(destination: [*]u8, capacity: u32) u32 {
+    const length = @min(capacity, tables.text.len);
+    @memcpy(destination[0..length], tables.text[0..length]);
+    return @intCast(tables.text.len);
 }
 
 /// Copies the last error message into `destination` and returns its full length.

@@ -5,13 +5,16 @@
  */
 
 import { GraftError, LibraryLoadError, nativeError } from "../errors.ts";
+import { compareTables } from "./tables.ts";
 
 /** The ABI version this binding speaks; `graft_abi_version()` must return it. */
-export const ABI_VERSION = 4;
+export const ABI_VERSION = 5;
 
 /** Native symbols of the Graft core. */
 export const symbols = {
   graft_abi_version: { parameters: [], result: "u32" },
+  /** (destination, capacity) -> full length: the core's op, dtype and status tables as text */
+  graft_abi_tables: { parameters: ["buffer", "u32"], result: "u32" },
   /** Keeps the library mapped until the process ends (see zig/pin.zig). */
   graft_pin_library: { parameters: [], result: "i32" },
   /** (destination, capacity) -> full message length */
@@ -142,6 +145,14 @@ export function loadLibrary(options: LoadOptions = {}): GraftSymbols {
       `${path} speaks ABI ${version}, this binding needs ${ABI_VERSION}. Rebuild it. ${BUILD_HINT}`,
     );
   }
+  const mismatches = compareTables(nativeTables(opened.symbols));
+  if (mismatches.length > 0) {
+    opened.close();
+    throw new LibraryLoadError(
+      `${path} disagrees with this binding's tables (${mismatches.join("; ")}). Rebuild it ` +
+        `from the same checkout. ${BUILD_HINT}`,
+    );
+  }
   // Pinned so that no later close (ours, or Deno's on an uncaught exception) unmaps code that
   // pool threads or an in-flight compute are running.
   const pinned = opened.symbols.graft_pin_library();
@@ -172,6 +183,17 @@ export function closeLibrary(): void {
   }
   library.close();
   library = null;
+}
+
+/** The core's tables as text (see `zig/tables.zig`). */
+export function nativeTables(lib: GraftSymbols): string {
+  let buffer = new Uint8Array(4096);
+  let length = lib.graft_abi_tables(buffer, buffer.length);
+  if (length > buffer.length) {
+    buffer = new Uint8Array(length);
+    length = lib.graft_abi_tables(buffer, buffer.length);
+  }
+  return new TextDecoder().decode(buffer.subarray(0, length));
 }
 
 const messageBuffer = new Uint8Array(512);

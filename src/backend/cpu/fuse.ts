@@ -15,14 +15,14 @@
  */
 
 import type { Graph } from "../../graph.ts";
-import { isViewOp, Op } from "../../op.ts";
+import { CoreOp, isViewOp, Op } from "../../op.ts";
 import type { Tensor } from "../../tensor.ts";
 import { type TableEntry, tensorEntry } from "./node_table.ts";
 
 /** Core op codes of fused nodes (`zig/node.zig`); never graph ops. */
 export const FusedOp = {
-  siluMul: 20,
-  rmsNormMul: 21,
+  siluMul: CoreOp.silu_mul,
+  rmsNormMul: CoreOp.rms_norm_mul,
 } as const;
 
 /** What fusion needs to know about where tensors live. */

@@ -6,7 +6,7 @@
 
 import type { DType } from "./dtype.ts";
 import { ShapeError } from "./errors.ts";
-import { type Dims, Tensor } from "./tensor.ts";
+import { type Dims, showValue, Tensor } from "./tensor.ts";
 
 /** A shape with 1 to 4 dimensions, `ne[0]` first. */
 export type Shape =
@@ -17,8 +17,8 @@ export type Shape =
 
 /** Pads a 1-4 dimensional shape to four dimensions. */
 export function toDims(shape: readonly number[]): Dims {
-  if (shape.length < 1 || shape.length > 4) {
-    throw new ShapeError(`a shape has 1 to 4 dimensions, got ${JSON.stringify(shape)}`);
+  if (!Array.isArray(shape) || shape.length < 1 || shape.length > 4) {
+    throw new ShapeError(`a shape has 1 to 4 dimensions, got ${showValue(shape)}`);
   }
   return [shape[0] ?? 1, shape[1] ?? 1, shape[2] ?? 1, shape[3] ?? 1];
 }

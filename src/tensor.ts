@@ -4,9 +4,9 @@
  * @module
  */
 
-import { type DType, dtypeSize } from "./dtype.ts";
+import { type DType, dtypeSize, parseDType } from "./dtype.ts";
 import { ShapeError } from "./errors.ts";
-import { isViewOp, Op, type OpCode } from "./op.ts";
+import { isViewOp, Op, type OpCode, opName } from "./op.ts";
 import type { BackendBuffer } from "./backend/backend.ts";
 
 /** A shape or stride tuple in ggml order. */
@@ -42,6 +42,40 @@ export interface TensorInit {
   viewOffset?: number;
   /** A name for messages and reports. */
   name?: string;
+}
+
+/** Shows a value in a message, BigInts and NaN included (JSON.stringify throws on BigInt). */
+export function showValue(value: unknown): string {
+  if (typeof value === "bigint") return `${value}n (a BigInt)`;
+  if (Array.isArray(value)) return `[${value.map(showValue).join(", ")}]`;
+  return typeof value === "string" ? JSON.stringify(value) : String(value);
+}
+
+/**
+ * Checks a shape (or strides) where it enters: four integer numbers, each at least `min` and
+ * at most 2^53 (BigInt, NaN, fractional and negative values are named in the ShapeError).
+ */
+function requireDims(what: string, role: string, dims: unknown, min: number): void {
+  if (!Array.isArray(dims) || dims.length !== 4) {
+    throw new ShapeError(`${what}: ${role} must have 4 entries, got ${showValue(dims)}`);
+  }
+  for (let d = 0; d < 4; d++) {
+    const n: unknown = dims[d];
+    if (typeof n !== "number" || !Number.isSafeInteger(n) || n < min) {
+      throw new ShapeError(
+        `${what}: ${role}[${d}] must be an integer number ${
+          min > 0 ? `>= ${min}` : "that is not negative"
+        } (and below 2^53), got ${showValue(n)} in ${showValue(dims)}`,
+      );
+    }
+  }
+  if (role === "shape") {
+    const count = (dims[0] as number) * (dims[1] as number) * (dims[2] as number) *
+      (dims[3] as number);
+    if (!Number.isSafeInteger(count)) {
+      throw new ShapeError(`${what}: shape ${showValue(dims)} has more than 2^53 elements`);
+    }
+  }
 }
 
 /** Contiguous byte strides for a shape. */
@@ -124,12 +158,13 @@ export class Tensor {
 
   /** Op builders create tensors; use `Context.newTensor` for inputs. */
   constructor(init: TensorInit) {
-    for (const n of init.ne) {
-      if (!Number.isInteger(n) || n < 1) {
-        throw new ShapeError(`tensor shape ${JSON.stringify(init.ne)} must be positive integers`);
-      }
+    const what = init.op ? opName(init.op) : "newTensor";
+    this.dtype = parseDType(what, init.dtype);
+    requireDims(what, "shape", init.ne, 1);
+    if (init.nb) requireDims(what, "strides", init.nb, 0);
+    if (init.viewOffset !== undefined) {
+      requireDims(what, "view offset", [init.viewOffset, 0, 0, 0] as unknown as Dims, 0);
     }
-    this.dtype = init.dtype;
     // Frozen copies: plans are checked against a tensor's metadata once, at creation, so it
     // must not change afterwards (placement is the one thing that can; see unplace).
     this.ne = Object.freeze([...init.ne]) as unknown as Dims;

@@ -10,6 +10,7 @@ import { assertNothingLive } from "./leaks.ts";
 import {
   add,
   allocTensors,
+  ArgumentError,
   Context,
   CpuBackend,
   cpy,
@@ -32,6 +33,7 @@ import {
   Status,
   sum,
   type Tensor,
+  transpose,
   view,
 } from "../mod.ts";
 import { Allocator } from "../src/alloc/allocator.ts";
@@ -112,7 +114,11 @@ Deno.test("view and reshape errors name the tensor and the shapes", () => {
   const a = ctx.newTensor("f32", [4, 3], "a");
   assertThrowsWith(() => reshape(a, [5, 2]), ShapeError, ["reshape", "a", "[5, 2]"]);
   assertThrowsWith(() => view(a, [4, 3], { offset: 4 }), ShapeError, ["view", "[4, 3]", "48"]);
-  assertThrowsWith(() => ctx.newTensor("f32", [4, 0]), ShapeError, ["[4,0"]);
+  assertThrowsWith(() => ctx.newTensor("f32", [4, 0]), ShapeError, [
+    "newTensor",
+    "shape[1]",
+    "[4, 0",
+  ]);
 });
 
 Deno.test("ops given a dtype they do not take throw DTypeError naming the op and dtype", () => {
@@ -452,6 +458,79 @@ Deno.test("the core: a plan whose node points outside every buffer is rejected a
 
 Deno.test("bad_input_test leaves no native buffers, pools or plans alive", () => {
   assertNothingLive(baseline);
+});
+
+Deno.test("dims that are BigInts, NaN, fractional or too large are ShapeErrors naming them", () => {
+  const ctx = new Context();
+  const cases: [unknown[], RegExp][] = [
+    [[4, 2n], /shape\[1\].*got 2n \(a BigInt\)/],
+    [[NaN, 2], /shape\[0\].*got NaN/],
+    [[4, 1.5], /shape\[1\].*got 1.5/],
+    [[-3], /shape\[0\].*got -3/],
+    [[2 ** 30, 2 ** 30, 2 ** 30], /more than 2\^53 elements/],
+  ];
+  for (const [shape, message] of cases) {
+    assertThrowsWith(
+      () => ctx.newTensor("f32", shape as unknown as [number]),
+      ShapeError,
+      ["newTensor"],
+    );
+    assert.throws(() => ctx.newTensor("f32", shape as unknown as [number]), message);
+  }
+});
+
+Deno.test("an unknown dtype name is a DTypeError listing the dtypes", () => {
+  const ctx = new Context();
+  assertThrowsWith(() => ctx.newTensor("f64" as "f32", [4]), DTypeError, [
+    "newTensor",
+    '"f64"',
+    "f32, f16, i32",
+  ]);
+});
+
+Deno.test("negative strides are refused where the view is made, on every backend alike", () => {
+  const ctx = new Context();
+  const a = ctx.newTensor("f32", [4, 3], "a");
+  assertThrowsWith(() => view(a, [4], { nb: [-4, 16, 48, 48], offset: 12 }), ShapeError, [
+    "view",
+    "strides[0]",
+    "-4",
+  ]);
+});
+
+Deno.test("cpy between overlapping source and destination is refused at build time", () => {
+  const ctx = new Context();
+  const s = ctx.newTensor("f32", [4, 4], "s");
+  // Wrong before: the kernel read elements it had already overwritten.
+  assertThrowsWith(() => cpy(transpose(s), s), ShapeError, ["cpy", "overlap"]);
+  const other = ctx.newTensor("f32", [4, 4], "other");
+  cpy(transpose(s), other); // disjoint: fine
+  cpy(s, s); // the same elements in the same layout: a copy onto itself is harmless
+});
+
+Deno.test("writing a typed array of another element type is a DTypeError", async () => {
+  using cpu = new CpuBackend({ threads: 1 });
+  const ctx = new Context();
+  const h = ctx.newTensor("f16", [4], "h");
+  using _memory = allocTensors(cpu, [h]);
+  // Before: the Float32Array's bytes were copied raw, 8 f16 garbage values from 4 floats.
+  assertThrowsWith(() => cpu.setTensor(h, new Float32Array(2)), DTypeError, [
+    "setTensor",
+    "Float16Array",
+    "Float32Array",
+  ]);
+  await assert.rejects(cpu.setTensorAsync(h, new Int32Array(2)), DTypeError);
+  cpu.setTensor(h, new Float16Array([1, 2, 3, 4]));
+  cpu.setTensor(h, new Uint8Array(8)); // raw bytes stay allowed
+  cpu.setTensor(h, new Uint16Array(4)); // and raw f16 bit patterns
+});
+
+Deno.test("allocBuffer sizes above 2^53 are refused instead of wrapping", () => {
+  using cpu = new CpuBackend({ threads: 1 });
+  // 2^64 + 4096 reached the core as 4096: a 4 KiB buffer for an exabyte request.
+  for (const size of [2 ** 64 + 4096, 2 ** 53 + 2, -1, 0, 1.5, NaN]) {
+    assertThrowsWith(() => cpu.allocBuffer(size), ArgumentError, ["allocBuffer", "size"]);
+  }
 });
 
 Deno.test("closeLibrary refuses while a thread pool or a buffer is alive", () => {

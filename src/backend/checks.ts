@@ -1,6 +1,7 @@
 /** Checks every backend makes on tensor reads, writes and copies. */
 
-import { OutOfBoundsError, ShapeError } from "../errors.ts";
+import { ArgumentError, DTypeError, OutOfBoundsError, ShapeError } from "../errors.ts";
+import { dtypeSize, typedArrayName } from "../dtype.ts";
 import { Op } from "../op.ts";
 import { formatShape, type Tensor } from "../tensor.ts";
 import { sameDims } from "../ops/check.ts";
@@ -29,6 +30,33 @@ export function requireTensorRange(
     throw new OutOfBoundsError(
       `${verb}: bytes [${offset}, ${offset + size}) are outside ${tensor.label} ` +
         `(${tensor.nbytes} bytes)`,
+    );
+  }
+}
+
+/**
+ * Data written into a tensor is its dtype's typed array, or raw bytes (a Uint8Array or a
+ * DataView): a Float32Array written into an f16 tensor used to be copied as raw bytes, making
+ * garbage of every value. Throws DTypeError naming the tensor, the expected and the given class.
+ */
+export function requireTensorData(verb: string, tensor: Tensor, data: unknown): void {
+  if (!ArrayBuffer.isView(data)) {
+    throw new ArgumentError(
+      `${verb}: data for ${tensor.label} must be a typed array, got ${
+        data === null ? "null" : typeof data
+      }`,
+    );
+  }
+  if (data instanceof Uint8Array || data instanceof DataView) return;
+  // Unsigned integer arrays carry raw bits (a Uint16Array of f16 bit patterns, say).
+  const raw = data instanceof Uint16Array || data instanceof Uint32Array;
+  const elementBytes = (data as unknown as { BYTES_PER_ELEMENT: number }).BYTES_PER_ELEMENT;
+  if (raw && dtypeSize[tensor.dtype] % elementBytes === 0) return;
+  const expected = typedArrayName(tensor.dtype);
+  if (data.constructor.name !== expected) {
+    throw new DTypeError(
+      `${verb}: ${tensor.label} holds ${tensor.dtype}: pass a ${expected} (or a Uint8Array of ` +
+        `raw bytes), got a ${data.constructor.name}`,
     );
   }
 }

@@ -8,6 +8,28 @@ import { DTypeError, ShapeError } from "../errors.ts";
 import { Op } from "../op.ts";
 import { formatShape, Tensor } from "../tensor.ts";
 import { requireDType } from "./check.ts";
+import { sameDims } from "./check.ts";
+import { DTYPES } from "../dtype.ts";
+
+/**
+ * Refuses a copy whose source and destination share memory without being the same elements
+ * in the same layout (as `cpy(transpose(s), s)`): the kernels copy in chunks across threads,
+ * so such a copy would read elements it has already overwritten.
+ */
+function requireNoOverlap(a: Tensor, b: Tensor): void {
+  if (a.memoryOwner !== b.memoryOwner) return;
+  const aBegin = a.offsetInOwner, bBegin = b.offsetInOwner;
+  const disjoint = aBegin + a.nbytes <= bBegin || bBegin + b.nbytes <= aBegin;
+  const same = aBegin === bBegin && a.dtype === b.dtype && sameDims(a.ne, b.ne) &&
+    sameDims(a.nb, b.nb);
+  if (!disjoint && !same) {
+    throw new ShapeError(
+      `cpy: source ${a.label} and destination ${b.label} overlap in memory (bytes ` +
+        `[${aBegin}, ${aBegin + a.nbytes}) and [${bBegin}, ${bBegin + b.nbytes}) of ` +
+        `${a.memoryOwner.label}); copy through a separate tensor (cont) first`,
+    );
+  }
+}
 
 /** A contiguous copy of `a` (of a permuted or strided view, typically). */
 export function cont(a: Tensor): Tensor {
@@ -34,11 +56,13 @@ export function cpy(a: Tensor, b: Tensor): Tensor {
       } has ${b.nelements}`,
     );
   }
-  const converts = (a.dtype === "f32" || a.dtype === "f16") &&
-    (b.dtype === "f32" || b.dtype === "f16");
-  if (!converts && a.dtype !== b.dtype) {
-    throw new DTypeError(`cpy: cannot copy ${a.dtype} into ${b.dtype}`);
+  const converts: readonly string[] = DTYPES[a.dtype].convertsTo;
+  if (!converts.includes(b.dtype)) {
+    throw new DTypeError(
+      `cpy: cannot copy ${a.dtype} into ${b.dtype} (${a.dtype} converts to ${converts.join(", ")})`,
+    );
   }
+  requireNoOverlap(a, b);
   return new Tensor({ dtype: b.dtype, ne: b.ne, nb: b.nb, op: Op.cpy, src: [a, b], viewSource: b });
 }
 

@@ -16,7 +16,7 @@ import { check, type GraftSymbols, loadLibrary, type LoadOptions } from "../../c
 import type { Graph } from "../../graph.ts";
 import type { Tensor } from "../../tensor.ts";
 import type { Backend, GraphPlan } from "../backend.ts";
-import { requireSameLayout, requireTensorRange } from "../checks.ts";
+import { requireSameLayout, requireTensorData, requireTensorRange } from "../checks.ts";
 import { CPU_ALIGNMENT, CpuBuffer } from "./buffer.ts";
 import { CpuPlan, type CpuPlanOptions } from "./plan.ts";
 import { resolveSimd, type SimdChoice, type SimdLevel } from "./simd.ts";
@@ -162,6 +162,7 @@ export class CpuBackend implements Backend {
   }
 
   setTensor(tensor: Tensor, data: ArrayBufferView, offset = 0): void {
+    requireTensorData("setTensor", tensor, data);
     this.#alive("setTensor");
     this.#idle("setTensor");
     const buffer = this.bufferOf(tensor, "setTensor");
@@ -208,6 +209,11 @@ export class CpuBackend implements Backend {
   }
 
   setTensorAsync(tensor: Tensor, data: ArrayBufferView, offset = 0): Promise<void> {
+    try {
+      requireTensorData("setTensorAsync", tensor, data);
+    } catch (error) {
+      return Promise.reject(error);
+    }
     const copy = new Uint8Array(data.byteLength);
     copy.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
     return this.#enqueue(() => this.#withIdle(() => this.setTensor(tensor, copy, offset)));

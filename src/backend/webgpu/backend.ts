@@ -16,7 +16,7 @@ import {
 import type { Graph } from "../../graph.ts";
 import type { Tensor } from "../../tensor.ts";
 import type { Backend, GraphPlan } from "../backend.ts";
-import { requireSameLayout, requireTensorRange } from "../checks.ts";
+import { requireSameLayout, requireTensorData, requireTensorRange } from "../checks.ts";
 import { type TensorBinding, tensorBinding } from "./binding.ts";
 import { WebGpuBuffer } from "./buffer.ts";
 import { PipelineCache } from "./pipelines.ts";
@@ -178,6 +178,7 @@ export class WebGpuBackend implements Backend {
 
   /** Queues the write; it happens before any work queued after it. */
   setTensor(tensor: Tensor, data: ArrayBufferView, offset = 0): void {
+    requireTensorData("setTensor", tensor, data);
     this.#alive("setTensor");
     const buffer = this.bufferOf(tensor, "setTensor");
     requireTensorRange("setTensor", tensor, offset, data.byteLength);
@@ -195,6 +196,11 @@ export class WebGpuBackend implements Backend {
   }
 
   setTensorAsync(tensor: Tensor, data: ArrayBufferView, offset = 0): Promise<void> {
+    try {
+      requireTensorData("setTensorAsync", tensor, data);
+    } catch (error) {
+      return Promise.reject(error);
+    }
     try {
       this.setTensor(tensor, data, offset);
       return Promise.resolve();

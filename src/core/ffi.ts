@@ -97,22 +97,63 @@ function readEnv(name: string): string | undefined {
   }
 }
 
-/** The library paths to try, in order: option, GRAFT_LIB, the build output. */
+/**
+ * The path of a `file:` URL, percent-escapes decoded (a checkout under "My Files" is
+ * `My%20Files` in its URL: `URL.pathname` would keep the escape and find nothing).
+ */
+export function fileUrlToPath(url: URL): string {
+  if (url.protocol !== "file:") throw new TypeError(`${url.href} is not a file: URL`);
+  if (url.hostname !== "" && url.hostname !== "localhost") {
+    throw new TypeError(`${url.href} names a host; only local file: URLs have a path`);
+  }
+  return decodeURIComponent(url.pathname.replace(/%(?![0-9a-fA-F]{2})/g, "%25"));
+}
+
+/**
+ * The library paths to try, in order: the `path` option, GRAFT_LIB, then the checkout's build
+ * output when this module was loaded from a `file:` URL. A module loaded over http(s) (as from
+ * JSR) has no checkout beside it: only the first two apply.
+ */
 export function candidatePaths(options: LoadOptions = {}): string[] {
   const paths: string[] = [];
   if (options.path) paths.push(options.path);
   const fromEnv = readEnv("GRAFT_LIB");
   if (fromEnv) paths.push(fromEnv);
   const name = readEnv("GRAFT_SAFE") === "1" ? "libgraft-safe.so" : "libgraft.so";
-  paths.push(new URL(`../../zig-out/lib/${name}`, import.meta.url).pathname);
+  const built = new URL(`../../zig-out/lib/${name}`, import.meta.url);
+  if (built.protocol === "file:") paths.push(fileUrlToPath(built));
   return paths;
 }
 
+/** True when `path` is a file; a missing --allow-read is an error that names the flag. */
 function exists(path: string): boolean {
   try {
     return Deno.statSync(path).isFile;
-  } catch {
+  } catch (error) {
+    if (error instanceof Deno.errors.NotCapable || error instanceof Deno.errors.PermissionDenied) {
+      throw new LibraryLoadError(
+        `Graft needs read access to load its native library (${path}): run Deno with ` +
+          `--allow-read (or --allow-read=${path}), or use Graft's WebAssembly backend`,
+        { cause: error },
+      );
+    }
     return false;
+  }
+}
+
+/** Throws a LibraryLoadError naming --allow-ffi when FFI is not permitted. */
+function requireFfiPermission(): void {
+  let state: Deno.PermissionState = "granted";
+  try {
+    state = Deno.permissions.querySync({ name: "ffi" }).state;
+  } catch {
+    return; // no permissions API: let dlopen say what it says
+  }
+  if (state !== "granted") {
+    throw new LibraryLoadError(
+      "Graft's CPU backend calls its native library through FFI: run Deno with --allow-ffi " +
+        "(and --allow-read for the library file)",
+    );
   }
 }
 
@@ -122,11 +163,18 @@ function exists(path: string): boolean {
  */
 export function loadLibrary(options: LoadOptions = {}): GraftSymbols {
   if (library) return library.symbols;
+  requireFfiPermission();
   const tried = candidatePaths(options);
   const path = tried.find(exists);
   if (!path) {
+    const remote = new URL(import.meta.url).protocol !== "file:";
     throw new LibraryLoadError(
-      `Graft's native library was not found. Tried: ${tried.join(", ")}. ${BUILD_HINT}`,
+      `Graft's native library was not found. Tried: ${tried.join(", ") || "nothing"}. ` +
+        (remote
+          ? `This module was loaded from ${new URL(".", import.meta.url).href}, which ships no ` +
+            `native library (platform packages come later): set GRAFT_LIB to a libgraft.so ` +
+            `built with \`zig build\` from a checkout.`
+          : BUILD_HINT),
     );
   }
   let opened: Deno.DynamicLibrary<typeof symbols>;

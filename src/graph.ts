@@ -87,14 +87,23 @@ export class Graph {
     return new Graph(nodes, leafs, [...outputs]);
   }
 
-  /** One line per node: index, op, shape, sources. */
+  /** One line per leaf (index, name, shape) and per node (index, op, shape, named sources). */
   describe(): string {
+    // Sources are named by their index and their own name, so a leaf reads as "leaf1 x", not
+    // a bare index to look up elsewhere.
     const index = new Map<number, string>();
-    this.leafs.forEach((t, i) => index.set(t.id, `leaf${i}`));
-    this.nodes.forEach((t, i) => index.set(t.id, `node${i}`));
-    return this.nodes.map((t, i) =>
-      `node${i} ${opName(t.op)} ${t.label} <- ${t.src.map((s) => index.get(s.id)).join(", ")}`
-    ).join("\n");
+    const named = (t: Tensor, key: string): string => t.name ? `${key} ${t.name}` : key;
+    this.leafs.forEach((t, i) => index.set(t.id, named(t, `leaf${i}`)));
+    this.nodes.forEach((t, i) => index.set(t.id, named(t, `node${i}`)));
+    const leafLines = this.leafs.map((t, i) =>
+      `leaf${i} ${t.op === Op.none ? "input" : opName(t.op)} ${t.label}`
+    );
+    const nodeLines = this.nodes.map((t, i) =>
+      `node${i} ${opName(t.op)} ${t.label} <- ${
+        t.src.map((s) => index.get(s.id) ?? `(not in this graph) ${s.label}`).join(", ")
+      }`
+    );
+    return [...leafLines, ...nodeLines].join("\n");
   }
 }
 

@@ -8,7 +8,6 @@ import type { Backend, BackendBuffer } from "../backend/backend.ts";
 import { GraftError } from "../errors.ts";
 import { Op } from "../op.ts";
 import type { Tensor } from "../tensor.ts";
-import { Allocator } from "./allocator.ts";
 
 /** The tensors among `tensors` that own memory and have none yet (views and cpy excluded). */
 export function unplacedOwners(tensors: readonly Tensor[]): Tensor[] {
@@ -37,11 +36,28 @@ export function unplacedOwners(tensors: readonly Tensor[]): Tensor[] {
 export function allocTensors(backend: Backend, tensors: readonly Tensor[]): BackendBuffer {
   const owners = unplacedOwners(tensors);
   if (owners.length === 0) throw new GraftError("allocTensors: every tensor already has memory");
-  const options = { alignment: backend.alignment, blocksMax: 16 };
-  using measure = Allocator.measure(options);
-  for (const t of owners) measure.alloc(t.nbytes);
-  const buffer = backend.allocBuffer(measure.stats().sizeMax);
-  using allocator = new Allocator(buffer.size, options);
-  for (const t of owners) t.place(buffer, allocator.alloc(t.nbytes));
+  // Each tensor its own block, in order: the offsets a fresh best-fit allocator would give,
+  // computed directly (no allocator, so nothing native is needed to size the buffer).
+  const alignment = backend.alignment;
+  const offsets: number[] = [];
+  let end = 0;
+  for (const t of owners) {
+    offsets.push(end);
+    end += Math.ceil(Math.max(t.nbytes, 1) / alignment) * alignment;
+  }
+  const buffer = backend.allocBuffer(end);
+  const placed: Tensor[] = [];
+  try {
+    owners.forEach((t, i) => {
+      t.place(buffer, offsets[i]!);
+      placed.push(t);
+    });
+  } catch (error) {
+    // Nothing half-done survives a failure: the tensors placed so far lose their memory and
+    // the buffer is freed (it used to leak).
+    for (const t of placed) t.unplace();
+    buffer.dispose();
+    throw error;
+  }
   return buffer;
 }

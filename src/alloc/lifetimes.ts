@@ -16,6 +16,7 @@
 import type { Graph } from "../graph.ts";
 import { Op } from "../op.ts";
 import type { Tensor } from "../tensor.ts";
+import type { BackendBuffer } from "../backend/backend.ts";
 import { identicalAlias, inPlaceRule, sameLayout } from "./inplace.ts";
 
 /** Every step and block the planner considers, in arrays indexed by block number. */
@@ -40,7 +41,26 @@ export interface Lifetimes {
 
 /** True for tensors the planner gives memory: computed, owning memory, not yet placed. */
 export function isPlannable(t: Tensor): boolean {
-  return t.viewSource === null && t.op !== Op.none && t.placement === null;
+  return t.viewSource === null && t.op !== Op.none &&
+    (t.placement === null || placedByPlanner(t));
+}
+
+/** The buffer a memory plan placed each tensor in (see {@link markPlanned}). */
+const plannedIn = new WeakMap<Tensor, BackendBuffer>();
+
+/**
+ * Records that a memory plan placed `t`: planning the graph again plans `t` again (the
+ * planner's own placements are not the user's pins), and placing a new plan moves it once its
+ * old buffer is disposed.
+ */
+export function markPlanned(t: Tensor, buffer: BackendBuffer): void {
+  plannedIn.set(t, buffer);
+}
+
+/** True when `t`'s memory is where a memory plan put it. */
+export function placedByPlanner(t: Tensor): boolean {
+  const buffer = plannedIn.get(t);
+  return buffer !== undefined && t.placement?.buffer === buffer;
 }
 
 function alignUp(size: number, alignment: number): number {
@@ -98,7 +118,7 @@ function collectUses(
     const node = timeline[step] as Tensor;
     const own = touch(ownerOf(node), step);
     stepOwner[step] = own;
-    if (node.isOutput && (!keep || keep.has(node))) pinned[own] = 1;
+    if (keep ? keep.has(node) : node.isOutput) pinned[own] = 1;
     const src = node.src;
     for (let i = 0; i < src.length; i++) touch(ownerOf(src[i] as Tensor), step);
   }

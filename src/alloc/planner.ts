@@ -17,9 +17,16 @@ import type { Backend, BackendBuffer } from "../backend/backend.ts";
 import { GraftError, PlacementError } from "../errors.ts";
 import type { Graph } from "../graph.ts";
 import { opName } from "../op.ts";
+import { clearOverwritten, markOverwritten } from "./reuse.ts";
 import type { Tensor } from "../tensor.ts";
 import { type BlockOffsets, planGreedy } from "./greedy.ts";
-import { analyzeLifetimes, type Lifetimes, reservedSize } from "./lifetimes.ts";
+import {
+  analyzeLifetimes,
+  type Lifetimes,
+  markPlanned,
+  placedByPlanner,
+  reservedSize,
+} from "./lifetimes.ts";
 import { planOffline } from "./offline.ts";
 
 /** Default offset alignment: the CPU backend's (one cache line). */
@@ -35,9 +42,10 @@ export interface PlanOptions {
   /** Force one strategy; default "auto" (the smaller plan). */
   strategy?: PlanStrategy | "auto";
   /**
-   * The outputs kept to the end of the last graph. Default: every graph's outputs. A scheduler
-   * passes the final outputs only, so results one split hands to a later split are freed after
-   * their last use there.
+   * The tensors kept to the end of the last graph: never overwritten, readable after a compute.
+   * Default: every graph's outputs. A scheduler passes the final outputs only, so results one
+   * split hands to a later split are freed after their last use there; add an intermediate to
+   * read it after a compute (one whose memory is reused is refused on read, naming this option).
    */
   keep?: ReadonlySet<Tensor>;
 }
@@ -176,13 +184,28 @@ export class MemoryPlan {
       );
     }
     for (const block of this.blocks) {
-      if (block.tensor.placement) {
+      const where = block.tensor.placement;
+      if (!where) continue;
+      if (!placedByPlanner(block.tensor)) {
         throw new PlacementError(
           `MemoryPlan.place: ${block.tensor.label} was given memory after planning; plan again`,
         );
       }
+      if (!where.buffer.disposed) {
+        throw new PlacementError(
+          `MemoryPlan.place: ${block.tensor.label} is still placed by an earlier plan in a live ` +
+            `buffer of ${where.buffer.size} bytes; dispose that buffer first`,
+        );
+      }
     }
-    for (const block of this.blocks) block.tensor.place(buffer, block.offset);
+    for (const block of this.blocks) {
+      // A tensor an earlier plan placed in a buffer since disposed moves to this one.
+      if (block.tensor.placement) block.tensor.unplace();
+      clearOverwritten(block.tensor);
+      block.tensor.place(buffer, block.offset);
+      markPlanned(block.tensor, buffer);
+    }
+    markReused(this.blocks);
   }
 
   /** Allocates one buffer of {@link size} bytes on `backend` and places every tensor in it. */
@@ -229,6 +252,39 @@ export class MemoryPlan {
     }
     return lines.join("\n");
   }
+}
+
+/**
+ * Records which planned tensors have their memory written by a later tensor of the plan (an
+ * in-place takeover, or a block placed over theirs after their last use): reading one after a
+ * compute would return the later tensor's bytes, so backends refuse it (see
+ * `requireReadable`). Keep a tensor with the `keep` option, or make it an output, to read it.
+ */
+function markReused(blocks: readonly PlanBlock[]): void {
+  const byOffset = [...blocks].sort((a, b) => a.offset - b.offset);
+  for (let i = 0; i < byOffset.length; i++) {
+    const a = byOffset[i]!;
+    const aEnd = a.offset + a.reserved;
+    for (let j = i + 1; j < byOffset.length && byOffset[j]!.offset < aEnd; j++) {
+      const b = byOffset[j]!;
+      // Live blocks never overlap: of two overlapping ones, the later reuses the earlier.
+      const [earlier, later] = a.firstUse <= b.firstUse ? [a, b] : [b, a];
+      if (earlier.tensor !== later.tensor) overwritten(earlier.tensor, later.tensor);
+    }
+  }
+  // Within one block (in-place chains) the later tensor takes over the earlier one's memory.
+  for (const block of blocks) {
+    if (block.inPlaceOf) overwritten(block.inPlaceOf, block.tensor);
+  }
+}
+
+/**
+ * Marks `earlier` unreadable unless it is an output of its graph: a graph's outputs are read by
+ * whoever built it (a schedule copies its splits' outputs to the next split before any later
+ * graph of the plan runs), intermediates are not.
+ */
+function overwritten(earlier: Tensor, later: Tensor): void {
+  if (!earlier.isOutput) markOverwritten(earlier, later);
 }
 
 /** Tensors listed in {@link MemoryPlan.report}. */

@@ -17,6 +17,7 @@ import type { Graph } from "../../graph.ts";
 import type { Tensor } from "../../tensor.ts";
 import type { Backend, GraphPlan } from "../backend.ts";
 import { requireSameLayout, requireTensorData, requireTensorRange } from "../checks.ts";
+import { requireReadable } from "../../alloc/reuse.ts";
 import { CPU_ALIGNMENT, CpuBuffer } from "./buffer.ts";
 import { CpuPlan, type CpuPlanOptions } from "./plan.ts";
 import { resolveSimd, type SimdChoice, type SimdLevel } from "./simd.ts";
@@ -180,6 +181,7 @@ export class CpuBackend implements Backend {
   getTensor(tensor: Tensor, offset = 0, size?: number): TensorData {
     this.#alive("getTensor");
     this.#idle("getTensor");
+    requireReadable("getTensor", tensor);
     const buffer = this.bufferOf(tensor, "getTensor");
     const length = size ?? tensor.nbytes - offset;
     requireTensorRange("getTensor", tensor, offset, length);

@@ -17,6 +17,7 @@ import type { Graph } from "../../graph.ts";
 import type { Tensor } from "../../tensor.ts";
 import type { Backend, GraphPlan } from "../backend.ts";
 import { requireSameLayout, requireTensorData, requireTensorRange } from "../checks.ts";
+import { requireReadable } from "../../alloc/reuse.ts";
 import { type TensorBinding, tensorBinding } from "./binding.ts";
 import { WebGpuBuffer } from "./buffer.ts";
 import { PipelineCache } from "./pipelines.ts";
@@ -211,6 +212,7 @@ export class WebGpuBackend implements Backend {
 
   async getTensorAsync(tensor: Tensor, offset = 0, size?: number): Promise<TensorData> {
     this.#alive("getTensorAsync");
+    requireReadable("getTensorAsync", tensor);
     const buffer = this.bufferOf(tensor, "getTensorAsync");
     const length = size ?? tensor.nbytes - offset;
     requireTensorRange("getTensorAsync", tensor, offset, length);

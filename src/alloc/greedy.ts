@@ -1,22 +1,18 @@
 /**
  * The greedy strategy: ggml-alloc's walk. Step by step, allocate the block a node starts, then
- * free the blocks whose last use was this step, through the Zig core's best-fit allocator in
- * measure mode. Its offsets are the plan; its high-water mark is the buffer size.
+ * free the blocks whose last use was this step, through a best-fit free list in measure mode
+ * (the Zig core's allocator, in TypeScript: planning needs no native library). Its offsets are
+ * the plan; its high-water mark is the buffer size.
  * @module
  */
 
-import { Allocator } from "./allocator.ts";
+import { FreeList } from "./free_list.ts";
 import type { Lifetimes } from "./lifetimes.ts";
 
 /** Offsets of every block, and the buffer size they need. */
 export interface BlockOffsets {
   readonly offsets: Float64Array;
   readonly size: number;
-}
-
-/** Free blocks the Zig allocator may need: at most one more than blocks alive at once. */
-function freeBlocksBound(life: Lifetimes): number {
-  return life.blockCount + 2;
 }
 
 /** Blocks ending at each step, as compressed rows (a counting sort, no per-step arrays). */
@@ -31,14 +27,23 @@ export function blocksEndingAt(life: Lifetimes): { first: Int32Array; blocks: In
   return { first, blocks };
 }
 
-/** Walks the steps against `allocator`, recording each block's offset. */
-export function greedyWalk(life: Lifetimes, allocator: Allocator): BlockOffsets {
+/** What the walk needs of an allocator: the TS free list, or the core's (for the tests). */
+export interface WalkAllocator {
+  alloc(size: number): number;
+  free(offset: number, size: number): void;
+}
+
+/** Walks the steps against `allocator`, recording each block's offset and the high-water mark. */
+export function greedyWalk(life: Lifetimes, allocator: WalkAllocator): BlockOffsets {
   const offsets = new Float64Array(life.blockCount);
   const ending = blocksEndingAt(life);
+  let size = 0;
   let next = 0; // blocks are numbered in order of their start step
   for (let step = 0; step < life.timeline.length; step++) {
     while (next < life.blockCount && life.blockStart[next] === step) {
-      offsets[next] = allocator.alloc(life.blockSize[next] as number);
+      const blockSize = life.blockSize[next] as number;
+      offsets[next] = allocator.alloc(blockSize);
+      size = Math.max(size, offsets[next]! + blockSize);
       next++;
     }
     for (let i = ending.first[step] as number; i < (ending.first[step + 1] as number); i++) {
@@ -48,11 +53,10 @@ export function greedyWalk(life: Lifetimes, allocator: Allocator): BlockOffsets 
       }
     }
   }
-  return { offsets, size: allocator.stats().sizeMax };
+  return { offsets, size };
 }
 
-/** Plans every block greedily in measure mode. */
+/** Plans every block greedily in measure mode (pure TypeScript). */
 export function planGreedy(life: Lifetimes, alignment: number): BlockOffsets {
-  using measure = Allocator.measure({ alignment, blocksMax: freeBlocksBound(life) });
-  return greedyWalk(life, measure);
+  return greedyWalk(life, FreeList.measure(alignment));
 }

@@ -303,10 +303,10 @@ Deno.test("the core itself refuses sizes that would wrap, in the fast and the sa
   // (integer overflow panic), the fast build wrapped.
   for (const safe of ["0", "1"]) {
     const script = `
-      import { loadLibrary, lastError } from ${
-      JSON.stringify(new URL("../src/core/ffi.ts", import.meta.url).href)
+      import { loadCore, lastError } from ${
+      JSON.stringify(new URL("../src/core/core.ts", import.meta.url).href)
     };
-      const lib = loadLibrary();
+      const lib = loadCore();
       const handle = new Uint32Array(1);
       const out = new BigUint64Array(1);
       if (lib.graft_allocator_create(0n, 64, 1, 16, handle) !== 0) throw new Error(lastError(lib));

@@ -38,7 +38,8 @@ import {
 } from "../mod.ts";
 import { Allocator } from "../src/alloc/allocator.ts";
 import { computeNodes, encodeNodeTable, NODE_SIZE } from "../src/backend/cpu/node_table.ts";
-import { closeLibrary, lastError, loadLibrary } from "../src/core/ffi.ts";
+import { closeLibrary, loadLibrary } from "../src/core/ffi.ts";
+import { lastError } from "../src/core/core.ts";
 
 const baseline = liveAllocations();
 
@@ -346,7 +347,16 @@ Deno.test({
     const dir = await Deno.makeTempDir({ prefix: "graft-missing-lib-" });
     try {
       await Deno.mkdir(`${dir}/src/core`, { recursive: true });
-      for (const file of ["core/ffi.ts", "core/tables.ts", "errors.ts", "dtype.ts", "op.ts"]) {
+      for (
+        const file of [
+          "core/ffi.ts",
+          "core/abi.ts",
+          "core/tables.ts",
+          "errors.ts",
+          "dtype.ts",
+          "op.ts",
+        ]
+      ) {
         await Deno.copyFile(new URL(`../src/${file}`, import.meta.url), `${dir}/src/${file}`);
       }
       const broken = `${dir}/broken.so`;

@@ -46,7 +46,16 @@ Deno.test({
     const dir = await Deno.makeTempDir({ prefix: "graft-tables-" });
     try {
       const src = new URL("../src/", import.meta.url);
-      for (const file of ["core/ffi.ts", "core/tables.ts", "errors.ts", "dtype.ts", "op.ts"]) {
+      for (
+        const file of [
+          "core/ffi.ts",
+          "core/abi.ts",
+          "core/tables.ts",
+          "errors.ts",
+          "dtype.ts",
+          "op.ts",
+        ]
+      ) {
         await Deno.mkdir(`${dir}/src/core`, { recursive: true });
         let text = await Deno.readTextFile(new URL(file, src));
         if (file === "op.ts") {

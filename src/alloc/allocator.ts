@@ -6,7 +6,7 @@
 
 import { ArgumentError, DisposedError, OutOfSpaceError, Status } from "../errors.ts";
 import { requireByteCount } from "../args.ts";
-import { check, type GraftSymbols, lastError, loadLibrary } from "../core/ffi.ts";
+import { check, lastError, loadCore, type NativeCore } from "../core/core.ts";
 
 /** Free blocks an allocator tracks by default (a named limit; raise it with `blocksMax`). */
 export const DEFAULT_FREE_BLOCKS = 4096;
@@ -53,7 +53,7 @@ export class Allocator implements Disposable {
   readonly alignment: number;
   /** True for a measure-mode allocator. */
   readonly isMeasure: boolean;
-  readonly #lib: GraftSymbols;
+  readonly #lib: NativeCore;
   readonly #handle: number;
   #disposed = false;
   readonly #out = new BigUint64Array(5);
@@ -76,7 +76,7 @@ export class Allocator implements Disposable {
         `Allocator: blocksMax must be an integer in 1..2^20, got ${String(blocksMax)}`,
       );
     }
-    this.#lib = loadLibrary();
+    this.#lib = loadCore();
     this.size = size;
     this.alignment = alignment;
     this.isMeasure = measure;

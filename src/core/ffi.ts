@@ -4,78 +4,18 @@
  * @module
  */
 
-import { GraftError, LibraryLoadError, nativeError } from "../errors.ts";
+import { GraftError, LibraryLoadError } from "../errors.ts";
 import { compareTables } from "./tables.ts";
 
-/** The ABI version this binding speaks; `graft_abi_version()` must return it. */
-export const ABI_VERSION = 5;
+import { ABI_VERSION, lastError, type NativeCore, symbols } from "./abi.ts";
 
-/** Native symbols of the Graft core. */
-export const symbols = {
-  graft_abi_version: { parameters: [], result: "u32" },
-  /** (destination, capacity) -> full length: the core's op, dtype and status tables as text */
-  graft_abi_tables: { parameters: ["buffer", "u32"], result: "u32" },
-  /** Keeps the library mapped until the process ends (see zig/pin.zig). */
-  graft_pin_library: { parameters: [], result: "i32" },
-  /** (destination, capacity) -> full message length */
-  graft_last_error: { parameters: ["buffer", "u32"], result: "u32" },
-  /** The best kernel build this CPU runs: 0 none, 1 AVX2, 2 AVX-512. */
-  graft_simd_supported: { parameters: [], result: "u32" },
-  /** (out: u64[6]) buffers, buffer bytes, allocators, pools, plans, plan bytes */
-  graft_live: { parameters: ["buffer"], result: "i32" },
-  /** (size_bytes, out_handle: u32*, out_address: u64*) */
-  graft_buffer_alloc: { parameters: ["u64", "buffer", "buffer"], result: "i32" },
-  /** (handle) */
-  graft_buffer_free: { parameters: ["u32"], result: "i32" },
-  /** (handle, offset, source, length) */
-  graft_buffer_write: { parameters: ["u32", "u64", "buffer", "u64"], result: "i32" },
-  /** (handle, offset, destination, length) */
-  graft_buffer_read: { parameters: ["u32", "u64", "buffer", "u64"], result: "i32" },
-  /** (source_handle, source_offset, destination_handle, destination_offset, length) */
-  graft_buffer_copy: { parameters: ["u32", "u64", "u32", "u64", "u64"], result: "i32" },
-  /** (handle, offset, length, value) */
-  graft_buffer_fill: { parameters: ["u32", "u64", "u64", "u32"], result: "i32" },
-  /** (size_bytes, alignment, measure, blocks_max, out_handle: u32*) */
-  graft_allocator_create: {
-    parameters: ["u64", "u32", "u32", "u32", "buffer"],
-    result: "i32",
-  },
-  /** (handle, size_bytes, out_offset: u64*) */
-  graft_allocator_alloc: { parameters: ["u32", "u64", "buffer"], result: "i32" },
-  /** (handle, offset, size_bytes) */
-  graft_allocator_free: { parameters: ["u32", "u64", "u64"], result: "i32" },
-  graft_allocator_reset: { parameters: ["u32"], result: "i32" },
-  /** (handle, out: u64[5]) size_max, live_blocks, live_bytes, free_blocks, largest_free */
-  graft_allocator_stats: { parameters: ["u32", "buffer"], result: "i32" },
-  graft_allocator_destroy: { parameters: ["u32"], result: "i32" },
-  /** (thread_count, out_handle: u32*) */
-  graft_pool_create: { parameters: ["u32", "buffer"], result: "i32" },
-  graft_pool_destroy: { parameters: ["u32"], result: "i32" },
-  /** (nodes: Node[], node_count, thread_count, simd_level, out_handle: u32*, out_work_bytes: u64*) */
-  graft_plan_create: {
-    parameters: ["buffer", "u32", "u32", "u32", "buffer", "buffer"],
-    result: "i32",
-  },
-  /** (plan, pool): the whole graph in one call */
-  graft_plan_compute: { parameters: ["u32", "u32"], result: "i32" },
-  /** The same call on a Deno worker thread, returning a Promise. */
-  graft_plan_compute_async: {
-    name: "graft_plan_compute",
-    parameters: ["u32", "u32"],
-    result: "i32",
-    nonblocking: true,
-  },
-  /** (plan): the plan's prepacked weights are stale; the next compute packs them again */
-  graft_plan_repack: { parameters: ["u32"], result: "i32" },
-  /** (plan, enable): per-node timing of later computes */
-  graft_plan_profile: { parameters: ["u32", "u32"], result: "i32" },
-  /** (plan, out: u64[capacity], capacity) */
-  graft_plan_timings: { parameters: ["u32", "buffer", "u32"], result: "i32" },
-  graft_plan_free: { parameters: ["u32"], result: "i32" },
-} as const satisfies Deno.ForeignLibraryInterface;
+export { ABI_VERSION, symbols };
 
 /** The loaded symbols. */
 export type GraftSymbols = Deno.DynamicLibrary<typeof symbols>["symbols"];
+
+// The FFI symbols are one implementation of the core's interface.
+const _implements = (lib: GraftSymbols): NativeCore => lib;
 
 /** Where to find the library; the first that exists is loaded. */
 export interface LoadOptions {
@@ -234,7 +174,7 @@ export function closeLibrary(): void {
 }
 
 /** The core's tables as text (see `zig/tables.zig`). */
-export function nativeTables(lib: GraftSymbols): string {
+export function nativeTables(lib: NativeCore): string {
   let buffer = new Uint8Array(4096);
   let length = lib.graft_abi_tables(buffer, buffer.length);
   if (length > buffer.length) {
@@ -242,18 +182,4 @@ export function nativeTables(lib: GraftSymbols): string {
     length = lib.graft_abi_tables(buffer, buffer.length);
   }
   return new TextDecoder().decode(buffer.subarray(0, length));
-}
-
-const messageBuffer = new Uint8Array(512);
-const decoder = new TextDecoder();
-
-/** The core's message for its last failed call. */
-export function lastError(lib: GraftSymbols): string {
-  const length = lib.graft_last_error(messageBuffer, messageBuffer.length);
-  return decoder.decode(messageBuffer.subarray(0, Math.min(length, messageBuffer.length)));
-}
-
-/** Throws the typed error for a failed status, with `context` before the core's message. */
-export function check(lib: GraftSymbols, status: number, context: string): void {
-  if (status !== 0) throw nativeError(status, `${context}: ${lastError(lib)}`);
 }

@@ -3,7 +3,7 @@
  * @module
  */
 
-import { loadLibrary } from "./ffi.ts";
+import { loadCore } from "./core.ts";
 
 /** Native objects alive now. */
 export interface LiveAllocations {
@@ -34,7 +34,7 @@ export interface LiveAllocations {
  */
 export function liveAllocations(): LiveAllocations {
   const out = new BigUint64Array(6);
-  loadLibrary().graft_live(out);
+  loadCore().graft_live(out);
   const [buffers, bufferBytes, allocators, pools, plans, planBytes] = Array.from(out, Number);
   return {
     buffers: buffers!,

@@ -12,7 +12,7 @@ import {
   PlacementError,
   StalePlanError,
 } from "../../errors.ts";
-import { check, type GraftSymbols, loadLibrary, type LoadOptions } from "../../core/ffi.ts";
+import { check, loadCore, type LoadOptions, type NativeCore } from "../../core/core.ts";
 import type { Graph } from "../../graph.ts";
 import type { Tensor } from "../../tensor.ts";
 import type { Backend, GraphPlan } from "../backend.ts";
@@ -79,7 +79,7 @@ function defaultThreads(): number {
 export class CpuBackend implements Backend {
   readonly name: string;
   readonly alignment: number = CPU_ALIGNMENT;
-  readonly #lib: GraftSymbols;
+  readonly #lib: NativeCore;
   #pool = 0;
   #simdLevel = 1;
   #threads = 1;
@@ -90,7 +90,7 @@ export class CpuBackend implements Backend {
   /** Loads the core, selects the kernel build and starts the thread pool. */
   constructor(options: CpuBackendOptions = {}) {
     this.name = options.name ?? "cpu";
-    this.#lib = loadLibrary(options.library);
+    this.#lib = loadCore(options.library);
     this.#simdLevel = resolveSimd(this.#lib, options.simd);
     this.#startPool(options.threads ?? defaultThreads());
   }

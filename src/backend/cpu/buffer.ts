@@ -6,14 +6,14 @@
 
 import { DisposedError } from "../../errors.ts";
 import { requireByteCount } from "../../args.ts";
-import { check, type GraftSymbols } from "../../core/ffi.ts";
+import { check, type NativeCore } from "../../core/core.ts";
 import type { BackendBuffer } from "../backend.ts";
 import type { CpuBackend } from "./backend.ts";
 
 /** Tensor offsets in CPU buffers are 64-byte aligned (one cache line, one zmm register). */
 export const CPU_ALIGNMENT = 64;
 
-const buffers = new FinalizationRegistry<{ lib: GraftSymbols; handle: number }>((held) => {
+const buffers = new FinalizationRegistry<{ lib: NativeCore; handle: number }>((held) => {
   // A backstop only: buffers should be disposed explicitly.
   held.lib.graft_buffer_free(held.handle);
 });
@@ -30,10 +30,10 @@ export class CpuBuffer implements BackendBuffer {
   readonly address: bigint;
   #disposed = false;
   #writeGeneration = 0;
-  readonly #lib: GraftSymbols;
+  readonly #lib: NativeCore;
 
   /** Use {@link CpuBackend.allocBuffer}. */
-  constructor(backend: CpuBackend, lib: GraftSymbols, size: number) {
+  constructor(backend: CpuBackend, lib: NativeCore, size: number) {
     // A size above 2^53 would reach the core wrapped (2^64 + 4096 became a 4 KiB buffer).
     requireByteCount("allocBuffer: size", size, 1);
     const handle = new Uint32Array(1);

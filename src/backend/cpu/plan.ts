@@ -4,7 +4,7 @@
  */
 
 import { DisposedError } from "../../errors.ts";
-import { check, type GraftSymbols } from "../../core/ffi.ts";
+import { check, type NativeCore } from "../../core/core.ts";
 import type { Graph } from "../../graph.ts";
 import { Op } from "../../op.ts";
 import type { Tensor } from "../../tensor.ts";
@@ -16,7 +16,7 @@ import type { CpuBuffer } from "./buffer.ts";
 import { fuseNodes } from "./fuse.ts";
 import { computeNodes, encodeNodeTable, type TableEntry, tensorEntry } from "./node_table.ts";
 
-const plans = new FinalizationRegistry<{ lib: GraftSymbols; handle: number }>((held) => {
+const plans = new FinalizationRegistry<{ lib: NativeCore; handle: number }>((held) => {
   held.lib.graft_plan_free(held.handle);
 });
 
@@ -103,7 +103,7 @@ export class CpuPlan implements GraphPlan {
    */
   readonly prepacked: readonly Tensor[];
   #disposed = false;
-  readonly #lib: GraftSymbols;
+  readonly #lib: NativeCore;
   /** Buffers the graph writes into (a leaf of), whose write counts each compute bumps. */
   readonly #writes: readonly CpuBuffer[];
   /** Buffers holding prepacked weights, with their write count when the plan last packed. */
@@ -112,7 +112,7 @@ export class CpuPlan implements GraphPlan {
   /** Use {@link CpuBackend.graphPlanCreate}. */
   constructor(
     backend: CpuBackend,
-    lib: GraftSymbols,
+    lib: NativeCore,
     graph: Graph,
     threads: number,
     simdLevel: number,

@@ -6,7 +6,7 @@
  */
 
 import { GraftError } from "../../errors.ts";
-import { type GraftSymbols, loadLibrary, type LoadOptions } from "../../core/ffi.ts";
+import { loadCore, type LoadOptions, type NativeCore } from "../../core/core.ts";
 
 /** A kernel build. */
 export type SimdLevel = "avx2" | "avx512";
@@ -37,7 +37,7 @@ function readCap(): SimdChoice {
 }
 
 /** The core's level number of the best build this process may use (0: none), and why. */
-export function bestLevel(lib: GraftSymbols): { level: number; reason: string } {
+export function bestLevel(lib: NativeCore): { level: number; reason: string } {
   const cpu = lib.graft_simd_supported();
   const cap = readCap();
   if (cap === "auto") return { level: cpu, reason: `best on this CPU: ${LEVELS[cpu]}` };
@@ -52,7 +52,7 @@ export function bestLevel(lib: GraftSymbols): { level: number; reason: string } 
  * Resolves a backend's `simd` option to a core level number (1 AVX2, 2 AVX-512). An explicit
  * option names the build; without one, `GRAFT_CPU` does, else the best the CPU runs.
  */
-export function resolveSimd(lib: GraftSymbols, choice: SimdChoice | undefined): number {
+export function resolveSimd(lib: NativeCore, choice: SimdChoice | undefined): number {
   const wanted = choice ?? "auto";
   if (!CHOICES.includes(wanted)) {
     throw new GraftError(
@@ -82,6 +82,6 @@ export function resolveSimd(lib: GraftSymbols, choice: SimdChoice | undefined): 
  * ```
  */
 export function simdLevels(options: LoadOptions = {}): SimdLevel[] {
-  const { level } = bestLevel(loadLibrary(options));
+  const { level } = bestLevel(loadCore(options));
   return (["avx2", "avx512"] as const).slice(0, level);
 }

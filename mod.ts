@@ -69,15 +69,19 @@ export { norm, rmsNorm, softmax, type SoftmaxOptions } from "./src/ops/norm.ts";
 export { mulMat } from "./src/ops/matmul.ts";
 export { permute, reshape, transpose, view } from "./src/ops/view.ts";
 export { cont, cpy, getRows } from "./src/ops/copy.ts";
-export type { Backend, BackendBuffer, GraphPlan } from "./src/backend/backend.ts";
-export { CpuBackend, type CpuBackendOptions } from "./src/backend/cpu/backend.ts";
+export type { Backend, BackendBuffer, BufferType, GraphPlan } from "./src/backend/backend.ts";
+export {
+  CPU_MAX_BUFFER_SIZE,
+  CpuBackend,
+  type CpuBackendOptions,
+} from "./src/backend/cpu/backend.ts";
 export { CpuBuffer } from "./src/backend/cpu/buffer.ts";
 export { PlanIdentity } from "./src/backend/plan_identity.ts";
 export { type SimdChoice, type SimdLevel, simdLevels } from "./src/backend/cpu/simd.ts";
 export { CpuPlan, type CpuPlanOptions } from "./src/backend/cpu/plan.ts";
 export type { TableEntry } from "./src/backend/cpu/node_table.ts";
 export { Allocator, type AllocatorOptions, type AllocatorStats } from "./src/alloc/allocator.ts";
-export { allocTensors } from "./src/alloc/alloc_tensors.ts";
+export { allocTensors, allocWeights, BufferSet } from "./src/alloc/alloc_tensors.ts";
 export { type LiveAllocations, liveAllocations } from "./src/core/live.ts";
 export {
   allocGraph,

@@ -34,7 +34,7 @@ import {
 } from "../demo/block.ts";
 
 class NoSoftmaxCpu extends CpuBackend {
-  supportsOp(tensor: Tensor): boolean {
+  override supportsOp(tensor: Tensor): boolean {
     return tensor.op !== Op.softmax;
   }
 }

@@ -24,6 +24,7 @@ import {
   PlacementError,
   reshape,
   rmsNorm,
+  scale,
   ShapeError,
   silu,
   softmax,
@@ -306,3 +307,17 @@ test("a plan for mulMat(w1, x) refuses mulMat(w2, x) of the same shapes", (gpu) 
   samePlanOtherWeights(gpu));
 
 test("after unplace() or a new placement an old plan is stale", (gpu) => unplacedTensor(gpu));
+
+test("the buffer type and supportsOp say what the device takes", (gpu) => {
+  assert.equal(gpu.bufferType.hostVisible, false);
+  assert.equal(gpu.bufferType.maxSize, gpu.device.limits.maxBufferSize);
+  const ctx = new Context();
+  const a = ctx.newTensor("f32", [8, 4]);
+  assert.equal(gpu.supportsOp(mulMat(a, ctx.newTensor("f32", [8, 2]))), true);
+  assert.equal(gpu.supportsOp(transpose(a)), true, "views need no kernel");
+  // An operand past the device's binding limit cannot be bound: the scheduler must fall back.
+  const limit = gpu.device.limits.maxStorageBufferBindingSize;
+  const rows = Math.ceil(limit / (4 * 1024)) + 1;
+  const big = ctx.newTensor("f32", [1024, rows]);
+  assert.equal(gpu.supportsOp(scale(big, 2)), false);
+});

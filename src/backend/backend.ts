@@ -8,6 +8,24 @@ import type { TensorData } from "../dtype.ts";
 import type { Graph } from "../graph.ts";
 import type { Tensor } from "../tensor.ts";
 
+/**
+ * What a backend's buffers are like (ggml's buffer type): the alignment of tensor offsets, the
+ * largest buffer the device allows, whether the host can address the memory directly, and how
+ * many bytes a tensor takes in such a buffer.
+ */
+export interface BufferType {
+  /** A short name: "cpu", "webgpu". */
+  readonly name: string;
+  /** Alignment of tensor offsets within a buffer. */
+  readonly alignment: number;
+  /** The largest buffer one allocation may make, in bytes (see `allocWeights` for more). */
+  readonly maxSize: number;
+  /** True when the memory is the host's (reads and writes need no device round trip). */
+  readonly hostVisible: boolean;
+  /** Bytes `tensor` takes in a buffer of this type (its footprint, plus any padding). */
+  allocSize(tensor: Tensor): number;
+}
+
 /** A block of a backend's memory that tensors are placed in. */
 export interface BackendBuffer extends Disposable {
   /** The backend whose memory this is. */
@@ -42,24 +60,33 @@ export interface GraphPlan extends Disposable {
 export interface Backend extends Disposable {
   /** A short name: "cpu", "webgpu". */
   readonly name: string;
-  /** Allocates `size` bytes of this backend's memory. */
+  /** What this backend's buffers are like: alignment, maximum size, host visibility. */
+  readonly bufferType: BufferType;
+  /** Allocates `size` bytes (at most `bufferType.maxSize`) of this backend's memory. */
   allocBuffer(size: number): BackendBuffer;
   /** Alignment of tensor offsets within this backend's buffers. */
   readonly alignment: number;
   /** Writes `data` into the tensor's memory, starting `offset` bytes in. */
   setTensor(tensor: Tensor, data: ArrayBufferView, offset?: number): void;
-  /** Reads the tensor's bytes (from `offset`, `size` bytes; default all) as its dtype. */
-  getTensor(tensor: Tensor, offset?: number, size?: number): TensorData;
+  /**
+   * Optional: reads the tensor's bytes (from `offset`, `size` bytes; default all) as its dtype,
+   * synchronously. Only backends whose memory the host reads without waiting have it (CPU);
+   * every backend has {@link getTensorAsync}.
+   */
+  getTensor?(tensor: Tensor, offset?: number, size?: number): TensorData;
   /** Like {@link setTensor}; completes in order with other async work. */
   setTensorAsync(tensor: Tensor, data: ArrayBufferView, offset?: number): Promise<void>;
   /** Like {@link getTensor}; completes in order with other async work. */
   getTensorAsync(tensor: Tensor, offset?: number, size?: number): Promise<TensorData>;
   /** Waits for all queued work of this backend. */
   synchronize(): Promise<void>;
-  /** Copies `src` (on any backend) into `dst` on this backend; same layout required. */
-  cpyTensorFrom(src: Tensor, dst: Tensor): void;
+  /**
+   * Copies `src` (on any backend) into `dst` on this backend; same layout required. Resolves
+   * when the copy is done (a copy from another device waits for its read).
+   */
+  cpyTensorFrom(src: Tensor, dst: Tensor): Promise<void>;
   /** Copies `src` on this backend into `dst` (on any backend); same layout required. */
-  cpyTensorTo(src: Tensor, dst: Tensor): void;
+  cpyTensorTo(src: Tensor, dst: Tensor): Promise<void>;
   /** Prepares a graph whose tensors all live on this backend. */
   graphPlanCreate(graph: Graph): GraphPlan;
   /** Computes a plan; with `graph`, first checks the plan was made for it. */
@@ -67,10 +94,10 @@ export interface Backend extends Disposable {
   /** Frees a plan (same as `plan.dispose()`). */
   graphPlanFree(plan: GraphPlan): void;
   /**
-   * Optional: whether this backend can compute `tensor`'s op with its dtypes and layout.
-   * Default when absent: every op is supported.
+   * Whether this backend can compute `tensor`'s op with its dtypes, layout and sizes. The
+   * scheduler asks it of every node and falls back to another backend where the answer is no.
    */
-  supportsOp?(tensor: Tensor): boolean;
+  supportsOp(tensor: Tensor): boolean;
   /** Plans, computes and frees: for one-off graphs. */
   graphCompute(graph: Graph): void;
   /** Frees the backend's native resources. */

@@ -47,9 +47,9 @@ export interface AssignOptions {
   overrides?: ReadonlyMap<Tensor, Backend>;
 }
 
-/** True when `backend` can compute `tensor` (backends without `supportsOp` run every op). */
+/** True when `backend` can compute `tensor`. */
 export function supports(backend: Backend, tensor: Tensor): boolean {
-  return backend.supportsOp ? backend.supportsOp(tensor) : true;
+  return backend.supportsOp(tensor);
 }
 
 function leafBackend(leaf: Tensor, backends: readonly Backend[]): Backend {

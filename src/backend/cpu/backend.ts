@@ -15,7 +15,9 @@ import {
 import { check, loadCore, type LoadOptions, type NativeCore } from "../../core/core.ts";
 import type { Graph } from "../../graph.ts";
 import type { Tensor } from "../../tensor.ts";
-import type { Backend, GraphPlan } from "../backend.ts";
+import type { Backend, BufferType, GraphPlan } from "../backend.ts";
+import { isViewOp, opInfo } from "../../op.ts";
+import { requireByteCount } from "../../args.ts";
 import { requireSameLayout, requireTensorData, requireTensorRange } from "../checks.ts";
 import { requireReadable } from "../../alloc/reuse.ts";
 import { CPU_ALIGNMENT, CpuBuffer } from "./buffer.ts";
@@ -36,7 +38,15 @@ export interface CpuBackendOptions {
   simd?: SimdChoice;
   /** Where to load the native library from. */
   library?: LoadOptions;
+  /**
+   * The largest buffer {@link CpuBackend.allocBuffer} makes (default and upper bound
+   * {@link CPU_MAX_BUFFER_SIZE}); lower it to hold weights in several smaller buffers.
+   */
+  maxBufferSize?: number;
 }
+
+/** The largest CPU buffer: 2^53 - 1 bytes, the largest size a number holds exactly. */
+export const CPU_MAX_BUFFER_SIZE = Number.MAX_SAFE_INTEGER;
 
 /** Thread counts a pool takes: the core's threads_max is 64. */
 function requireThreads(verb: string, threads: unknown): void {
@@ -79,6 +89,8 @@ function defaultThreads(): number {
 export class CpuBackend implements Backend {
   readonly name: string;
   readonly alignment: number = CPU_ALIGNMENT;
+  /** Host memory, 64-byte aligned offsets, up to `maxBufferSize` bytes a buffer. */
+  readonly bufferType: BufferType;
   readonly #lib: NativeCore;
   #pool = 0;
   #simdLevel = 1;
@@ -90,6 +102,20 @@ export class CpuBackend implements Backend {
   /** Loads the core, selects the kernel build and starts the thread pool. */
   constructor(options: CpuBackendOptions = {}) {
     this.name = options.name ?? "cpu";
+    const maxSize = options.maxBufferSize ?? CPU_MAX_BUFFER_SIZE;
+    requireByteCount("CpuBackend: maxBufferSize", maxSize, 1);
+    if (maxSize > CPU_MAX_BUFFER_SIZE) {
+      throw new ArgumentError(
+        `CpuBackend: maxBufferSize ${maxSize} is above the core's limit ${CPU_MAX_BUFFER_SIZE}`,
+      );
+    }
+    this.bufferType = {
+      name: "cpu",
+      alignment: CPU_ALIGNMENT,
+      maxSize,
+      hostVisible: true,
+      allocSize: (tensor: Tensor): number => tensor.nbytes,
+    };
     this.#lib = loadCore(options.library);
     this.#simdLevel = resolveSimd(this.#lib, options.simd);
     this.#startPool(options.threads ?? defaultThreads());
@@ -137,7 +163,21 @@ export class CpuBackend implements Backend {
 
   allocBuffer(size: number): CpuBuffer {
     this.#alive("allocBuffer");
+    if (typeof size === "number" && size > this.bufferType.maxSize) {
+      throw new ArgumentError(
+        `allocBuffer: size ${size} is above this backend's maxBufferSize ` +
+          `${this.bufferType.maxSize}; spread the tensors over several buffers (allocWeights)`,
+      );
+    }
     return new CpuBuffer(this, this.#lib, size);
+  }
+
+  /**
+   * The CPU runs every op of the op table that the core computes, with the dtypes the op
+   * builders accept (the core validates each node again when a plan is made).
+   */
+  supportsOp(tensor: Tensor): boolean {
+    return isViewOp(tensor.op) || opInfo(tensor.op).core !== null;
   }
 
   /** The CPU buffer holding `tensor`; throws if it has no memory here. */

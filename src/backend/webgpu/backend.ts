@@ -15,7 +15,9 @@ import {
 } from "../../errors.ts";
 import type { Graph } from "../../graph.ts";
 import type { Tensor } from "../../tensor.ts";
-import type { Backend, GraphPlan } from "../backend.ts";
+import type { Backend, BufferType, GraphPlan } from "../backend.ts";
+import { isViewOp } from "../../op.ts";
+import { kernelFor } from "./kernels.ts";
 import { requireSameLayout, requireTensorData, requireTensorRange } from "../checks.ts";
 import { requireReadable } from "../../alloc/reuse.ts";
 import { type TensorBinding, tensorBinding } from "./binding.ts";
@@ -75,6 +77,12 @@ export class WebGpuBackend implements Backend {
   readonly device: GPUDevice;
   /** What the adapter says about itself (description "llvmpipe ..." on software). */
   readonly adapterInfo: GPUAdapterInfo;
+  /**
+   * Device memory (not host visible), offsets at minStorageBufferOffsetAlignment, buffers up
+   * to the device's maxBufferSize; a tensor takes its footprint rounded up to 4 bytes (shaders
+   * bind whole words).
+   */
+  readonly bufferType: BufferType;
   readonly #pipelines: PipelineCache;
   readonly #statusBuffer: GPUBuffer;
   readonly #host: PlanHost;
@@ -90,6 +98,13 @@ export class WebGpuBackend implements Backend {
     this.device = device;
     this.adapterInfo = info;
     this.alignment = device.limits.minStorageBufferOffsetAlignment;
+    this.bufferType = {
+      name: "webgpu",
+      alignment: this.alignment,
+      maxSize: device.limits.maxBufferSize,
+      hostVisible: false,
+      allocSize: (tensor: Tensor): number => Math.ceil(tensor.nbytes / 4) * 4,
+    };
     this.#pipelines = new PipelineCache(device);
     this.#statusBuffer = device.createBuffer({
       size: 16,
@@ -169,6 +184,28 @@ export class WebGpuBackend implements Backend {
       throw new DisposedError(`${verb}: the buffer holding ${tensor.label} was disposed`);
     }
     return buffer;
+  }
+
+  /**
+   * Whether a WGSL kernel computes `tensor`: an op this backend has a shader for, elements
+   * naturally aligned (shaders address words and half words), and every operand within the
+   * device's maxStorageBufferBindingSize. Views need no kernel.
+   */
+  supportsOp(tensor: Tensor): boolean {
+    if (isViewOp(tensor.op)) return true;
+    try {
+      kernelFor(tensor);
+    } catch {
+      return false;
+    }
+    const limit = this.device.limits.maxStorageBufferBindingSize;
+    for (const t of [tensor, ...tensor.src]) {
+      const size = dtypeSize[t.dtype];
+      if (t.nb.some((stride) => stride % size !== 0)) return false;
+      // The binding starts up to one alignment before the tensor and ends on a word.
+      if (this.alignment + Math.ceil(t.nbytes / 4) * 4 > limit) return false;
+    }
+    return true;
   }
 
   #bindingOf(tensor: Tensor, verb: string): TensorBinding {

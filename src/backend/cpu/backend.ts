@@ -46,7 +46,7 @@ export interface CpuBackendOptions {
 }
 
 /** The largest CPU buffer: 2^53 - 1 bytes, the largest size a number holds exactly. */
-export const CPU_MAX_BUFFER_SIZE = Number.MAX_SAFE_INTEGER;
+export const CPU_MAX_BUFFER_SIZE: number = Number.MAX_SAFE_INTEGER;
 
 /** Thread counts a pool takes: the core's threads_max is 64. */
 function requireThreads(verb: string, threads: unknown): void {

@@ -40,6 +40,18 @@ pub const Op = enum(u32) {
     silu_mul = 20, // dst = silu(src0) * src1, one shape
     rms_norm_mul = 21, // params[0]: f32 eps; dst = rms_norm(src0) * src1, src1.ne[0] == ne[0]
     _,
+
+    /// The unary element-wise ops (named as above): validation and dispatch derive their
+    /// handling from this list, so a new unary op is its code above, its name here and its
+    /// math in kernels/elementwise.zig.
+    pub const Unary = enum { scale, sqr, sqrt, gelu, silu, relu };
+
+    pub fn is_unary(op: Op) bool {
+        inline for (@typeInfo(Unary).@"enum".fields) |field| {
+            if (op == @field(Op, field.name)) return true;
+        }
+        return false;
+    }
 };
 
 /// Where one tensor's elements live: a native address and ggml-order shape and byte strides.

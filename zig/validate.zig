@@ -56,9 +56,10 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
             if (check_tensor(label, &n.src[s], false)) |verdict| return verdict;
         }
     }
+    if (comptime op.is_unary()) return check_unary(name, n);
     return switch (op) {
         .add, .sub, .mul, .div => check_binary(name, n),
-        .scale, .sqr, .sqrt, .gelu, .silu, .relu, .norm, .rms_norm => check_unary(name, n),
+        .norm, .rms_norm => check_unary(name, n),
         .sum => check_sum(n),
         .mean => check_mean(n),
         .repeat => check_repeat(n),
@@ -68,7 +69,8 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
         .soft_max => check_soft_max(n),
         .silu_mul => check_silu_mul(n),
         .rms_norm_mul => check_rms_norm_mul(n),
-        _ => unreachable,
+        // Unary ops returned above (op is comptime-known); unnamed codes never get here.
+        else => unreachable,
     };
 }
 

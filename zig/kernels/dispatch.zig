@@ -42,17 +42,12 @@ pub fn compute_node(n: *const Node, work: *const Work) Status {
 }
 
 fn dispatch(op: Op, n: *const Node, work: *const Work) Status {
+    if (elementwise.unary_of(op, n, work)) |status| return status;
     return switch (op) {
         .add => elementwise.binary(.add, n, work),
         .sub => elementwise.binary(.sub, n, work),
         .mul => elementwise.binary(.mul, n, work),
         .div => elementwise.binary(.div, n, work),
-        .scale => elementwise.unary(.scale, n, work),
-        .sqr => elementwise.unary(.sqr, n, work),
-        .sqrt => elementwise.unary(.sqrt, n, work),
-        .gelu => elementwise.unary(.gelu, n, work),
-        .silu => elementwise.unary(.silu, n, work),
-        .relu => elementwise.unary(.relu, n, work),
         .silu_mul => elementwise.silu_mul(n, work),
         .rms_norm_mul => norm.normalize(.rms_norm_mul, n, work),
         .repeat => elementwise.repeat(n, work),
@@ -64,7 +59,8 @@ fn dispatch(op: Op, n: *const Node, work: *const Work) Status {
         .mul_mat => mul_mat.mul_mat(n, work),
         .cpy => copy.cpy(n, work),
         .get_rows => copy.get_rows(n, work),
-        _ => .unsupported,
+        // Unary ops returned above; anything else is no op the core knows.
+        else => .unsupported,
     };
 }
 

@@ -12,13 +12,23 @@ const common = @import("common.zig");
 const assert = common.assert;
 const F32x = common.F32x;
 const Strided = common.Strided;
+const Op = @import("../node.zig").Op;
 const Tensor = common.Tensor;
 const lanes = common.lanes;
 const splat = common.splat;
 
 pub const BinaryOp = enum { add, sub, mul, div };
 
-pub const UnaryOp = enum { scale, sqr, sqrt, gelu, silu, relu };
+/// The unary ops (node.zig holds the list; this file holds their math).
+pub const UnaryOp = Op.Unary;
+
+/// Runs `op` if it is a unary op; null when it is not one.
+pub fn unary_of(op: Op, n: *const common.Node, work: *const common.Work) ?common.Status {
+    inline for (@typeInfo(UnaryOp).@"enum".fields) |field| {
+        if (op == @field(Op, field.name)) return unary(@field(UnaryOp, field.name), n, work);
+    }
+    return null;
+}
 
 pub fn binary(
     comptime op: BinaryOp,

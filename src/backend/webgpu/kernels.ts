@@ -12,6 +12,7 @@ import {
   type BinaryKind,
   binaryShader,
   repeatShader,
+  unaryExpressions,
   type UnaryKind,
   unaryShader,
 } from "./shader_elementwise.ts";
@@ -56,14 +57,10 @@ const binaryKinds: Partial<Record<number, BinaryKind>> = {
   [Op.div]: "div",
 };
 
-const unaryKinds: Partial<Record<number, UnaryKind>> = {
-  [Op.scale]: "scale",
-  [Op.sqr]: "sqr",
-  [Op.sqrt]: "sqrt",
-  [Op.gelu]: "gelu",
-  [Op.silu]: "silu",
-  [Op.relu]: "relu",
-};
+/** Ops with a WGSL expression in shader_elementwise.ts, by op code. */
+const unaryKinds: Partial<Record<number, UnaryKind>> = Object.fromEntries(
+  (Object.keys(unaryExpressions) as UnaryKind[]).map((kind) => [Op[kind], kind]),
+);
 
 function flat(
   key: string,

@@ -11,8 +11,8 @@ import { flatKernel, PARAMS_WGSL, tensorBindings } from "./wgsl_common.ts";
 /** Binary ops, by their WGSL operator. */
 export type BinaryKind = "add" | "sub" | "mul" | "div";
 
-/** Unary ops; `scale` multiplies by `P.f.x`. */
-export type UnaryKind = "scale" | "sqr" | "sqrt" | "gelu" | "silu" | "relu";
+/** Unary ops (named as in the op table, `src/op.ts`); `scale` multiplies by `P.f.x`. */
+export type UnaryKind = keyof typeof unaryExpressions;
 
 const operators: Readonly<Record<BinaryKind, string>> = { add: "+", sub: "-", mul: "*", div: "/" };
 
@@ -28,7 +28,11 @@ ${
   }`;
 }
 
-const unaryExpressions: Readonly<Record<UnaryKind, string>> = {
+/**
+ * Each unary op's WGSL expression of `x`, by op-table name: the one place a unary op is added
+ * to this backend (the kernel table in kernels.ts is derived from it).
+ */
+export const unaryExpressions = {
   scale: "x * P.f.x",
   sqr: "x * x",
   sqrt: "sqrt(x)",
@@ -37,7 +41,7 @@ const unaryExpressions: Readonly<Record<UnaryKind, string>> = {
   silu: "x / (1.0 + exp(-x))",
   // ggml's (x > 0) ? x : 0, so NaN and -0 give +0.
   relu: "select(0.0, x, x > 0.0)",
-};
+} as const;
 
 /** `D = f(S0)` element by element. */
 export function unaryShader(kind: UnaryKind): string {

@@ -56,27 +56,30 @@ export function scale(a: Tensor, factor: number): Tensor {
   return unary(Op.scale, "scale", a, [factor]);
 }
 
-/** `a * a` elementwise. */
+/** `a * a` elementwise (IEEE: NaN stays NaN, both infinities give +Inf). */
 export function sqr(a: Tensor): Tensor {
   return unary(Op.sqr, "sqr", a);
 }
 
-/** Square root elementwise. */
+/** Square root elementwise (IEEE: negative values and NaN give NaN, -0 gives -0). */
 export function sqrt(a: Tensor): Tensor {
   return unary(Op.sqrt, "sqrt", a);
 }
 
-/** GELU, tanh approximation (as ggml). */
+/**
+ * GELU, tanh approximation (as ggml). As ggml's CPU backend: 0 for x <= -10 (so -Inf gives 0),
+ * x for x >= 10 (+Inf gives +Inf), NaN stays NaN.
+ */
 export function gelu(a: Tensor): Tensor {
   return unary(Op.gelu, "gelu", a);
 }
 
-/** SiLU: `x * sigmoid(x)`. */
+/** SiLU: `x * sigmoid(x)`, computed as ggml does, `x / (1 + e^-x)`: NaN and -Inf give NaN. */
 export function silu(a: Tensor): Tensor {
   return unary(Op.silu, "silu", a);
 }
 
-/** ReLU: `max(x, 0)`. */
+/** ReLU: `(x > 0) ? x : 0` as ggml, so NaN and -0 give +0. */
 export function relu(a: Tensor): Tensor {
   return unary(Op.relu, "relu", a);
 }

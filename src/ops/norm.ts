@@ -8,14 +8,17 @@ import { Op } from "../op.ts";
 import { formatShape, Tensor } from "../tensor.ts";
 import { requireDType, requireFinite } from "./check.ts";
 
-/** Each row: `(x - mean) / sqrt(variance + eps)`. */
+/** Each row: `(x - mean) / sqrt(variance + eps)`. A NaN or an infinity makes its whole row NaN. */
 export function norm(a: Tensor, eps = 1e-5): Tensor {
   requireDType("norm", a, ["f32"]);
   requireFinite("norm", "eps", eps);
   return new Tensor({ dtype: "f32", ne: a.ne, op: Op.norm, src: [a], params: [eps] });
 }
 
-/** Each row: `x / sqrt(mean(x^2) + eps)`. */
+/**
+ * Each row: `x / sqrt(mean(x^2) + eps)`. A NaN makes its row NaN; an infinity makes the scale 0,
+ * so infinite elements give NaN and finite ones 0 (as ggml).
+ */
 export function rmsNorm(a: Tensor, eps = 1e-6): Tensor {
   requireDType("rmsNorm", a, ["f32"]);
   requireFinite("rmsNorm", "eps", eps);
@@ -31,7 +34,8 @@ export interface SoftmaxOptions {
 }
 
 /**
- * Each row: `softmax(x * scale + mask)`. A row that the mask hides entirely becomes zeros.
+ * Each row: `softmax(x * scale + mask)`. A row that the mask hides entirely (all -Inf) becomes
+ * zeros; a NaN or +Inf in a row makes the whole row NaN (as ggml's CPU backend).
  *
  * @example
  * ```ts

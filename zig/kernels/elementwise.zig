@@ -184,11 +184,13 @@ fn unary_apply(comptime op: UnaryOp, x: F32x, factor: F32x) F32x {
 
 /// ggml's tanh approximation 0.5 x (1 + tanh(y)), y = sqrt(2/pi) (x + 0.044715 x^3). Since
 /// 0.5 (1 + tanh(y)) = 1 / (1 + e^(-2y)), this is x / (1 + e^(-2y)), which has no cancellation
-/// for large negative x, where 1 + tanh(y) would lose every digit.
+/// for large negative x, where 1 + tanh(y) would lose every digit. As ggml's CPU gelu, x <= -10
+/// gives 0 and x >= 10 gives x (so gelu(-inf) is 0, not -inf / inf = NaN); NaN stays NaN.
 fn gelu(x: F32x) F32x {
     const sqrt_2_over_pi: f32 = 0.79788456080286535588;
     const y = splat(sqrt_2_over_pi) * x * (splat(1) + splat(0.044715) * x * x);
-    return x / (splat(1) + common.exp(splat(-2) * y));
+    const smooth = x / (splat(1) + common.exp(splat(-2) * y));
+    return @select(f32, x <= splat(-10), splat(0), @select(f32, x >= splat(10), x, smooth));
 }
 
 /// dst(i) = src0(i mod src0.ne), every dst.ne[d] a multiple of src0.ne[d]. Elements are copied

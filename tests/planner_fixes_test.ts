@@ -11,6 +11,7 @@ import {
   CpuBackend,
   Graph,
   liveAllocations,
+  mul,
   mulMat,
   PlacementError,
   planGraph,
@@ -123,6 +124,28 @@ Deno.test("allocTensors frees its buffer when placing fails halfway (was: leaked
   assert.throws(() => allocTensors(short, [p, q]), ShapeError);
   assert.equal(p.placement, null, "the tensor placed first lost its memory again");
   assert.equal(liveAllocations().buffers, baseline.buffers, "the buffer was freed");
+});
+
+Deno.test("reading an intermediate a fused CPU plan never writes is refused", () => {
+  using cpu = new CpuBackend({ threads: 1 });
+  const ctx = new Context();
+  const x = ctx.newTensor("f32", [64], "x");
+  const gate = ctx.newTensor("f32", [64], "gate");
+  const s = silu(x);
+  s.name = "s";
+  const y = mul(s, gate);
+  const graph = Graph.build(y);
+  using _memory = allocTensors(cpu, [x, gate, s, y]);
+  cpu.setTensor(x, new Float32Array(64).fill(1));
+  cpu.setTensor(gate, new Float32Array(64).fill(2));
+  {
+    using plan = cpu.graphPlanCreate(graph); // fuses mul(silu(x), gate): s is never written
+    cpu.graphPlanCompute(plan);
+    assert.throws(() => cpu.getTensor(s), /computed inside .* fuse: false/);
+  }
+  using unfused = cpu.graphPlanCreate(graph, { fuse: false });
+  cpu.graphPlanCompute(unfused);
+  assert.ok(Math.abs(cpu.getTensor(s)[0]! - 1 / (1 + Math.exp(-1))) < 1e-6);
 });
 
 Deno.test("planner fixes: nothing native is left alive", () => assertNothingLive(baseline));

@@ -11,6 +11,7 @@ import type { Tensor } from "../../tensor.ts";
 import type { GraphPlan } from "../backend.ts";
 import { writesLeaf } from "../checks.ts";
 import { PlanIdentity } from "../plan_identity.ts";
+import { markFused } from "../../alloc/reuse.ts";
 import type { CpuBackend } from "./backend.ts";
 import type { CpuBuffer } from "./buffer.ts";
 import { fuseNodes } from "./fuse.ts";
@@ -127,6 +128,10 @@ export class CpuPlan implements GraphPlan {
       overlaps: (a, b) => overlaps(ownerRange(backend, a), ownerRange(backend, b)),
       addressOf: (t) => backend.addressOf(t),
     });
+    // Reads of an intermediate fused away are refused until a plan computes it again.
+    for (const entry of entries) {
+      entry.fused.forEach((t, i) => markFused(t, i < entry.fused.length - 1 ? entry.tensor : null));
+    }
     const table = encodeNodeTable(entries, (t) => backend.addressOf(t), new Set(prepacked));
     const handle = new Uint32Array(1);
     const work = new BigUint64Array(1);

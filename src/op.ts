@@ -76,12 +76,17 @@ const rowRead: InPlaceRule = {
   reason: "the kernel reads each row element before writing the same element",
 };
 
-const never = (reason: string): InPlaceRule => ({ safe: false, reason });
-const view = never("a view owns no memory: it is its source's");
+const view: InPlaceRule = { safe: false, reason: "a view owns no memory: it is its source's" };
 
 /** The op table. Adding an op: a row here, its builder in `src/ops/`, its kernels. */
 export const OPS = {
-  none: { code: 0, arity: 0, params: [], core: null, inPlace: never("an input computes nothing") },
+  none: {
+    code: 0,
+    arity: 0,
+    params: [],
+    core: null,
+    inPlace: { safe: false, reason: "an input computes nothing" },
+  },
   add: { code: 1, arity: 2, params: [], core: "add", inPlace: elementwise },
   sub: { code: 2, arity: 2, params: [], core: "sub", inPlace: elementwise },
   mul: { code: 3, arity: 2, params: [], core: "mul", inPlace: elementwise },
@@ -94,42 +99,45 @@ export const OPS = {
     arity: 1,
     params: [],
     core: "sum",
-    inPlace: never("a reduction reads every src0 element for one dst element"),
+    inPlace: { safe: false, reason: "a reduction reads every src0 element for one dst element" },
   },
   mean: {
     code: 9,
     arity: 1,
     params: [],
     core: "mean",
-    inPlace: never("a reduction reads a whole row for one dst element"),
+    inPlace: { safe: false, reason: "a reduction reads a whole row for one dst element" },
   },
   repeat: {
     code: 10,
     arity: 1,
     params: [],
     core: "repeat",
-    inPlace: never("dst element i reads src0 element i mod ne"),
+    inPlace: { safe: false, reason: "dst element i reads src0 element i mod ne" },
   },
   mulMat: {
     code: 11,
     arity: 2,
     params: [],
     core: "mul_mat",
-    inPlace: never("every dst element reads a whole row of src0 and of src1 (across threads)"),
+    inPlace: {
+      safe: false,
+      reason: "every dst element reads a whole row of src0 and of src1 (across threads)",
+    },
   },
   cpy: {
     code: 12,
     arity: 2,
     params: [],
     core: "cpy",
-    inPlace: never("cpy writes its second source's memory, owning none"),
+    inPlace: { safe: false, reason: "cpy writes its second source's memory, owning none" },
   },
   getRows: {
     code: 13,
     arity: 2,
     params: [],
     core: "get_rows",
-    inPlace: never("dst row n reads src0 row indices[n], any row"),
+    inPlace: { safe: false, reason: "dst row n reads src0 row indices[n], any row" },
   },
   norm: { code: 14, arity: 1, params: ["eps"], core: "norm", inPlace: rowRead },
   rmsNorm: { code: 15, arity: 1, params: ["eps"], core: "rms_norm", inPlace: rowRead },

@@ -6,6 +6,7 @@
 
 import assert from "node:assert/strict";
 import { assertNothingLive } from "./leaks.ts";
+import { denoEval } from "./child.ts";
 import {
   Allocator,
   allocTensors,
@@ -317,15 +318,9 @@ Deno.test("the core itself refuses sizes that would wrap, in the fast and the sa
       ];
       console.log(JSON.stringify({ results, message: lastError(lib) }));
     `;
-    const output = await new Deno.Command(Deno.execPath(), {
-      args: ["eval", "--ext=ts", script],
-      env: { GRAFT_SAFE: safe },
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    const stderr = new TextDecoder().decode(output.stderr);
-    assert.equal(output.code, 0, `GRAFT_SAFE=${safe}: the process survives: ${stderr}`);
-    const result = JSON.parse(new TextDecoder().decode(output.stdout)) as { results: number[] };
+    const output = await denoEval(script, { GRAFT_SAFE: safe });
+    assert.equal(output.code, 0, `GRAFT_SAFE=${safe}: the process survives: ${output.stderr}`);
+    const result = JSON.parse(output.stdout) as { results: number[] };
     assert.deepEqual(result.results, [
       Status.invalidArgument,
       Status.invalidArgument,

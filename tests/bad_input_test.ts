@@ -7,6 +7,7 @@
 
 import assert from "node:assert/strict";
 import { assertNothingLive } from "./leaks.ts";
+import { copyLoader } from "./child.ts";
 import {
   add,
   allocTensors,
@@ -346,23 +347,11 @@ Deno.test({
     // A copy of the loader outside the repository: its build-output fallback does not exist.
     const dir = await Deno.makeTempDir({ prefix: "graft-missing-lib-" });
     try {
-      await Deno.mkdir(`${dir}/src/core`, { recursive: true });
-      for (
-        const file of [
-          "core/ffi.ts",
-          "core/abi.ts",
-          "core/tables.ts",
-          "errors.ts",
-          "dtype.ts",
-          "op.ts",
-        ]
-      ) {
-        await Deno.copyFile(new URL(`../src/${file}`, import.meta.url), `${dir}/src/${file}`);
-      }
+      const loader = await copyLoader(dir);
       const broken = `${dir}/broken.so`;
       await Deno.writeTextFile(broken, "not a shared object");
       const script = `
-      import { loadLibrary } from ${JSON.stringify(`file://${dir}/src/core/ffi.ts`)};
+      import { loadLibrary } from ${JSON.stringify(loader)};
       const report = (f) => {
         try { f(); return { loaded: true }; }
         catch (e) { return { name: e.name, message: e.message }; }

@@ -18,6 +18,7 @@ import {
   type Tensor,
 } from "../mod.ts";
 import { assertNothingLive } from "./leaks.ts";
+import { denoEval } from "./child.ts";
 
 // Loads the library outside any test, so its resource is not reported as a test's leak.
 const baseline = liveAllocations();
@@ -165,16 +166,14 @@ Deno.test({
       setTimeout(() => { throw new Error("boom from the test"); }, 0);
     `;
     for (const safe of ["0", "1"]) {
-      const output = await new Deno.Command(Deno.execPath(), {
-        args: ["eval", "--ext=ts", script],
-        env: { GRAFT_SAFE: safe },
-        stdout: "piped",
-        stderr: "piped",
-      }).output();
-      const stderr = new TextDecoder().decode(output.stderr);
+      const output = await denoEval(script, { GRAFT_SAFE: safe });
       assert.equal(output.signal, null, `GRAFT_SAFE=${safe}: killed by ${output.signal}`);
-      assert.equal(output.code, 1, `GRAFT_SAFE=${safe}: exit code ${output.code}: ${stderr}`);
-      assert.match(stderr, /boom from the test/);
+      assert.equal(
+        output.code,
+        1,
+        `GRAFT_SAFE=${safe}: exit code ${output.code}: ${output.stderr}`,
+      );
+      assert.match(output.stderr, /boom from the test/);
     }
   },
 });

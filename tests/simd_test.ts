@@ -3,6 +3,7 @@
 import assert from "node:assert/strict";
 import { CpuBackend, GraftError, liveAllocations, simdLevels } from "../mod.ts";
 import { assertNothingLive } from "./leaks.ts";
+import { denoEval } from "./child.ts";
 
 // Loads the library outside any test, so its resource is not reported as a test's leak.
 const baseline = liveAllocations();
@@ -13,15 +14,9 @@ const canRun = Deno.permissions.querySync({ name: "run" }).state === "granted";
 async function withGraftCpu(value: string, body: string): Promise<unknown> {
   const mod = new URL("../mod.ts", import.meta.url).href;
   const script = `import * as graft from ${JSON.stringify(mod)};\n${body}`;
-  const output = await new Deno.Command(Deno.execPath(), {
-    args: ["eval", "--ext=ts", script],
-    env: { GRAFT_CPU: value },
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const stderr = new TextDecoder().decode(output.stderr);
-  assert.equal(output.code, 0, `the subprocess exits cleanly: ${stderr}`);
-  return JSON.parse(new TextDecoder().decode(output.stdout));
+  const output = await denoEval(script, { GRAFT_CPU: value });
+  assert.equal(output.code, 0, `the subprocess exits cleanly: ${output.stderr}`);
+  return JSON.parse(output.stdout);
 }
 
 const report = `

@@ -16,6 +16,7 @@ import {
 import { loadLibrary, nativeTables } from "../src/core/ffi.ts";
 import { compareTables, expectedTables } from "../src/core/tables.ts";
 import { assertNothingLive } from "./leaks.ts";
+import { copyLoader } from "./child.ts";
 
 const baseline = liveAllocations();
 
@@ -45,27 +46,16 @@ Deno.test({
     // The binding is copied with one table entry changed, as a stale build would disagree.
     const dir = await Deno.makeTempDir({ prefix: "graft-tables-" });
     try {
-      const src = new URL("../src/", import.meta.url);
-      for (
-        const file of [
-          "core/ffi.ts",
-          "core/abi.ts",
-          "core/tables.ts",
-          "errors.ts",
-          "dtype.ts",
-          "op.ts",
-        ]
-      ) {
-        await Deno.mkdir(`${dir}/src/core`, { recursive: true });
-        let text = await Deno.readTextFile(new URL(file, src));
-        if (file === "op.ts") {
-          text = text.replace("  relu: 19,\n  silu_mul", "  relu: 24,\n  silu_mul");
-        }
-        await Deno.writeTextFile(`${dir}/src/${file}`, text);
-      }
+      const loader = await copyLoader(
+        dir,
+        (file, text) =>
+          file === "op.ts"
+            ? text.replace("  relu: 19,\n  silu_mul", "  relu: 24,\n  silu_mul")
+            : text,
+      );
       const lib = new URL("../zig-out/lib/libgraft.so", import.meta.url).pathname;
       const script = `
-        import { loadLibrary } from ${JSON.stringify(`file://${dir}/src/core/ffi.ts`)};
+        import { loadLibrary } from ${JSON.stringify(loader)};
         try { loadLibrary({ path: ${JSON.stringify(lib)} }); console.log("loaded"); }
         catch (e) { console.log(e.name + ": " + e.message); }
       `;

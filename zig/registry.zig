@@ -102,6 +102,33 @@ pub fn Registry(comptime T: type, comptime kind: Kind, comptime live_max: u32) t
             self.uses[index] -= 1;
         }
 
+        /// The item, only while no computation holds it, with the table locked so none can
+        /// start: the caller changes it and then calls `unlock`. Null (unlocked) when the
+        /// handle is not live or the item is held (`busy` says which).
+        pub fn lock_idle(self: *Self, handle: u32, busy: *bool) ?*T {
+            self.mutex.lock();
+            const index = self.decode(handle) orelse {
+                self.mutex.unlock();
+                busy.* = false;
+                return null;
+            };
+            const item = self.items[index] orelse {
+                self.mutex.unlock();
+                busy.* = false;
+                return null;
+            };
+            if (self.uses[index] > 0) {
+                self.mutex.unlock();
+                busy.* = true;
+                return null;
+            }
+            return item;
+        }
+
+        pub fn unlock(self: *Self) void {
+            self.mutex.unlock();
+        }
+
         /// Removes the item and returns it; its handle is never valid again.
         pub fn remove(self: *Self, handle: u32) RemoveError!*T {
             self.mutex.lock();

@@ -566,8 +566,14 @@ export fn graft_plan_repack(handle: u32) c_int {
 
 /// Turns per-node timing on (enable != 0) or off for a plan.
 export fn graft_plan_profile(handle: u32, enable: u32) c_int {
-    const plan = plans.get(handle) orelse return status_code(fail(.invalid_handle, "plan handle 0x{x} is not live", .{handle}));
-    if (plan.computing.load(.acquire)) return status_code(fail(.busy, "plan is computing", .{}));
+    // The timings buffer is swapped with the plan table locked and the plan idle, so no compute
+    // can start (or be running) while it changes.
+    var busy = false;
+    const plan = plans.lock_idle(handle, &busy) orelse return status_code(if (busy)
+        fail(.busy, "plan is computing; wait for it before changing its profiling", .{})
+    else
+        fail(.invalid_handle, "plan handle 0x{x} is not live", .{handle}));
+    defer plans.unlock();
     if (plan.node_nanoseconds) |timings| {
         gpa.free(timings);
         plan.node_nanoseconds = null;

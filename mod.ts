@@ -117,3 +117,22 @@ export {
 } from "./src/sched/assign.ts";
 export { buildSplits, type Split, type SplitInput, type SplitSet } from "./src/sched/splits.ts";
 export { planToSvg, type SvgOptions } from "./src/viz/timeline_svg.ts";
+export {
+  type GGUFArray,
+  type GGUFHeader,
+  type GGUFMetadataEntry,
+  type GGUFScalar,
+  type GGUFTensorInfo,
+  metadataValue,
+  readGGUF,
+} from "./src/gguf/reader.ts";
+export { type GGUFWriteInput, layoutTensors, writeGGUF } from "./src/gguf/writer.ts";
+export { type ByteSource, FileSource, MemorySource } from "./src/gguf/source.ts";
+export {
+  type GgmlType,
+  ggmlType,
+  ggmlTypeByName,
+  ValueType,
+  type ValueTypeName,
+} from "./src/gguf/types.ts";
+export { GGUFFile, type LoadedWeights, type LoadProgress } from "./src/gguf/file.ts";

@@ -64,6 +64,26 @@ export class BusyError extends GraftError {
   override name = "BusyError";
 }
 
+/**
+ * A GGUF file that is not valid (truncated, counts larger than the file, bad dims, unknown
+ * types, tensor data outside the file...): `field` names what was being read and `offset` the
+ * byte where it starts.
+ */
+export class GGUFError extends GraftError {
+  /** The error class name. */
+  override name = "GGUFError";
+  /** What was being read: "header.magic", "metadata[3].value", "tensor[12].dims"... */
+  readonly field: string;
+  /** The byte offset in the file where that field starts. */
+  readonly offset: number;
+  /** A GGUF error at `field`, byte `offset`. */
+  constructor(field: string, offset: number, message: string) {
+    super(`GGUF ${field} at byte ${offset}: ${message}`);
+    this.field = field;
+    this.offset = offset;
+  }
+}
+
 /** The native library could not be found or loaded, or has another ABI version. */
 export class LibraryLoadError extends GraftError {
   /** The error class name. */

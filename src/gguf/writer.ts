@@ -1,0 +1,198 @@
+/**
+ * The GGUF v3 writer. It writes the metadata in the order given and the tensor infos with
+ * their offsets, pads the data section to the alignment with zeros, and asks for each tensor's
+ * bytes: so a file read with `readGGUF` is written back byte for byte.
+ * @module
+ */
+
+import { GGUFError } from "../errors.ts";
+import {
+  GGUF_DEFAULT_ALIGNMENT,
+  GGUF_MAGIC,
+  type GGUFArray,
+  type GGUFMetadataEntry,
+  type GGUFScalar,
+  type GGUFTensorInfo,
+} from "./reader.ts";
+import { VALUE_SIZES, ValueType, type ValueTypeName } from "./types.ts";
+
+/** What {@link writeGGUF} writes. */
+export interface GGUFWriteInput {
+  /** Metadata entries, written in this order. */
+  readonly metadata: readonly GGUFMetadataEntry[];
+  /** Tensors, in this order; `offset` is relative to the data section and aligned. */
+  readonly tensors: readonly GGUFTensorInfo[];
+  /** Bytes of each tensor's data, by index into `tensors` (`nbytes` of them). */
+  readonly data: (index: number) => Uint8Array;
+  /** Called with a warning (nested arrays: llama.cpp's reader rejects them). */
+  readonly onWarning?: (message: string) => void;
+  /**
+   * Pad the end of the file to the alignment, as llama.cpp's and the gguf package's writers do
+   * (default true). A file read back whose size is not a multiple of it was written without.
+   */
+  readonly padEnd?: boolean;
+}
+
+const utf8 = new TextEncoder();
+
+/** Growable little-endian byte output. */
+class Output {
+  bytes = new Uint8Array(1 << 16);
+  length = 0;
+
+  reserve(n: number): DataView {
+    if (this.length + n > this.bytes.length) {
+      const grown = new Uint8Array(Math.max(this.bytes.length * 2, this.length + n));
+      grown.set(this.bytes.subarray(0, this.length));
+      this.bytes = grown;
+    }
+    const view = new DataView(this.bytes.buffer, this.length, n);
+    this.length += n;
+    return view;
+  }
+
+  u32(v: number): void {
+    this.reserve(4).setUint32(0, v, true);
+  }
+
+  u64(v: number | bigint): void {
+    this.reserve(8).setBigUint64(0, BigInt(v), true);
+  }
+
+  raw(b: Uint8Array): void {
+    this.reserve(b.length);
+    this.bytes.set(b, this.length - b.length);
+  }
+
+  string(s: string): void {
+    const b = utf8.encode(s);
+    this.u64(b.length);
+    this.raw(b);
+  }
+
+  scalar(type: ValueTypeName, value: GGUFScalar): void {
+    if (type === "string") return this.string(value as string);
+    const size = VALUE_SIZES[type];
+    if (size === undefined) throw new GGUFError("metadata", this.length, `${type} is no scalar`);
+    const v = this.reserve(size);
+    switch (type) {
+      case "u8":
+        return v.setUint8(0, value as number);
+      case "i8":
+        return v.setInt8(0, value as number);
+      case "u16":
+        return v.setUint16(0, value as number, true);
+      case "i16":
+        return v.setInt16(0, value as number, true);
+      case "u32":
+        return v.setUint32(0, value as number, true);
+      case "i32":
+        return v.setInt32(0, value as number, true);
+      case "f32":
+        return v.setFloat32(0, value as number, true);
+      case "bool":
+        return v.setUint8(0, value ? 1 : 0);
+      case "u64":
+        return v.setBigUint64(0, BigInt(value as bigint), true);
+      case "i64":
+        return v.setBigInt64(0, BigInt(value as bigint), true);
+      case "f64":
+        return v.setFloat64(0, value as number, true);
+    }
+  }
+
+  value(type: ValueTypeName, value: GGUFScalar | GGUFArray, warn: (m: string) => void): void {
+    if (type !== "array") return this.scalar(type, value as GGUFScalar);
+    const array = value as GGUFArray;
+    this.u32(ValueType[array.itemType]);
+    this.u64(array.items.length);
+    if (array.itemType === "array") {
+      warn("a nested array is valid GGUF, but llama.cpp's reader rejects it");
+    }
+    for (const item of array.items) this.value(array.itemType, item, warn);
+  }
+}
+
+/** Alignment from the metadata, as the reader takes it. */
+function alignmentOf(metadata: readonly GGUFMetadataEntry[]): number {
+  const entry = metadata.find((m) => m.key === "general.alignment");
+  return typeof entry?.value === "number" ? entry.value : GGUF_DEFAULT_ALIGNMENT;
+}
+
+/**
+ * Writes a GGUF v3 file into memory and returns its bytes.
+ *
+ * @example
+ * ```ts
+ * import { ggmlTypeByName, readGGUF, MemorySource, writeGGUF } from "../../mod.ts";
+ * const f32 = ggmlTypeByName("f32")!;
+ * const bytes = writeGGUF({
+ *   metadata: [{ key: "general.name", type: "string", value: "tiny" }],
+ *   tensors: [{ name: "w", dims: [4], type: f32, offset: 0, nbytes: 16 }],
+ *   data: () => new Uint8Array(new Float32Array([1, 2, 3, 4]).buffer),
+ * });
+ * console.log(readGGUF(new MemorySource(bytes)).tensors[0]!.name); // "w"
+ * ```
+ */
+export function writeGGUF(input: GGUFWriteInput): Uint8Array {
+  const out = new Output();
+  let warned = false;
+  const warn = (message: string): void => {
+    if (warned) return;
+    warned = true;
+    (input.onWarning ?? ((m: string) => console.warn(`graft gguf: ${m}`)))(message);
+  };
+  out.u32(GGUF_MAGIC);
+  out.u32(3);
+  out.u64(input.tensors.length);
+  out.u64(input.metadata.length);
+  for (const entry of input.metadata) {
+    out.string(entry.key);
+    out.u32(ValueType[entry.type]);
+    out.value(entry.type, entry.value, warn);
+  }
+  for (const t of input.tensors) {
+    out.string(t.name);
+    out.u32(t.dims.length);
+    for (const d of t.dims) out.u64(d);
+    out.u32(t.type.id);
+    out.u64(t.offset);
+  }
+  const alignment = alignmentOf(input.metadata);
+  const dataOffset = Math.ceil(out.length / alignment) * alignment;
+  out.reserve(dataOffset - out.length);
+  const order = input.tensors.map((t, i) => ({ t, i })).sort((a, b) => a.t.offset - b.t.offset);
+  for (const { t, i } of order) {
+    const at = dataOffset + t.offset;
+    if (at < out.length) {
+      throw new GGUFError(`tensor ${t.name}.offset`, at, "overlaps the tensor before it");
+    }
+    out.reserve(at - out.length);
+    const data = input.data(i);
+    if (data.length !== t.nbytes) {
+      throw new GGUFError(`tensor ${t.name}`, at, `has ${data.length} bytes, not ${t.nbytes}`);
+    }
+    out.raw(data);
+  }
+  // The file ends on an alignment boundary, as llama.cpp's writer leaves it.
+  if (input.padEnd !== false) {
+    out.reserve(Math.ceil(out.length / alignment) * alignment - out.length);
+  }
+  return out.bytes.slice(0, out.length);
+}
+
+/**
+ * Tensor infos for `tensors` laid out in order, each at the next aligned data offset: what a
+ * new file needs.
+ */
+export function layoutTensors(
+  tensors: readonly Omit<GGUFTensorInfo, "offset">[],
+  alignment: number = GGUF_DEFAULT_ALIGNMENT,
+): GGUFTensorInfo[] {
+  let offset = 0;
+  return tensors.map((t) => {
+    const placed = { ...t, offset };
+    offset = Math.ceil((offset + t.nbytes) / alignment) * alignment;
+    return placed;
+  });
+}

@@ -1,0 +1,328 @@
+/**
+ * GGUF read and write: every metadata type, round trips byte for byte, the gguf package's view
+ * (llama.cpp's own Python reader) agrees, and bad files are GGUFErrors naming field and offset.
+ */
+
+import assert from "node:assert/strict";
+import {
+  CpuBackend,
+  ggmlTypeByName,
+  GGUFError,
+  GGUFFile,
+  isDType,
+  layoutTensors,
+  liveAllocations,
+  MemorySource,
+  readGGUF,
+  writeGGUF,
+} from "../mod.ts";
+import { sampleFile, sampleMetadata, sampleTensors } from "./gguf_sample.ts";
+import { seededRandom } from "./random_dag.ts";
+import { assertNothingLive } from "./leaks.ts";
+
+const baseline = liveAllocations();
+
+Deno.test("every metadata type, arrays of strings and nested arrays read back as written", () => {
+  const bytes = sampleFile(true);
+  const header = readGGUF(new MemorySource(bytes));
+  assert.equal(header.version, 3);
+  assert.deepEqual(header.metadata, sampleMetadata(true));
+  const { infos } = sampleTensors();
+  assert.deepEqual(header.tensors, infos);
+  assert.equal(header.alignment, 32);
+  assert.equal(header.dataOffset % 32, 0);
+});
+
+Deno.test("writing what was read gives the same bytes (key and tensor order kept)", () => {
+  for (const nested of [false, true]) {
+    const bytes = sampleFile(nested);
+    const header = readGGUF(new MemorySource(bytes));
+    const again = writeGGUF({
+      metadata: header.metadata,
+      tensors: header.tensors,
+      data: (i) => {
+        const t = header.tensors[i]!;
+        return bytes.subarray(
+          header.dataOffset + t.offset,
+          header.dataOffset + t.offset + t.nbytes,
+        );
+      },
+      onWarning: () => {},
+    });
+    assert.deepEqual(again, bytes);
+  }
+});
+
+Deno.test("the writer warns once when it writes a nested array (llama.cpp rejects them)", () => {
+  const warnings: string[] = [];
+  const { infos, data } = sampleTensors();
+  writeGGUF({
+    metadata: sampleMetadata(true),
+    tensors: infos,
+    data: (i) => data[i]!,
+    onWarning: (m) => warnings.push(m),
+  });
+  assert.equal(warnings.length, 1);
+  assert.match(warnings[0]!, /nested array.*llama\.cpp/);
+});
+
+/** The gguf package's view of a file, or null when python3 or the package is missing. */
+async function pythonView(path: string): Promise<unknown | null> {
+  try {
+    const output = await new Deno.Command("python3", {
+      args: [new URL("../tools/gguf_dump.py", import.meta.url).pathname, path],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    if (!output.success) {
+      const stderr = new TextDecoder().decode(output.stderr);
+      if (/No module named 'gguf'|PackageNotFoundError/.test(stderr)) return null;
+      throw new Error(stderr);
+    }
+    return JSON.parse(new TextDecoder().decode(output.stdout));
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return null;
+    throw error;
+  }
+}
+
+const python = Deno.permissions.querySync({ name: "run" }).state === "granted"
+  ? await pythonView(await sampleOnDisk())
+  : null;
+if (python === null) {
+  console.log("gguf_test: python3 with gguf==0.19.0 is missing: the cross-check is skipped");
+}
+
+async function sampleOnDisk(): Promise<string> {
+  const path = await Deno.makeTempFile({ suffix: ".gguf" });
+  await Deno.writeFile(path, sampleFile(false));
+  return path;
+}
+
+/** Graft's view in the dump's shape: integers as strings, type names as the package's. */
+function graftView(bytes: Uint8Array): unknown {
+  const header = readGGUF(new MemorySource(bytes));
+  const plain = (v: unknown): unknown =>
+    typeof v === "bigint" || (typeof v === "number" && Number.isInteger(v) && !Number.isNaN(v))
+      ? String(v)
+      : (v as { items?: unknown[] })?.items
+      ? (v as { items: unknown[] }).items.map(plain)
+      : v;
+  const typeName: Record<string, string> = {
+    u8: "UINT8",
+    i8: "INT8",
+    u16: "UINT16",
+    i16: "INT16",
+    u32: "UINT32",
+    i32: "INT32",
+    f32: "FLOAT32",
+    bool: "BOOL",
+    string: "STRING",
+    array: "ARRAY",
+    u64: "UINT64",
+    i64: "INT64",
+    f64: "FLOAT64",
+  };
+  return {
+    fields: header.metadata.map((m) => {
+      const items = (m.value as { items?: unknown[]; itemType?: string }).items;
+      const types = m.type === "array" && items && items.length > 0
+        ? ["ARRAY", typeName[(m.value as { itemType: string }).itemType]!]
+        : [typeName[m.type]!];
+      const isFloat = m.type === "f32" || m.type === "f64";
+      return { key: m.key, types, value: isFloat ? m.value : plain(m.value) };
+    }),
+    tensors: header.tensors.map((t) => ({
+      name: t.name,
+      type: t.type.name.toUpperCase(),
+      shape: [...t.dims],
+      data_offset: header.dataOffset + t.offset,
+      n_bytes: t.nbytes,
+    })),
+  };
+}
+
+Deno.test({
+  name: "the gguf package (llama.cpp's Python reader) sees the same metadata and tensors",
+  ignore: python === null,
+  fn: () => {
+    assert.deepEqual(graftView(sampleFile(false)), python);
+  },
+});
+
+Deno.test("a file cut at any byte is a GGUFError, unless only the end padding is cut", () => {
+  const bytes = sampleFile(false);
+  const header = readGGUF(new MemorySource(bytes));
+  const dataEnd = header.dataOffset +
+    Math.max(...header.tensors.map((t) => t.offset + t.nbytes));
+  for (let cut = 0; cut < bytes.length; cut++) {
+    const source = new MemorySource(bytes.subarray(0, cut));
+    if (cut >= dataEnd) {
+      readGGUF(source); // only padding is missing: still a whole file
+      continue;
+    }
+    assert.throws(() => readGGUF(source), GGUFError, `cut at ${cut}`);
+  }
+});
+
+/** A file with one u64 field overwritten, at the byte offset where `find` is. */
+function patched(bytes: Uint8Array, at: number, value: bigint, size: 4 | 8 = 8): Uint8Array {
+  const copy = bytes.slice();
+  const view = new DataView(copy.buffer);
+  if (size === 8) view.setBigUint64(at, value, true);
+  else view.setUint32(at, Number(value), true);
+  return copy;
+}
+
+function expectError(bytes: Uint8Array, field: RegExp, message: RegExp): void {
+  assert.throws(() => readGGUF(new MemorySource(bytes)), (e: unknown) => {
+    assert.ok(e instanceof GGUFError, String(e));
+    assert.match(e.field, field);
+    assert.match(e.message, message);
+    assert.ok(Number.isInteger(e.offset) && e.offset >= 0);
+    return true;
+  });
+}
+
+Deno.test("bad files: each a GGUFError naming the field and the byte offset", () => {
+  const bytes = sampleFile(false);
+  expectError(new TextEncoder().encode("not a gguf file at all"), /magic/, /not a GGUF file/);
+  expectError(patched(bytes, 4, 1n, 4), /version/, /v1 is not supported/);
+  expectError(patched(bytes, 4, 7n, 4), /version/, /not 2 or 3/);
+  expectError(patched(bytes, 8, 2n ** 40n), /tensor_count/, /cannot fit/);
+  expectError(patched(bytes, 16, 2n ** 63n), /kv_count/, /larger than any file/);
+  // The first key's length: larger than the file.
+  expectError(patched(bytes, 24, 1n << 50n), /metadata\[0\]\.key\.length/, /cannot fit/);
+  const header = readGGUF(new MemorySource(bytes));
+  const find = (text: string): number => {
+    const needle = new TextEncoder().encode(text);
+    outer: for (let i = 0; i < bytes.length; i++) {
+      for (let j = 0; j < needle.length; j++) if (bytes[i + j] !== needle[j]) continue outer;
+      return i + needle.length;
+    }
+    throw new Error(`${text} not found`);
+  };
+  const ids = find("ids"); // then n_dims u32, dims u64 x2, type u32, offset u64
+  expectError(patched(bytes, ids, 5n, 4), /ids\.n_dims/, /not in 1\.\.4/);
+  expectError(patched(bytes, ids + 4, 2n ** 52n), /ids\.dims/, /overflows|end past|cannot/);
+  expectError(patched(bytes, ids + 20, 99n, 4), /ids\.type/, /unknown ggml type 99/);
+  expectError(patched(bytes, ids + 24, 33n), /ids\.offset/, /not a multiple of the alignment/);
+  expectError(patched(bytes, ids + 24, 0n), /offset/, /overlaps/);
+  expectError(patched(bytes, ids + 24, 1n << 20n), /ids\.offset/, /end past the file/);
+  assert.equal(header.tensors.length, 4);
+});
+
+Deno.test("fuzz: 10,000 mutated headers and tensor tables never crash the reader", () => {
+  const bytes = sampleFile(true);
+  const header = readGGUF(new MemorySource(bytes));
+  const random = seededRandom(2026);
+  let parsed = 0, refused = 0;
+  for (let i = 0; i < 10_000; i++) {
+    const copy = bytes.slice();
+    const edits = 1 + Math.floor(random() * 4);
+    for (let e = 0; e < edits; e++) {
+      // Mostly inside the header and tensor table, where every byte means something.
+      const at = Math.floor(random() * header.dataOffset);
+      const kind = random();
+      if (kind < 0.6) copy[at] = Math.floor(random() * 256);
+      else if (kind < 0.8) copy[at] = copy[at]! ^ (1 << Math.floor(random() * 8));
+      else copy[at] = kind < 0.9 ? 0xff : 0;
+    }
+    try {
+      readGGUF(new MemorySource(copy));
+      parsed++;
+    } catch (error) {
+      if (!(error instanceof GGUFError)) throw new Error(`case ${i}: ${error}`);
+      refused++;
+    }
+  }
+  assert.equal(parsed + refused, 10_000);
+  assert.ok(refused > 1000 && parsed > 100, `parsed ${parsed}, refused ${refused}`);
+});
+
+Deno.test("GGUFFile: open reads a prefix, load streams tensors into CPU buffers", async () => {
+  const f32 = ggmlTypeByName("f32")!;
+  // A 4 MiB tensor after the metadata: opening must not read it.
+  const big = 1 << 20;
+  const infos = layoutTensors([
+    { name: "small", dims: [8], type: f32, nbytes: 32 },
+    { name: "big", dims: [big], type: f32, nbytes: 4 * big },
+  ]);
+  const values = [new Float32Array(8).map((_, i) => i), new Float32Array(big).map((_, i) => i % 7)];
+  const path = await Deno.makeTempFile({ suffix: ".gguf" });
+  try {
+    await Deno.writeFile(
+      path,
+      writeGGUF({
+        metadata: sampleMetadata(false),
+        tensors: infos,
+        data: (i) => new Uint8Array(values[i]!.buffer),
+      }),
+    );
+    using file = GGUFFile.open(path);
+    assert.ok(file.bytesRead <= 1 << 20, `opening read ${file.bytesRead} bytes`);
+    assert.deepEqual(file.header.tensors.map((t) => t.name), ["small", "big"]);
+    using cpu = new CpuBackend({ threads: 1, maxBufferSize: 4 << 20 });
+    const progress: number[] = [];
+    using weights = file.load(cpu, { onProgress: (done) => progress.push(done) });
+    assert.equal(weights.buffers.buffers.length, 2, "two buffers: both need 4 MiB + 64 > 4 MiB");
+    assert.equal(progress.at(-1), 32 + 4 * big);
+    assert.deepEqual(cpu.getTensor(weights.tensors.get("small")!), values[0]);
+    assert.deepEqual(cpu.getTensor(weights.tensors.get("big")!), values[1]);
+    assert.deepEqual(file.rewrite(), await Deno.readFile(path));
+  } finally {
+    await Deno.remove(path);
+  }
+});
+
+Deno.test("GGUFFile.load names a tensor type Graft has no dtype for", async () => {
+  const path = await Deno.makeTempFile({ suffix: ".gguf" });
+  try {
+    await Deno.writeFile(path, sampleFile(false));
+    using file = GGUFFile.open(path);
+    using cpu = new CpuBackend({ threads: 1 });
+    const loadable = file.header.tensors.filter((t) => isDType(t.type.name));
+    using weights = file.load(cpu, { names: loadable.map((t) => t.name) });
+    assert.equal(weights.tensors.size, loadable.length);
+    for (const t of file.header.tensors.filter((t) => !isDType(t.type.name))) {
+      assert.throws(
+        () => file.load(cpu, { names: [t.name] }),
+        (e: unknown) =>
+          e instanceof GGUFError && e.message.includes(`no dtype for ggml type ${t.type.name}`),
+      );
+    }
+  } finally {
+    await Deno.remove(path);
+  }
+});
+
+const MODEL = `${
+  Deno.env.get("GRAFT_MODEL_CACHE") ?? `${Deno.env.get("HOME")}/.cache/graft/models`
+}/SmolLM2-135M-Instruct.Q4_1.gguf`;
+const haveModel = await Deno.stat(MODEL).then(() => true, () => false);
+if (!haveModel) {
+  console.log(`gguf_test: ${MODEL} is missing (deno task model:fetch): its checks are skipped`);
+}
+
+Deno.test({
+  name:
+    "SmolLM2 Q4_1: the gguf package sees the same metadata and tensors; rewrite is byte-identical",
+  ignore: !haveModel,
+  fn: async () => {
+    using file = GGUFFile.open(MODEL);
+    const h = file.header;
+    assert.equal(h.tensors.length, 272);
+    const types = new Map<string, number>();
+    for (const t of h.tensors) types.set(t.type.name, (types.get(t.type.name) ?? 0) + 1);
+    assert.deepEqual(Object.fromEntries(types), { q4_1: 210, f32: 61, q8_0: 1 });
+    assert.ok(file.bytesRead < 4 << 20, `opening read ${file.bytesRead} bytes of ${h.fileSize}`);
+    const original = await Deno.readFile(MODEL);
+    if (python !== null) {
+      assert.deepEqual(graftView(original), await pythonView(MODEL));
+    }
+    assert.ok(file.rewrite().every((b, i) => b === original[i]), "rewrite differs");
+    assert.equal(file.rewrite().length, original.length);
+  },
+});
+
+Deno.test("gguf: nothing native is left alive", () => assertNothingLive(baseline));

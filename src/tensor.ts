@@ -4,7 +4,7 @@
  * @module
  */
 
-import { type DType, dtypeSize, parseDType } from "./dtype.ts";
+import { type DType, DTYPES, parseDType, rowBytes } from "./dtype.ts";
 import { ShapeError } from "./errors.ts";
 import { isViewOp, Op, type OpCode, opName } from "./op.ts";
 import type { BackendBuffer } from "./backend/backend.ts";
@@ -80,8 +80,9 @@ function requireDims(what: string, role: string, dims: unknown, min: number): vo
 
 /** Contiguous byte strides for a shape. */
 export function contiguousStrides(dtype: DType, ne: Dims): Dims {
-  const size = dtypeSize[dtype];
-  return [size, size * ne[0], size * ne[0] * ne[1], size * ne[0] * ne[1] * ne[2]];
+  // As ggml: nb[0] is one block's bytes (one element's for plain types), nb[1] a row's.
+  const row = rowBytes(dtype, ne[0]);
+  return [DTYPES[dtype].blockBytes, row, row * ne[1], row * ne[1] * ne[2]];
 }
 
 /** Formats a shape for messages: `[4, 3]`, trailing ones dropped. */
@@ -161,6 +162,13 @@ export class Tensor {
     const what = init.op ? opName(init.op) : "newTensor";
     this.dtype = parseDType(what, init.dtype);
     requireDims(what, "shape", init.ne, 1);
+    const { blockSize } = DTYPES[this.dtype];
+    if (init.ne[0] % blockSize !== 0) {
+      throw new ShapeError(
+        `${what}: ${this.dtype} stores blocks of ${blockSize} elements; shape[0] = ${init.ne[0]} ` +
+          `is not a multiple of ${blockSize}`,
+      );
+    }
     if (init.nb) requireDims(what, "strides", init.nb, 0);
     if (init.viewOffset !== undefined) {
       requireDims(what, "view offset", [init.viewOffset, 0, 0, 0] as unknown as Dims, 0);
@@ -191,9 +199,13 @@ export class Tensor {
 
   /** Bytes from the first element to one past the last (its memory footprint). */
   get nbytes(): number {
-    let last = 0;
-    for (let d = 0; d < 4; d++) last += (this.ne[d]! - 1) * this.nb[d]!;
-    return last + dtypeSize[this.dtype];
+    // As ggml_nbytes: a row's blocks, then the strides of the outer dimensions.
+    const { blockSize, blockBytes } = DTYPES[this.dtype];
+    let last = blockSize === 1
+      ? (this.ne[0] - 1) * this.nb[0] + blockBytes
+      : (this.ne[0] / blockSize) * this.nb[0];
+    for (let d = 1; d < 4; d++) last += (this.ne[d]! - 1) * this.nb[d]!;
+    return last;
   }
 
   /** True when elements are stored densely in ggml order. */

@@ -4,7 +4,7 @@
  * @module
  */
 
-import { type DType, dtypeSize, parseDType } from "./dtype.ts";
+import { dtypeSize, parseTensorDType, type TensorDType } from "./dtype.ts";
 import { ShapeError } from "./errors.ts";
 import { isViewOp, Op, type OpCode, opName } from "./op.ts";
 import type { BackendBuffer } from "./backend/backend.ts";
@@ -25,7 +25,7 @@ let nextId = 1;
 /** Options of {@link Tensor}'s constructor; op builders fill them in. */
 export interface TensorInit {
   /** Element type. */
-  dtype: DType;
+  dtype: TensorDType;
   /** Shape, ggml order. */
   ne: Dims;
   /** Byte strides (default: contiguous). */
@@ -79,7 +79,7 @@ function requireDims(what: string, role: string, dims: unknown, min: number): vo
 }
 
 /** Contiguous byte strides for a shape. */
-export function contiguousStrides(dtype: DType, ne: Dims): Dims {
+export function contiguousStrides(dtype: TensorDType, ne: Dims): Dims {
   const size = dtypeSize[dtype];
   return [size, size * ne[0], size * ne[0] * ne[1], size * ne[0] * ne[1] * ne[2]];
 }
@@ -135,7 +135,7 @@ export class Tensor {
   /** Unique within the process; graphs and plans key tensors by it. */
   readonly id: number = nextId++;
   /** Element type. */
-  readonly dtype: DType;
+  readonly dtype: TensorDType;
   /** Elements per dimension, `ne[0]` innermost. */
   readonly ne: Dims;
   /** Byte stride per dimension. */
@@ -159,7 +159,7 @@ export class Tensor {
   /** Op builders create tensors; use `Context.newTensor` for inputs. */
   constructor(init: TensorInit) {
     const what = init.op ? opName(init.op) : "newTensor";
-    this.dtype = parseDType(what, init.dtype);
+    this.dtype = parseTensorDType(what, init.dtype);
     requireDims(what, "shape", init.ne, 1);
     if (init.nb) requireDims(what, "strides", init.nb, 0);
     if (init.viewOffset !== undefined) {

@@ -111,18 +111,18 @@ export type TypedArrayOf<T extends TensorDType> = T extends "f32" ? Float32Array
 /** Any typed array Graft reads from or writes to tensors. */
 export type TensorData = Float32Array | Float16Array | Int32Array;
 
-const arrays = {
-  f32: Float32Array,
-  f16: Float16Array,
-  i32: Int32Array,
-} as const satisfies Partial<Record<DType, unknown>>;
-
 /**
  * The dtypes a tensor holds today: those of the table with a typed array (f32, f16, i32), which
  * the kernels and backends take. bf16 and the block-quantized types convert with
  * `quantize`/`dequantize` until the kernels for quantized weights exist.
  */
-export type TensorDType = keyof typeof arrays;
+export type TensorDType = Extract<DType, "f32" | "f16" | "i32">;
+
+const arrays = {
+  f32: Float32Array,
+  f16: Float16Array,
+  i32: Int32Array,
+} as const satisfies Record<TensorDType, unknown>;
 
 /** True when `name` is a dtype a tensor can hold (see {@link TensorDType}). */
 export function isTensorDType(name: unknown): name is TensorDType {

@@ -28,9 +28,12 @@ export {
   dtypeSize,
   type DTypeTraits,
   isDType,
+  isTensorDType,
   parseDType,
+  parseTensorDType,
   rowBytes,
   type TensorData,
+  type TensorDType,
 } from "./src/dtype.ts";
 export * from "./src/errors.ts";
 export { closeLibrary, type LoadOptions } from "./src/core/ffi.ts";
@@ -69,6 +72,7 @@ export { norm, rmsNorm, softmax, type SoftmaxOptions } from "./src/ops/norm.ts";
 export { mulMat } from "./src/ops/matmul.ts";
 export { permute, reshape, transpose, view } from "./src/ops/view.ts";
 export { cont, cpy, getRows } from "./src/ops/copy.ts";
+export { dequantize, isQuantDType, QUANT_DTYPES, type QuantDType, quantize } from "./src/quant.ts";
 export type { Backend, BackendBuffer, BufferType, GraphPlan } from "./src/backend/backend.ts";
 export {
   CPU_MAX_BUFFER_SIZE,

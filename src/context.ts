@@ -4,7 +4,7 @@
  * @module
  */
 
-import type { DType } from "./dtype.ts";
+import type { TensorDType } from "./dtype.ts";
 import { ShapeError } from "./errors.ts";
 import { type Dims, showValue, Tensor } from "./tensor.ts";
 
@@ -38,7 +38,7 @@ export class Context {
   readonly #tensors: Tensor[] = [];
 
   /** Creates an input tensor of the given dtype and shape (ggml order). */
-  newTensor(dtype: DType, shape: Shape, name = ""): Tensor {
+  newTensor(dtype: TensorDType, shape: Shape, name = ""): Tensor {
     const tensor = new Tensor({ dtype, ne: toDims(shape), name });
     this.#tensors.push(tensor);
     return tensor;

@@ -4,7 +4,7 @@
  * @module
  */
 
-import { type DType, DTYPES, parseDType, rowBytes } from "./dtype.ts";
+import { DTYPES, parseTensorDType, rowBytes, type TensorDType } from "./dtype.ts";
 import { ShapeError } from "./errors.ts";
 import { isViewOp, Op, type OpCode, opName } from "./op.ts";
 import type { BackendBuffer } from "./backend/backend.ts";
@@ -25,7 +25,7 @@ let nextId = 1;
 /** Options of {@link Tensor}'s constructor; op builders fill them in. */
 export interface TensorInit {
   /** Element type. */
-  dtype: DType;
+  dtype: TensorDType;
   /** Shape, ggml order. */
   ne: Dims;
   /** Byte strides (default: contiguous). */
@@ -79,7 +79,7 @@ function requireDims(what: string, role: string, dims: unknown, min: number): vo
 }
 
 /** Contiguous byte strides for a shape. */
-export function contiguousStrides(dtype: DType, ne: Dims): Dims {
+export function contiguousStrides(dtype: TensorDType, ne: Dims): Dims {
   // As ggml: nb[0] is one block's bytes (one element's for plain types), nb[1] a row's.
   const row = rowBytes(dtype, ne[0]);
   return [DTYPES[dtype].blockBytes, row, row * ne[1], row * ne[1] * ne[2]];
@@ -136,7 +136,7 @@ export class Tensor {
   /** Unique within the process; graphs and plans key tensors by it. */
   readonly id: number = nextId++;
   /** Element type. */
-  readonly dtype: DType;
+  readonly dtype: TensorDType;
   /** Elements per dimension, `ne[0]` innermost. */
   readonly ne: Dims;
   /** Byte stride per dimension. */
@@ -160,7 +160,7 @@ export class Tensor {
   /** Op builders create tensors; use `Context.newTensor` for inputs. */
   constructor(init: TensorInit) {
     const what = init.op ? opName(init.op) : "newTensor";
-    this.dtype = parseDType(what, init.dtype);
+    this.dtype = parseTensorDType(what, init.dtype);
     requireDims(what, "shape", init.ne, 1);
     const { blockSize } = DTYPES[this.dtype];
     if (init.ne[0] % blockSize !== 0) {

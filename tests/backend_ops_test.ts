@@ -18,7 +18,6 @@ import {
   Context,
   cpy,
   div,
-  type DType,
   gelu,
   getRows,
   Graph,
@@ -40,6 +39,7 @@ import {
   sum,
   type Tensor,
   type TensorData,
+  type TensorDType,
   transpose,
   view,
 } from "../mod.ts";
@@ -126,7 +126,7 @@ class Inputs {
   }
 
   /** An uninitialised-by-op destination filled with random data (what cpy does not write). */
-  dest(dtype: DType, shape: Shape): Tensor {
+  dest(dtype: TensorDType, shape: Shape): Tensor {
     return dtype === "i32" ? this.indices(shape, 1000) : this.float(dtype, shape);
   }
 }

@@ -9,7 +9,7 @@ import {
   ggmlTypeByName,
   GGUFError,
   GGUFFile,
-  isDType,
+  isTensorDType,
   layoutTensors,
   liveAllocations,
   MemorySource,
@@ -281,10 +281,10 @@ Deno.test("GGUFFile.load names a tensor type Graft has no dtype for", async () =
     await Deno.writeFile(path, sampleFile(false));
     using file = GGUFFile.open(path);
     using cpu = new CpuBackend({ threads: 1 });
-    const loadable = file.header.tensors.filter((t) => isDType(t.type.name));
+    const loadable = file.header.tensors.filter((t) => isTensorDType(t.type.name));
     using weights = file.load(cpu, { names: loadable.map((t) => t.name) });
     assert.equal(weights.tensors.size, loadable.length);
-    for (const t of file.header.tensors.filter((t) => !isDType(t.type.name))) {
+    for (const t of file.header.tensors.filter((t) => !isTensorDType(t.type.name))) {
       assert.throws(
         () => file.load(cpu, { names: [t.name] }),
         (e: unknown) =>

@@ -14,7 +14,6 @@ import {
   CpuBackend,
   cpy,
   div,
-  type DType,
   gelu,
   getRows,
   Graph,
@@ -40,6 +39,7 @@ import {
   sum,
   type Tensor,
   type TensorData,
+  type TensorDType,
   transpose,
   view,
 } from "../mod.ts";
@@ -119,7 +119,7 @@ class Feed {
   readonly rng = new Rng(0x9e3779b9);
 
   /** A contiguous input with the given data. */
-  data(dtype: DType, shape: Shape, data: TensorData): [Tensor, RefTensor] {
+  data(dtype: TensorDType, shape: Shape, data: TensorData): [Tensor, RefTensor] {
     const t = this.ctx.newTensor(dtype, shape);
     this.inputs.push([t, data]);
     return [t, RefTensor.of(shape, data)];
@@ -138,14 +138,14 @@ class Feed {
   }
 
   /** A [ne0, ne1, ...] transpose of a contiguous [ne1, ne0, ...] input: nb[0] > nb[1]. */
-  transposed(dtype: DType, shape: Shape, lo = -1, hi = 1): [Tensor, RefTensor] {
+  transposed(dtype: TensorDType, shape: Shape, lo = -1, hi = 1): [Tensor, RefTensor] {
     const [ne0, ne1, ne2, ne3] = dims(shape);
     const [t, r] = this.make(dtype, [ne1, ne0, ne2, ne3], lo, hi);
     return [transpose(t), refTranspose(r)];
   }
 
   /** `shape` as a permutation (by `axes`) of a contiguous input. */
-  permuted(dtype: DType, shape: Shape, axes: Dims4, lo = -1, hi = 1): [Tensor, RefTensor] {
+  permuted(dtype: TensorDType, shape: Shape, axes: Dims4, lo = -1, hi = 1): [Tensor, RefTensor] {
     const want = dims(shape);
     const source = [0, 1, 2, 3].map((i) => want[axes[i]!]!);
     const [t, r] = this.make(dtype, source as unknown as Shape, lo, hi);
@@ -153,7 +153,7 @@ class Feed {
   }
 
   /** `shape` as a strided view (rows padded by 3 elements, starting 2 elements in). */
-  strided(dtype: DType, shape: Shape, lo = -1, hi = 1): [Tensor, RefTensor] {
+  strided(dtype: TensorDType, shape: Shape, lo = -1, hi = 1): [Tensor, RefTensor] {
     const [ne0, ne1, ne2, ne3] = dims(shape);
     const row = ne0 + 3;
     const [t, r] = this.make(dtype, [row, ne1, ne2, ne3], lo, hi);
@@ -166,7 +166,7 @@ class Feed {
     return [v, refView(r, shape, st, 2)];
   }
 
-  make(dtype: DType, shape: Shape, lo: number, hi: number): [Tensor, RefTensor] {
+  make(dtype: TensorDType, shape: Shape, lo: number, hi: number): [Tensor, RefTensor] {
     return dtype === "f16" ? this.f16(shape, lo, hi) : this.f32(shape, lo, hi);
   }
 }

@@ -8,13 +8,13 @@ import {
   Context,
   CpuBackend,
   cpy,
-  type DType,
   Graph,
   liveAllocations,
   mulMat,
   permute,
   silu,
   type Tensor,
+  type TensorDType,
 } from "../mod.ts";
 import { blockData, buildBlock, DEFAULT_BLOCK, setBlockInputs } from "../demo/block.ts";
 import { assertNothingLive } from "./leaks.ts";
@@ -25,7 +25,7 @@ const baseline = liveAllocations();
 const THREADS = [1, 2, 3];
 
 /** Deterministic values in [-1, 1): f32, or f16 bit patterns of magnitudes in [2^-5, 2). */
-function values(dtype: DType, count: number, seed: number): ArrayBufferView {
+function values(dtype: TensorDType, count: number, seed: number): ArrayBufferView {
   let state = seed >>> 0 || 1;
   const next = (): number => {
     state ^= state << 13;
@@ -91,7 +91,7 @@ interface Product {
 
 /** y = silu(w x) with w [k, m] (or its transpose when `transposed`), x [k, n, batches]. */
 function product(
-  dtype: DType,
+  dtype: TensorDType,
   k: number,
   m: number,
   n: number,

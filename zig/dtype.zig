@@ -1,26 +1,75 @@
 //! The dtype traits table of the core: each element type's code, block size (elements per
-//! block; 1 for plain types) and bytes per block. Its twin is `src/dtype.ts`; the library
-//! reports this table (see tables.zig) and TypeScript checks it when it loads the library.
+//! block; 1 for plain types), bytes per block and ggml's type id (GGML_TYPE_*, what GGUF files
+//! store). Its twin is `src/dtype.ts`; the library reports this table (see tables.zig) and
+//! TypeScript checks it when it loads the library.
 
 /// Element types; the codes are the node table's (`TensorDesc.dtype`).
 pub const DType = enum(u32) {
     f32 = 0,
     f16 = 1,
     i32 = 2,
+    bf16 = 3,
+    q8_0 = 4,
+    q4_0 = 5,
+    q4_1 = 6,
+    q5_0 = 7,
+    q5_1 = 8,
+    q8_1 = 9,
+
+    /// The last code; a larger one names no dtype.
+    pub const last: DType = .q8_1;
 
     /// Elements per block: ggml's quantized types store blocks of 32 or 256; plain types 1.
     pub fn block_size(dtype: DType) usize {
         return switch (dtype) {
-            .f32, .f16, .i32 => 1,
+            .f32, .f16, .i32, .bf16 => 1,
+            .q8_0, .q4_0, .q4_1, .q5_0, .q5_1, .q8_1 => 32,
         };
     }
 
-    /// Bytes one block takes.
+    /// Bytes one block takes (ggml's type_size).
     pub fn block_bytes(dtype: DType) usize {
         return switch (dtype) {
             .f32, .i32 => 4,
-            .f16 => 2,
+            .f16, .bf16 => 2,
+            .q8_0 => 34, // f16 d, 32 x i8
+            .q4_0 => 18, // f16 d, 16 bytes of nibbles
+            .q4_1 => 20, // f16 d, f16 m, 16 bytes of nibbles
+            .q5_0 => 22, // f16 d, u32 high bits, 16 bytes of nibbles
+            .q5_1 => 24, // f16 d, f16 m, u32 high bits, 16 bytes of nibbles
+            .q8_1 => 36, // f16 d, f16 s (d * sum of qs), 32 x i8
         };
+    }
+
+    /// ggml's type id (enum ggml_type), as GGUF files store it.
+    pub fn ggml_type(dtype: DType) u32 {
+        return switch (dtype) {
+            .f32 => 0,
+            .f16 => 1,
+            .q4_0 => 2,
+            .q4_1 => 3,
+            .q5_0 => 6,
+            .q5_1 => 7,
+            .q8_0 => 8,
+            .q8_1 => 9,
+            .i32 => 26,
+            .bf16 => 30,
+        };
+    }
+
+    /// True for the types the node table's kernels take today (f32, f16, i32); the others
+    /// are converted by quant.zig (graft_quantize / graft_dequantize) only, for now.
+    pub fn has_kernels(dtype: DType) bool {
+        return switch (dtype) {
+            .f32, .f16, .i32 => true,
+            else => false,
+        };
+    }
+
+    /// The dtype of a code, or null for a code that names none.
+    pub fn from_code(code: u32) ?DType {
+        if (code > @intFromEnum(last)) return null;
+        return @enumFromInt(code);
     }
 
     /// Bytes per element of a plain (unblocked) type; kernels that index elements use it.

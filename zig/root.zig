@@ -14,13 +14,15 @@ const validate = @import("validate.zig");
 const cpu = @import("cpu.zig");
 const pin = @import("pin.zig");
 const tables = @import("tables.zig");
+const quant = @import("quant.zig");
+const DType = @import("dtype.zig").DType;
 
 const Node = node_abi.Node;
 const Status = node_abi.Status;
 const fail = status_module.fail;
 
 /// Bumped whenever an export, the node table or a status code changes meaning.
-pub const abi_version: u32 = 5;
+pub const abi_version: u32 = 6;
 
 pub const buffers_max = 4096;
 pub const allocators_max = 4096;
@@ -141,6 +143,76 @@ export fn graft_live(out: *[6]u64) c_int {
         plans.live_count,
         live_plan_bytes.load(.monotonic),
     };
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantization (quant.zig: ggml's reference formats, bit for bit)
+
+/// The quantizable dtype of a code (bf16 or a block type), or the failure, recorded.
+fn quant_dtype(what: []const u8, dtype_code: u32) union(enum) { ok: DType, failed: Status } {
+    const dtype = DType.from_code(dtype_code) orelse {
+        return .{ .failed = fail(.invalid_argument, "{s}: dtype code {d} names no dtype", .{ what, dtype_code }) };
+    };
+    if (!quant.quantizable(dtype)) {
+        return .{ .failed = fail(.unsupported, "{s}: {s} is not a quantized type (bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q8_1 are)", .{ what, @tagName(dtype) }) };
+    }
+    return .{ .ok = dtype };
+}
+
+/// The bytes `n` elements of `dtype` take, or null with the failure recorded when `n` is not
+/// whole blocks or above buffer_bytes_max elements.
+fn quant_bytes(what: []const u8, dtype: DType, n: u64) ?u64 {
+    if (n > buffer_bytes_max) {
+        _ = fail(.invalid_argument, "{s}: {d} elements exceed buffer_bytes_max ({d})", .{ what, n, buffer_bytes_max });
+        return null;
+    }
+    if (n % dtype.block_size() != 0) {
+        _ = fail(.invalid_argument, "{s}: {d} elements are not whole {s} blocks of {d}", .{ what, n, @tagName(dtype), dtype.block_size() });
+        return null;
+    }
+    return quant.row_bytes(dtype, n);
+}
+
+/// Quantizes `n` f32 values at `source` (any alignment) into `destination` as `dtype` (bf16 or
+/// a block type; `n` whole blocks), exactly as ggml's quantize_row_*_ref. `destination_capacity`
+/// must hold the result (n / block_size * block_bytes bytes; out_of_space otherwise).
+export fn graft_quantize(dtype_code: u32, source: ?[*]const u8, n: u64, destination: ?[*]u8, destination_capacity: u64) c_int {
+    const what = "quantize";
+    const dtype = switch (quant_dtype(what, dtype_code)) {
+        .ok => |dtype| dtype,
+        .failed => |status| return status_code(status),
+    };
+    const size = quant_bytes(what, dtype, n) orelse return status_code(.invalid_argument);
+    if (destination_capacity < size) {
+        return status_code(fail(.out_of_space, "quantize: {d} {s} elements take {d} bytes; the destination holds {d}", .{ n, @tagName(dtype), size, destination_capacity }));
+    }
+    if (n == 0) return 0;
+    const src = source orelse return status_code(fail(.invalid_argument, "quantize: source is null", .{}));
+    const dst = destination orelse return status_code(fail(.invalid_argument, "quantize: destination is null", .{}));
+    const values: [*]align(1) const f32 = @ptrCast(src);
+    quant.quantize_row(dtype, values[0..@intCast(n)], dst[0..@intCast(size)]);
+    return 0;
+}
+
+/// Dequantizes `n` elements of `dtype` (bf16 or a block type; `n` whole blocks) from `source`
+/// (`source_bytes` long, at least n / block_size * block_bytes; out_of_bounds otherwise) into
+/// `n` f32 values at `destination` (any alignment), exactly as ggml's dequantize_row_*.
+export fn graft_dequantize(dtype_code: u32, source: ?[*]const u8, source_bytes: u64, destination: ?[*]u8, n: u64) c_int {
+    const what = "dequantize";
+    const dtype = switch (quant_dtype(what, dtype_code)) {
+        .ok => |dtype| dtype,
+        .failed => |status| return status_code(status),
+    };
+    const size = quant_bytes(what, dtype, n) orelse return status_code(.invalid_argument);
+    if (source_bytes < size) {
+        return status_code(fail(.out_of_bounds, "dequantize: {d} {s} elements take {d} bytes; the source has {d}", .{ n, @tagName(dtype), size, source_bytes }));
+    }
+    if (n == 0) return 0;
+    const src = source orelse return status_code(fail(.invalid_argument, "dequantize: source is null", .{}));
+    const dst = destination orelse return status_code(fail(.invalid_argument, "dequantize: destination is null", .{}));
+    const values: [*]align(1) f32 = @ptrCast(dst);
+    quant.dequantize_row(dtype, src[0..@intCast(size)], values[0..@intCast(n)]);
     return 0;
 }
 

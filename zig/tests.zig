@@ -4,4 +4,5 @@ test {
     _ = @import("registry.zig");
     _ = @import("pool.zig");
     _ = @import("kernels/tests.zig");
+    _ = @import("quant.zig");
 }

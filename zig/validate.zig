@@ -91,8 +91,13 @@ fn fail(status: Status, reason: []const u8) Verdict {
 /// Dtype code, null data, ne in [1, ne_max], nb in [0, nb_max], overflow-free extent. A dst
 /// stride of 0 over more than one element is refused: threads would race on one address.
 fn check_tensor(comptime label: []const u8, t: *const TensorDesc, is_dst: bool) ?Verdict {
-    if (t.dtype > @intFromEnum(DType.i32)) {
+    const dtype = DType.from_code(t.dtype) orelse {
         return fail(.invalid_argument, label ++ ".dtype unknown");
+    };
+    // bf16 and the block-quantized types have no kernels yet (only graft_quantize and
+    // graft_dequantize take them); every rule below and every kernel assumes a plain type.
+    if (!dtype.has_kernels()) {
+        return fail(.unsupported, label ++ ".dtype is one no kernel takes yet (bf16 or quantized)");
     }
     if (t.data == 0) return fail(.invalid_argument, label ++ ".data is null");
     // i128: each factor is bounded below, so neither product can overflow before its check.
@@ -124,6 +129,7 @@ fn check_tensor(comptime label: []const u8, t: *const TensorDesc, is_dst: bool) 
 
 fn dtype_of(t: *const TensorDesc) DType {
     assert(t.dtype <= @intFromEnum(DType.i32));
+    assert(DType.from_code(t.dtype).?.has_kernels());
     return @enumFromInt(t.dtype);
 }
 

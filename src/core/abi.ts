@@ -9,7 +9,7 @@
  */
 
 /** The ABI version this binding speaks; `graft_abi_version()` must return it. */
-export const ABI_VERSION = 5;
+export const ABI_VERSION = 6;
 
 /** Native symbols of the Graft core (the C ABI of `zig/root.zig`). */
 export const symbols = {
@@ -73,6 +73,10 @@ export const symbols = {
   /** (plan, out: u64[capacity], capacity) */
   graft_plan_timings: { parameters: ["u32", "buffer", "u32"], result: "i32" },
   graft_plan_free: { parameters: ["u32"], result: "i32" },
+  /** (dtype_code, source: f32[n], n, destination, destination_capacity): ggml's quantize_row_*_ref */
+  graft_quantize: { parameters: ["u32", "buffer", "u64", "buffer", "u64"], result: "i32" },
+  /** (dtype_code, source, source_bytes, destination: f32[n], n): ggml's dequantize_row_* */
+  graft_dequantize: { parameters: ["u32", "buffer", "u64", "buffer", "u64"], result: "i32" },
 } as const satisfies Deno.ForeignLibraryInterface;
 
 type ParamType<P> = P extends "u32" | "i32" | "f64" ? number

@@ -6,7 +6,7 @@
  * @module
  */
 
-import { type DType, isDType } from "../dtype.ts";
+import { isTensorDType, type TensorDType } from "../dtype.ts";
 
 /** GGUF metadata value types, by their code in the file. */
 export const ValueType: {
@@ -128,7 +128,7 @@ export function ggmlTypeByName(name: string): GgmlType | undefined {
   return undefined;
 }
 
-/** The Graft dtype that holds tensors of this ggml type, or undefined if Graft has none. */
-export function graftDType(type: GgmlType): DType | undefined {
-  return isDType(type.name) ? type.name : undefined;
+/** The Graft dtype whose tensors hold this ggml type, or undefined if tensors cannot yet. */
+export function graftDType(type: GgmlType): TensorDType | undefined {
+  return isTensorDType(type.name) ? type.name : undefined;
 }

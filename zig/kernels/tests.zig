@@ -117,6 +117,7 @@ fn get(desc: *const TensorDesc, flat: usize) f64 {
         .f32 => common.load_f32(address),
         .f16 => common.load_f16(address),
         .i32 => @floatFromInt(@as(i32, @bitCast(common.load_u32(address)))),
+        else => unreachable, // no kernel takes bf16 or block types yet
     };
 }
 
@@ -126,6 +127,7 @@ fn set(desc: *const TensorDesc, flat: usize, value: f64) void {
         .f32 => common.store_f32(address, @floatCast(value)),
         .f16 => common.store_f16(address, @floatCast(value)),
         .i32 => common.store_u32(address, @bitCast(@as(i32, @intFromFloat(value)))),
+        else => unreachable, // no kernel takes bf16 or block types yet
     }
 }
 
@@ -1192,11 +1194,18 @@ test "validate_node names the op and the broken rule; compute_node refuses the s
         "relu: dst.nb[1] == 0 with ne[1] > 1",
     );
     bad = a.desc;
-    bad.dtype = 7;
+    bad.dtype = @intFromEnum(DType.last) + 1;
     try expect_verdict(
         &make_node(.relu, a.desc, &.{bad}),
         .invalid_argument,
         "relu: src0.dtype unknown",
+    );
+    bad = a.desc;
+    bad.dtype = @intFromEnum(DType.q4_0);
+    try expect_verdict(
+        &make_node(.relu, a.desc, &.{bad}),
+        .unsupported,
+        "relu: src0.dtype is one no kernel takes yet (bf16 or quantized)",
     );
     bad = a.desc;
     bad.ne = .{ 1 << 30, 1 << 30, 1, 1 };

@@ -1,0 +1,495 @@
+//! ggml's block formats, bit for bit: quantize_row_*_ref and dequantize_row_* of
+//! ggml/src/ggml-quants.c for q8_0, q4_0, q4_1, q5_0, q5_1 and q8_1, and f32 <-> bf16 as
+//! ggml_compute_fp32_to_bf16 / ggml_compute_bf16_to_fp32. Scalar reference code (what GGUF
+//! files are written with); kernels that compute on quantized weights come later.
+//!
+//! Bit identity: ggml builds these functions into ggml-base for the baseline x86-64 target, so
+//! its arithmetic is plain f32 without fused multiply-adds, which is what Zig emits (its float
+//! mode is strict). Where C converts a float to int8_t/uint8_t, an x86 build takes the low byte
+//! of cvttss2si's 32-bit result; `c_float_to_byte` does the same, so NaN, infinite and
+//! out-of-range values (undefined behaviour in C, never a crash here) give ggml's x86 bytes.
+//!
+//! Block layouts (little-endian, packed; ggml-common.h):
+//!   q8_0 (34 bytes): f16 d, i8 qs[32]                     x = qs * d
+//!   q4_0 (18 bytes): f16 d, u8 qs[16] (low nibble: elements 0..15, high: 16..31)
+//!                                                          x = (q - 8) * d
+//!   q4_1 (20 bytes): f16 d, f16 m, u8 qs[16]              x = q * d + m
+//!   q5_0 (22 bytes): f16 d, u32 qh (bit j: fifth bit of element j), u8 qs[16]
+//!                                                          x = (q - 16) * d
+//!   q5_1 (24 bytes): f16 d, f16 m, u32 qh, u8 qs[16]      x = q * d + m
+//!   q8_1 (36 bytes): f16 d, f16 s (= sum(qs) * d), i8 qs[32]
+//!                                                          x = qs * d
+//! ggml has no dequantize_row_q8_1 (q8_1 only feeds its dot products); Graft's is q8_0's,
+//! ignoring s.
+
+const std = @import("std");
+const DType = @import("dtype.zig").DType;
+
+const assert = std.debug.assert;
+
+/// Elements per block of every block type here (ggml's QK4_0 ... QK8_1).
+pub const qk = 32;
+
+/// True for the dtypes `quantize_row` and `dequantize_row` take: bf16 and the block types.
+pub fn quantizable(dtype: DType) bool {
+    return switch (dtype) {
+        .bf16, .q8_0, .q4_0, .q4_1, .q5_0, .q5_1, .q8_1 => true,
+        .f32, .f16, .i32 => false,
+    };
+}
+
+/// Bytes that `n` elements of `dtype` take; `n` must be whole blocks.
+pub fn row_bytes(dtype: DType, n: u64) u64 {
+    assert(n % dtype.block_size() == 0);
+    return n / dtype.block_size() * dtype.block_bytes();
+}
+
+/// Quantizes `src` (whole blocks of `dtype`) into `dst` (exactly `row_bytes` long).
+pub fn quantize_row(dtype: DType, src: []align(1) const f32, dst: []u8) void {
+    assert(quantizable(dtype));
+    assert(dst.len == row_bytes(dtype, src.len));
+    if (dtype == .bf16) {
+        for (src, 0..) |x, i| std.mem.writeInt(u16, dst[2 * i ..][0..2], fp32_to_bf16(x), .little);
+        return;
+    }
+    const block_bytes = dtype.block_bytes();
+    var block: usize = 0;
+    while (block * qk < src.len) : (block += 1) {
+        const x: [qk]f32 = src[block * qk ..][0..qk].*; // src may be unaligned
+        const y = dst[block * block_bytes ..][0..block_bytes];
+        switch (dtype) {
+            .q8_0 => quantize_q8_0(&x, y[0..34]),
+            .q4_0 => quantize_q4_0(&x, y[0..18]),
+            .q4_1 => quantize_q4_1(&x, y[0..20]),
+            .q5_0 => quantize_q5_0(&x, y[0..22]),
+            .q5_1 => quantize_q5_1(&x, y[0..24]),
+            .q8_1 => quantize_q8_1(&x, y[0..36]),
+            .f32, .f16, .i32, .bf16 => unreachable,
+        }
+    }
+}
+
+/// Dequantizes `row_bytes(dtype, dst.len)` bytes of `src` into `dst` (whole blocks).
+pub fn dequantize_row(dtype: DType, src: []const u8, dst: []align(1) f32) void {
+    assert(quantizable(dtype));
+    assert(src.len == row_bytes(dtype, dst.len));
+    if (dtype == .bf16) {
+        for (dst, 0..) |*y, i| y.* = bf16_to_fp32(std.mem.readInt(u16, src[2 * i ..][0..2], .little));
+        return;
+    }
+    const block_bytes = dtype.block_bytes();
+    var block: usize = 0;
+    while (block * qk < dst.len) : (block += 1) {
+        const x = src[block * block_bytes ..][0..block_bytes];
+        var y: [qk]f32 = undefined;
+        switch (dtype) {
+            .q8_0 => dequantize_q8(x[0..34], 2, &y),
+            .q4_0 => dequantize_q4_0(x[0..18], &y),
+            .q4_1 => dequantize_q4_1(x[0..20], &y),
+            .q5_0 => dequantize_q5_0(x[0..22], &y),
+            .q5_1 => dequantize_q5_1(x[0..24], &y),
+            .q8_1 => dequantize_q8(x[0..36], 4, &y),
+            .f32, .f16, .i32, .bf16 => unreachable,
+        }
+        dst[block * qk ..][0..qk].* = y; // dst may be unaligned
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conversions
+
+/// GGML_FP32_TO_FP16: round to nearest even, overflow to infinity; NaN becomes the quiet NaN
+/// 0x7e00 with the sign kept (ggml_compute_fp32_to_fp16).
+pub fn fp32_to_fp16(x: f32) u16 {
+    const bits: u32 = @bitCast(x);
+    if (std.math.isNan(x)) return @as(u16, @truncate(bits >> 16)) & 0x8000 | 0x7e00;
+    return @bitCast(@as(f16, @floatCast(x)));
+}
+
+/// GGML_FP16_TO_FP32 (exact).
+pub fn fp16_to_fp32(h: u16) f32 {
+    return @floatCast(@as(f16, @bitCast(h)));
+}
+
+/// ggml_compute_fp32_to_bf16: round to nearest even; NaN keeps its top 16 bits with the quiet
+/// bit (64) forced on.
+pub fn fp32_to_bf16(x: f32) u16 {
+    const bits: u32 = @bitCast(x);
+    if (bits & 0x7fffffff > 0x7f800000) return @as(u16, @truncate(bits >> 16)) | 64;
+    return @truncate((bits +% (0x7fff + ((bits >> 16) & 1))) >> 16);
+}
+
+/// ggml_compute_bf16_to_fp32 (exact).
+pub fn bf16_to_fp32(h: u16) f32 {
+    return @bitCast(@as(u32, h) << 16);
+}
+
+/// C's conversion of a float to int8_t or uint8_t as x86 builds do it: cvttss2si (truncation
+/// toward zero into 32 bits; 0x80000000 for NaN and values out of the i32 range), low byte.
+fn c_float_to_byte(x: f32) u8 {
+    const wide: i32 = if (x > -2147483904.0 and x < 2147483648.0)
+        @intFromFloat(x)
+    else
+        std.math.minInt(i32);
+    return @truncate(@as(u32, @bitCast(wide)));
+}
+
+/// `MIN(limit, (int8_t)x)` stored into a uint8_t, as ggml writes q4_0, q4_1 and q5_0.
+fn c_min_int8(limit: i8, x: f32) u8 {
+    const value: i8 = @bitCast(c_float_to_byte(x));
+    return @bitCast(@min(limit, value));
+}
+
+/// ggml's `d ? 1.0f/d : 0.0f` (NaN is true in C, and here).
+fn inverse(d: f32) f32 {
+    return if (d != 0) 1.0 / d else 0.0;
+}
+
+fn write_f16(bytes: *[2]u8, x: f32) void {
+    std.mem.writeInt(u16, bytes, fp32_to_fp16(x), .little);
+}
+
+fn read_f16(bytes: *const [2]u8) f32 {
+    return fp16_to_fp32(std.mem.readInt(u16, bytes, .little));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantize (quantize_row_*_ref, one block each)
+
+/// The value of largest magnitude (the first of equals), as q4_0 and q5_0 pick it.
+fn signed_absmax(x: *const [qk]f32) f32 {
+    var amax: f32 = 0;
+    var max: f32 = 0;
+    for (x) |v| {
+        if (amax < @abs(v)) {
+            amax = @abs(v);
+            max = v;
+        }
+    }
+    return max;
+}
+
+/// `amax = MAX(amax, fabsf(v))` with ggml's MAX macro (a NaN element makes amax NaN).
+fn absmax(x: *const [qk]f32) f32 {
+    var amax: f32 = 0;
+    for (x) |v| amax = if (amax > @abs(v)) amax else @abs(v);
+    return amax;
+}
+
+/// ggml's min and max from FLT_MAX and -FLT_MAX (NaN elements are skipped).
+fn min_max(x: *const [qk]f32) [2]f32 {
+    var min: f32 = std.math.floatMax(f32);
+    var max: f32 = -std.math.floatMax(f32);
+    for (x) |v| {
+        if (v < min) min = v;
+        if (v > max) max = v;
+    }
+    return .{ min, max };
+}
+
+fn quantize_q8_0(x: *const [qk]f32, y: *[34]u8) void {
+    const d = absmax(x) / 127.0;
+    const id = inverse(d);
+    write_f16(y[0..2], d);
+    for (x, 0..) |v, j| y[2 + j] = c_float_to_byte(@round(v * id));
+}
+
+fn quantize_q8_1(x: *const [qk]f32, y: *[36]u8) void {
+    const d = absmax(x) / 127.0;
+    const id = inverse(d);
+    write_f16(y[0..2], d);
+    var sum: i32 = 0;
+    for (x, 0..) |v, j| {
+        const q = c_float_to_byte(@round(v * id));
+        y[4 + j] = q;
+        sum += @as(i8, @bitCast(q));
+    }
+    write_f16(y[2..4], @as(f32, @floatFromInt(sum)) * d);
+}
+
+fn quantize_q4_0(x: *const [qk]f32, y: *[18]u8) void {
+    const d = signed_absmax(x) / -8.0;
+    const id = inverse(d);
+    write_f16(y[0..2], d);
+    for (0..qk / 2) |j| {
+        const xi0: u32 = c_min_int8(15, x[j] * id + 8.5);
+        const xi1: u32 = c_min_int8(15, x[qk / 2 + j] * id + 8.5);
+        y[2 + j] = @truncate(xi0 | xi1 << 4);
+    }
+}
+
+fn quantize_q4_1(x: *const [qk]f32, y: *[20]u8) void {
+    const min, const max = min_max(x);
+    const d = (max - min) / 15.0;
+    const id = inverse(d);
+    write_f16(y[0..2], d);
+    write_f16(y[2..4], min);
+    for (0..qk / 2) |j| {
+        const xi0: u32 = c_min_int8(15, (x[j] - min) * id + 0.5);
+        const xi1: u32 = c_min_int8(15, (x[qk / 2 + j] - min) * id + 0.5);
+        y[4 + j] = @truncate(xi0 | xi1 << 4);
+    }
+}
+
+/// The low nibbles and the packed fifth bits of q5_0 and q5_1.
+fn pack5(y_qh: *[4]u8, y_qs: *[16]u8, xi: *const [qk]u8) void {
+    var qh: u32 = 0;
+    for (0..qk / 2) |j| {
+        const xi0: u32 = xi[j];
+        const xi1: u32 = xi[qk / 2 + j];
+        y_qs[j] = @truncate((xi0 & 0x0f) | (xi1 & 0x0f) << 4);
+        qh |= ((xi0 & 0x10) >> 4) << @intCast(j);
+        qh |= ((xi1 & 0x10) >> 4) << @intCast(j + qk / 2);
+    }
+    std.mem.writeInt(u32, y_qh, qh, .little);
+}
+
+fn quantize_q5_0(x: *const [qk]f32, y: *[22]u8) void {
+    const d = signed_absmax(x) / -16.0;
+    const id = inverse(d);
+    write_f16(y[0..2], d);
+    var xi: [qk]u8 = undefined;
+    for (x, 0..) |v, j| xi[j] = c_min_int8(31, v * id + 16.5);
+    pack5(y[2..6], y[6..22], &xi);
+}
+
+fn quantize_q5_1(x: *const [qk]f32, y: *[24]u8) void {
+    const min, const max = min_max(x);
+    const d = (max - min) / 31.0;
+    const id = inverse(d);
+    write_f16(y[0..2], d);
+    write_f16(y[2..4], min);
+    var xi: [qk]u8 = undefined;
+    for (x, 0..) |v, j| xi[j] = c_float_to_byte((v - min) * id + 0.5);
+    pack5(y[4..8], y[8..24], &xi);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dequantize (dequantize_row_*, one block each)
+
+fn int_f32(value: i32) f32 {
+    return @floatFromInt(value);
+}
+
+/// q8_0 and q8_1: the quants start at `offset`.
+fn dequantize_q8(x: []const u8, comptime offset: usize, y: *[qk]f32) void {
+    const d = read_f16(x[0..2]);
+    for (y, 0..) |*out, j| out.* = int_f32(@as(i8, @bitCast(x[offset + j]))) * d;
+}
+
+fn dequantize_q4_0(x: *const [18]u8, y: *[qk]f32) void {
+    const d = read_f16(x[0..2]);
+    for (0..qk / 2) |j| {
+        const q = x[2 + j];
+        y[j] = int_f32(@as(i32, q & 0x0f) - 8) * d;
+        y[qk / 2 + j] = int_f32(@as(i32, q >> 4) - 8) * d;
+    }
+}
+
+fn dequantize_q4_1(x: *const [20]u8, y: *[qk]f32) void {
+    const d = read_f16(x[0..2]);
+    const m = read_f16(x[2..4]);
+    for (0..qk / 2) |j| {
+        const q = x[4 + j];
+        y[j] = int_f32(q & 0x0f) * d + m;
+        y[qk / 2 + j] = int_f32(q >> 4) * d + m;
+    }
+}
+
+/// Element j's five bits of q5_0 / q5_1.
+fn unpack5(qh: u32, qs: *const [16]u8, j: usize) [2]i32 {
+    const shift: u5 = @intCast(j);
+    const xh_0: u32 = (qh >> shift << 4) & 0x10;
+    const xh_1: u32 = (qh >> (shift + 12)) & 0x10;
+    return .{ @intCast((qs[j] & 0x0f) | xh_0), @intCast((qs[j] >> 4) | xh_1) };
+}
+
+fn dequantize_q5_0(x: *const [22]u8, y: *[qk]f32) void {
+    const d = read_f16(x[0..2]);
+    const qh = std.mem.readInt(u32, x[2..6], .little);
+    for (0..qk / 2) |j| {
+        const q = unpack5(qh, x[6..22], j);
+        y[j] = int_f32(q[0] - 16) * d;
+        y[qk / 2 + j] = int_f32(q[1] - 16) * d;
+    }
+}
+
+fn dequantize_q5_1(x: *const [24]u8, y: *[qk]f32) void {
+    const d = read_f16(x[0..2]);
+    const m = read_f16(x[2..4]);
+    const qh = std.mem.readInt(u32, x[4..8], .little);
+    for (0..qk / 2) |j| {
+        const q = unpack5(qh, x[8..24], j);
+        y[j] = int_f32(q[0]) * d + m;
+        y[qk / 2 + j] = int_f32(q[1]) * d + m;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests: round trips within each format's error bound, computed in f64.
+
+const testing = std.testing;
+
+const quant_types = [_]DType{ .q8_0, .q4_0, .q4_1, .q5_0, .q5_1, .q8_1 };
+
+/// Largest round-trip error one block may have, from its f64 range: half a step for rounding
+/// (a whole step where the format clamps its top level: q4_0, q5_0), plus what rounding d and
+/// m to f16 moves the largest level by.
+fn error_bound(dtype: DType, x: *const [qk]f32) f64 {
+    var amax: f64 = 0;
+    var min: f64 = std.math.inf(f64);
+    var max: f64 = -std.math.inf(f64);
+    for (x) |v| {
+        amax = @max(amax, @abs(@as(f64, v)));
+        min = @min(min, @as(f64, v));
+        max = @max(max, @as(f64, v));
+    }
+    // Rounding d or m to f16 moves it by at most 2^-11 relative, or half the smallest
+    // subnormal step (2^-25) where f16 has no normal number that small.
+    const f16_eps = std.math.pow(f64, 2, -11);
+    const f16_half_step = std.math.pow(f64, 2, -25);
+    const rounded = struct {
+        fn by(value: f64, eps: f64, floor: f64) f64 {
+            return @max(@abs(value) * eps, floor);
+        }
+    }.by;
+    return switch (dtype) {
+        .q8_0, .q8_1 => 0.5 * amax / 127 + 127 * rounded(amax / 127, f16_eps, f16_half_step),
+        .q4_0 => amax / 8 + 8 * rounded(amax / 8, f16_eps, f16_half_step),
+        .q5_0 => amax / 16 + 16 * rounded(amax / 16, f16_eps, f16_half_step),
+        .q4_1 => 0.5 * (max - min) / 15 + 15 * rounded((max - min) / 15, f16_eps, f16_half_step) +
+            rounded(min, f16_eps, f16_half_step),
+        .q5_1 => 0.5 * (max - min) / 31 + 31 * rounded((max - min) / 31, f16_eps, f16_half_step) +
+            rounded(min, f16_eps, f16_half_step),
+        else => unreachable,
+    };
+}
+
+fn roundTrip(dtype: DType, src: []const f32) !void {
+    var bytes: [8 * 36]u8 = undefined;
+    var back: [8 * qk]f32 = undefined;
+    const size: usize = @intCast(row_bytes(dtype, src.len));
+    quantize_row(dtype, src, bytes[0..size]);
+    dequantize_row(dtype, bytes[0..size], back[0..src.len]);
+    var block: usize = 0;
+    while (block * qk < src.len) : (block += 1) {
+        const x = src[block * qk ..][0..qk];
+        const bound = error_bound(dtype, x);
+        for (x, back[block * qk ..][0..qk]) |want, got| {
+            const err = @abs(@as(f64, got) - @as(f64, want));
+            if (!(err <= bound)) {
+                std.debug.print("{s}: {d} -> {d}, error {e} > bound {e}\n", .{ @tagName(dtype), want, got, err, bound });
+                return error.TestUnexpectedResult;
+            }
+        }
+    }
+}
+
+fn randomRows(random: std.Random, rows: *[8 * qk]f32) void {
+    for (rows, 0..) |*v, i| {
+        const block = i / qk;
+        const u = random.float(f32) * 2 - 1;
+        v.* = switch (block) {
+            0 => u, // [-1, 1)
+            1 => u * 1000, // large
+            2 => u * 1e-3, // small
+            3 => -@abs(u) - 0.5, // negative only
+            4 => @abs(u) + 3, // positive only, away from zero
+            5 => if (i % 7 == 0) u * 50 else u, // outliers
+            6 => 0.25, // all equal
+            else => 0, // all zero
+        };
+    }
+}
+
+test "quant: every block format round-trips within its error bound" {
+    var prng = std.Random.DefaultPrng.init(0x5eed);
+    var rows: [8 * qk]f32 = undefined;
+    for (0..20) |_| {
+        randomRows(prng.random(), &rows);
+        inline for (quant_types) |dtype| try roundTrip(dtype, &rows);
+    }
+}
+
+test "quant: zeros and equal values reproduce exactly where the format can" {
+    const zeros = [_]f32{0} ** qk;
+    inline for (quant_types) |dtype| {
+        var bytes: [36]u8 = undefined;
+        var back: [qk]f32 = undefined;
+        const size: usize = @intCast(row_bytes(dtype, qk));
+        quantize_row(dtype, &zeros, bytes[0..size]);
+        dequantize_row(dtype, bytes[0..size], &back);
+        for (back) |v| try testing.expectEqual(@as(f32, 0), v);
+    }
+    // q4_1 / q5_1 store an all-equal block as its minimum with d = 0.
+    const equal = [_]f32{1.5} ** qk;
+    inline for (.{ DType.q4_1, DType.q5_1 }) |dtype| {
+        var bytes: [24]u8 = undefined;
+        var back: [qk]f32 = undefined;
+        const size: usize = @intCast(row_bytes(dtype, qk));
+        quantize_row(dtype, &equal, bytes[0..size]);
+        dequantize_row(dtype, bytes[0..size], &back);
+        for (back) |v| try testing.expectEqual(@as(f32, 1.5), v);
+    }
+}
+
+test "quant: q4_0 of 0..31 gives ggml's bytes" {
+    // amax = 31 (positive): d = -31/8 = -3.875 (f16 0xc3c0), x*id + 8.5 truncated, capped at 15.
+    var x: [qk]f32 = undefined;
+    for (&x, 0..) |*v, i| v.* = @floatFromInt(i);
+    var y: [18]u8 = undefined;
+    quantize_row(.q4_0, &x, &y);
+    try testing.expectEqual(@as(u16, 0xc3c0), std.mem.readInt(u16, y[0..2], .little));
+    for (0..16) |j| {
+        const lo: u8 = @intFromFloat(@trunc(@as(f32, @floatFromInt(j)) * (1.0 / -3.875) + 8.5));
+        const hi: u8 = @intFromFloat(@trunc(@as(f32, @floatFromInt(j + 16)) * (1.0 / -3.875) + 8.5));
+        try testing.expectEqual(@as(u8, @min(15, lo)) | (@as(u8, @min(15, hi)) << 4), y[2 + j]);
+    }
+}
+
+test "quant: q8_1 stores d times the sum of its quants" {
+    var x: [qk]f32 = undefined;
+    for (&x, 0..) |*v, i| v.* = @as(f32, @floatFromInt(i)) - 10;
+    var y: [36]u8 = undefined;
+    quantize_row(.q8_1, &x, &y);
+    const d = fp16_to_fp32(std.mem.readInt(u16, y[0..2], .little));
+    try testing.expectEqual(fp16_to_fp32(fp32_to_fp16(21.0 / 127.0)), d);
+    var sum: i32 = 0;
+    for (y[4..]) |q| sum += @as(i8, @bitCast(q));
+    const s = std.mem.readInt(u16, y[2..4], .little);
+    try testing.expectEqual(fp32_to_fp16(@as(f32, @floatFromInt(sum)) * (21.0 / 127.0)), s);
+}
+
+test "quant: bf16 rounds to nearest even and keeps NaN quiet" {
+    try testing.expectEqual(@as(u16, 0x3f80), fp32_to_bf16(1.0));
+    try testing.expectEqual(@as(u16, 0x3f80), fp32_to_bf16(@bitCast(@as(u32, 0x3f808000)))); // tie, even stays
+    try testing.expectEqual(@as(u16, 0x3f82), fp32_to_bf16(@bitCast(@as(u32, 0x3f818000)))); // tie, odd rounds up
+    try testing.expectEqual(@as(u16, 0x3f81), fp32_to_bf16(@bitCast(@as(u32, 0x3f808001))));
+    try testing.expectEqual(@as(u16, 0x7f80), fp32_to_bf16(std.math.inf(f32)));
+    try testing.expectEqual(@as(u16, 0x7f80), fp32_to_bf16(std.math.floatMax(f32))); // overflows
+    try testing.expectEqual(@as(u16, 0x7fc0), fp32_to_bf16(@bitCast(@as(u32, 0x7f800001)))); // sNaN quieted
+    try testing.expectEqual(@as(u16, 0xffc1), fp32_to_bf16(@bitCast(@as(u32, 0xff81ffff))));
+    var prng = std.Random.DefaultPrng.init(7);
+    for (0..1000) |_| {
+        const x = (prng.random().float(f32) * 2 - 1) * 1e6;
+        const back: f64 = bf16_to_fp32(fp32_to_bf16(x));
+        try testing.expect(@abs(back - x) <= @abs(@as(f64, x)) * std.math.pow(f64, 2, -8));
+    }
+}
+
+test "quant: NaN, infinities and huge values never trap" {
+    const specials = [_]f32{ std.math.nan(f32), std.math.inf(f32), -std.math.inf(f32), std.math.floatMax(f32), -std.math.floatMax(f32), 1e-45, 0, -0.0 };
+    var x: [qk]f32 = undefined;
+    for (&x, 0..) |*v, i| v.* = specials[i % specials.len];
+    inline for (quant_types ++ [_]DType{.bf16}) |dtype| {
+        var bytes: [64]u8 = undefined;
+        var back: [qk]f32 = undefined;
+        const size: usize = @intCast(row_bytes(dtype, qk));
+        quantize_row(dtype, &x, bytes[0..size]);
+        dequantize_row(dtype, bytes[0..size], &back);
+    }
+    try testing.expectEqual(@as(u8, 0), c_float_to_byte(std.math.nan(f32)));
+    try testing.expectEqual(@as(u8, 0), c_float_to_byte(3e9));
+    try testing.expectEqual(@as(u8, 0xff), c_float_to_byte(-1.5));
+    try testing.expectEqual(@as(u16, 0x7e00), fp32_to_fp16(std.math.nan(f32)) & 0x7fff);
+}

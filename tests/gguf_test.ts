@@ -325,4 +325,37 @@ Deno.test({
   },
 });
 
+/** The gguf package's sha256 of each tensor dequantized to f32, or null without python/gguf. */
+async function pythonDequantHashes(path: string): Promise<Record<string, string> | null> {
+  if (python === null) return null;
+  const output = await new Deno.Command("python3", {
+    args: [new URL("../tools/gguf_dequant_hashes.py", import.meta.url).pathname, path],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!output.success) throw new Error(new TextDecoder().decode(output.stderr));
+  return JSON.parse(new TextDecoder().decode(output.stdout));
+}
+
+async function sha256(values: Float32Array): Promise<string> {
+  const bytes = new Uint8Array(values.byteLength);
+  bytes.set(new Uint8Array(values.buffer, values.byteOffset, values.byteLength));
+  const digest = await crypto.subtle.digest("SHA-256", bytes);
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+Deno.test({
+  name: "SmolLM2 Q4_1: every tensor dequantizes bit-identical to gguf.quants.dequantize",
+  ignore: !haveModel || python === null,
+  fn: async () => {
+    const expected = (await pythonDequantHashes(MODEL))!;
+    using file = GGUFFile.open(MODEL);
+    assert.equal(Object.keys(expected).length, file.header.tensors.length);
+    for (const info of file.header.tensors) {
+      const got = await sha256(file.dequantizeTensor(info));
+      assert.equal(got, expected[info.name], `${info.name} (${info.type.name})`);
+    }
+  },
+});
+
 Deno.test("gguf: nothing native is left alive", () => assertNothingLive(baseline));

@@ -1,7 +1,8 @@
 /**
  * `deno task gguf <command>`: GGUF files from the command line, like llama.cpp's gguf-dump.
  *
- *   info FILE [--json]   metadata and tensor table (--json: one JSON document)
+ *   info FILE [--json]                 metadata and tensor table (--json: one JSON document)
+ *   dequant FILE TENSOR --out OUT.f32  one tensor's values as raw little-endian f32
  *
  * @module
  */
@@ -62,16 +63,30 @@ function info(path: string, asJson: boolean): void {
   }
 }
 
+function dequant(path: string, name: string, out: string): void {
+  using file = GGUFFile.open(path);
+  const values = file.dequantizeTensor(file.tensor(name));
+  Deno.writeFileSync(out, new Uint8Array(values.buffer, values.byteOffset, values.byteLength));
+  console.log(`${name}: ${values.length} values (${file.tensor(name).type.name}) -> ${out}`);
+}
+
 function usage(): never {
-  console.error("usage: deno task gguf info FILE [--json]");
+  console.error(
+    "usage: deno task gguf info FILE [--json]\n       deno task gguf dequant FILE TENSOR --out OUT.f32",
+  );
   Deno.exit(2);
 }
 
 if (import.meta.main) {
   const [command, path, ...rest] = Deno.args;
-  if (command !== "info" || !path) usage();
+  if (!path || (command !== "info" && command !== "dequant")) usage();
   try {
-    info(path, rest.includes("--json"));
+    if (command === "info") info(path, rest.includes("--json"));
+    else {
+      const out = rest[rest.indexOf("--out") + 1];
+      if (!rest[0] || rest[0] === "--out" || !rest.includes("--out") || !out) usage();
+      dequant(path, rest[0], out);
+    }
   } catch (error) {
     if (error instanceof GGUFError || error instanceof Deno.errors.NotFound) {
       console.error(`gguf: ${error.message}`);

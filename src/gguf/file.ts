@@ -14,6 +14,7 @@ import { type GGUFHeader, type GGUFTensorInfo, readGGUF } from "./reader.ts";
 import { FileSource } from "./source.ts";
 import { graftDType } from "./types.ts";
 import { writeGGUF } from "./writer.ts";
+import { dequantize, isQuantDType } from "../quant.ts";
 import type { Shape } from "../context.ts";
 
 /** Bytes copied from the file into a backend at a time while loading. */
@@ -80,6 +81,25 @@ export class GGUFFile implements Disposable {
   /** Reads one tensor's data from the file. */
   readTensorData(info: GGUFTensorInfo): Uint8Array {
     return this.#source.readAt(this.header.dataOffset + info.offset, info.nbytes);
+  }
+
+  /**
+   * One tensor's values as f32: f32 data as it is, f16 converted, quantized blocks dequantized
+   * as ggml does. A type Graft cannot dequantize is a GGUFError naming it.
+   */
+  dequantizeTensor(info: GGUFTensorInfo): Float32Array {
+    const bytes = this.readTensorData(info);
+    const name = info.type.name;
+    if (name === "f32") return new Float32Array(bytes.slice().buffer);
+    if (name === "f16") return Float32Array.from(new Float16Array(bytes.slice().buffer));
+    if (!isQuantDType(name)) {
+      throw new GGUFError(
+        `tensor ${info.name}.type`,
+        0,
+        `Graft cannot dequantize ggml type ${name} (id ${info.type.id})`,
+      );
+    }
+    return dequantize(bytes, name);
   }
 
   /**

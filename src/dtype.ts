@@ -3,7 +3,8 @@
  * size (elements per block: 1 for plain types, 32 or 256 for ggml's quantized ones), bytes per
  * block, whether it is quantized, ggml's type id (what GGUF files store), the typed array that
  * holds its values and the conversions the copy kernels do. bf16 and the block-quantized types
- * (q8_0, q4_0, q4_1, q5_0, q5_1, q8_1) are ggml's formats, bit for bit: `quantize` and
+ * (q8_0, q4_0, q4_1, q5_0, q5_1, q8_1, and the 256-element k-quants q4_K, q5_K, q6_K, q8_K) are
+ * ggml's formats, bit for bit: `quantize` and
  * `dequantize` (`src/quant.ts`) convert rows of them; no tensor holds them yet. Its twin is `zig/dtype.zig`, checked against it when the library loads.
  * Every other file asks this table: adding a dtype starts with a row here.
  * @module
@@ -60,6 +61,38 @@ export const DTYPES = {
   q5_0: { code: 7, blockSize: 32, blockBytes: 22, quantized: true, convertsTo: [], ggmlType: 6 },
   q5_1: { code: 8, blockSize: 32, blockBytes: 24, quantized: true, convertsTo: [], ggmlType: 7 },
   q8_1: { code: 9, blockSize: 32, blockBytes: 36, quantized: true, convertsTo: [], ggmlType: 9 },
+  q4_K: {
+    code: 10,
+    blockSize: 256,
+    blockBytes: 144,
+    quantized: true,
+    convertsTo: [],
+    ggmlType: 12,
+  },
+  q5_K: {
+    code: 11,
+    blockSize: 256,
+    blockBytes: 176,
+    quantized: true,
+    convertsTo: [],
+    ggmlType: 13,
+  },
+  q6_K: {
+    code: 12,
+    blockSize: 256,
+    blockBytes: 210,
+    quantized: true,
+    convertsTo: [],
+    ggmlType: 14,
+  },
+  q8_K: {
+    code: 13,
+    blockSize: 256,
+    blockBytes: 292,
+    quantized: true,
+    convertsTo: [],
+    ggmlType: 15,
+  },
 } as const satisfies Record<string, DTypeTraits>;
 
 /** An element type name. */

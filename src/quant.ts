@@ -1,6 +1,7 @@
 /**
- * ggml's quantized formats, bit for bit: {@link quantize} turns f32 values into bf16 or one of
- * ggml's 32-element block types (q8_0, q4_0, q4_1, q5_0, q5_1, q8_1) exactly as ggml's
+ * ggml's quantized formats, bit for bit: {@link quantize} turns f32 values into bf16, one of
+ * ggml's 32-element block types (q8_0, q4_0, q4_1, q5_0, q5_1, q8_1) or one of its 256-element
+ * k-quants (q4_K, q5_K, q6_K, q8_K) exactly as ggml's
  * `quantize_row_*_ref` writes them into GGUF files, and {@link dequantize} turns them back as
  * ggml's `dequantize_row_*` does. The arithmetic is the core's (`zig/quant.zig`), so it needs
  * the native library (`--allow-ffi`), found as the backends find it.
@@ -12,7 +13,19 @@ import { type DType, DTYPES, parseDType } from "./dtype.ts";
 import { ArgumentError, DTypeError } from "./errors.ts";
 
 /** The dtypes {@link quantize} and {@link dequantize} take. */
-export const QUANT_DTYPES = ["bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q8_1"] as const;
+export const QUANT_DTYPES = [
+  "bf16",
+  "q8_0",
+  "q4_0",
+  "q4_1",
+  "q5_0",
+  "q5_1",
+  "q8_1",
+  "q4_K",
+  "q5_K",
+  "q6_K",
+  "q8_K",
+] as const;
 
 /** bf16 or one of ggml's block types: a dtype {@link quantize} writes. */
 export type QuantDType = (typeof QUANT_DTYPES)[number];
@@ -42,7 +55,7 @@ function show(value: unknown): string {
 /**
  * Quantizes f32 values into `dtype`'s bytes, as ggml's reference quantizer does (the bytes are
  * those llama.cpp writes into a GGUF file). `data.length` must be whole blocks (32 values for
- * the block types, any length for bf16).
+ * the block types, 256 for the k-quants, any length for bf16).
  *
  * Throws ArgumentError for data that is not a Float32Array or not whole blocks, and DTypeError
  * for a dtype that is not one of {@link QUANT_DTYPES}; each names the value.

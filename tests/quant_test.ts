@@ -4,6 +4,9 @@
  * ggml-quants.c): quantized bytes, dequantized values (as f32 bits) and the dequantization of
  * random block bytes. gguf-py has no q8_1, so q8_1 is compared with `q8_1Reference` below, an
  * f64 re-statement of ggml's quantize_row_q8_1_ref (f32 steps rounded with Math.fround).
+ * The k-quants q4_K, q5_K, q6_K and q8_K are compared with what ggml's own C code writes
+ * (`tools/kquant_fixtures.py`: a harness linked with llama.cpp's ggml-quants.c, whose
+ * dequantizations gguf-py 0.19.0 reproduces for q4_K, q5_K and q6_K).
  */
 
 import assert from "node:assert/strict";
@@ -81,7 +84,10 @@ function assertSameBits(got: Float32Array, want: Float32Array, what: string): vo
 
 Deno.test("the fixtures are gguf-py 0.19.0's and cover every type it implements", () => {
   assert.equal(manifest.gguf, "0.19.0");
-  assert.deepEqual(manifest.types, QUANT_DTYPES.filter((t) => t !== "q8_1"));
+  assert.deepEqual(
+    manifest.types,
+    QUANT_DTYPES.filter((t) => t !== "q8_1" && DTYPES[t].blockSize !== 256),
+  );
   assert.ok(manifest.rows.some((r) => r.name === "zeros"));
 });
 
@@ -118,6 +124,80 @@ Deno.test("bf16: NaNs stay NaN (quiet), ties round to even, overflow gives infin
   assert.equal(halves[1], 0x7fc0); // signalling NaN 0x7f800001 becomes quiet
   assert.equal(halves[9], 0x3f80); // 1 + half an ulp: the tie goes to the even 0x3f80
   assert.equal(halves[10], 0x3f82); // 0x3f818000: the tie goes to the even 0x3f82
+});
+
+// ---------------------------------------------------------------------------------------------
+// k-quants: ggml's own bytes (tools/kquant_fixtures.py builds ggml-quants.c into a harness).
+
+interface KManifest extends Manifest {
+  sdist_sha256: string;
+  gguf_dequantize_agrees: string[];
+}
+
+const kmanifest: KManifest = JSON.parse(
+  Deno.readTextFileSync(new URL("kquant_manifest.json", fixtures)),
+);
+
+function kbytes(name: string): Uint8Array {
+  const data = Deno.readFileSync(new URL(name, fixtures));
+  assert.equal(data.length, kmanifest.files[name]?.bytes, `${name}: size in kquant_manifest.json`);
+  return data;
+}
+
+function kfloats(name: string): Float32Array {
+  const data = kbytes(name);
+  return new Float32Array(data.buffer, data.byteOffset, data.length / 4);
+}
+
+Deno.test("the k-quant fixtures are ggml's and cover every k-quant dtype", () => {
+  assert.deepEqual(kmanifest.types, QUANT_DTYPES.filter((t) => DTYPES[t].blockSize === 256));
+  assert.deepEqual(kmanifest.gguf_dequantize_agrees, ["q4_K", "q5_K", "q6_K"]);
+  assert.ok(kmanifest.rows.some((r) => r.name === "zeros"));
+});
+
+for (const type of kmanifest.types) {
+  const { blockBytes, blockSize } = DTYPES[type];
+
+  Deno.test(`${type}: quantize gives ggml's bytes for every fixture row`, () => {
+    const input = kfloats("kquant_input.f32");
+    const want = kbytes(`${type}.bin`);
+    const got = quantize(input, type);
+    assert.equal(got.length, want.length);
+    const i = got.findIndex((b, index) => b !== want[index]);
+    if (i >= 0) {
+      const element = Math.floor(i / blockBytes) * blockSize;
+      const row = kmanifest.rows.find((r) => element >= r.offset && element < r.offset + r.length);
+      assertSameBytes(
+        got,
+        want,
+        `${type} at ${row?.name}[${element - (row?.offset ?? 0)}]`,
+        blockBytes,
+      );
+    }
+  });
+
+  Deno.test(`${type}: dequantize gives ggml's values, bit for bit`, () => {
+    const values = dequantize(kbytes(`${type}.bin`), type);
+    assertSameBits(values, kfloats(`${type}.dequant.f32`), `${type} dequantize`);
+  });
+
+  Deno.test(`${type}: dequantize of random block bytes gives ggml's values`, () => {
+    const values = dequantize(kbytes(`${type}.random.bin`), type);
+    assertSameBits(values, kfloats(`${type}.random.dequant.f32`), `${type} random bytes`);
+  });
+}
+
+Deno.test("q8_K stores f32 d and the sums of each 16 quants", () => {
+  const input = kfloats("kquant_input.f32");
+  const q = quantize(input, "q8_K");
+  const view = new DataView(q.buffer);
+  for (let b = 0; b < input.length / 256; b++) {
+    for (let j = 0; j < 16; j++) {
+      let sum = 0;
+      for (let i = 0; i < 16; i++) sum += view.getInt8(b * 292 + 4 + 16 * j + i);
+      assert.equal(view.getInt16(b * 292 + 260 + 2 * j, true), sum, `block ${b} sum ${j}`);
+    }
+  }
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -206,11 +286,30 @@ Deno.test("every quantized dtype round-trips within its step; sizes follow the t
     assert.equal(q.length, (x.length / blockSize) * blockBytes, type);
     const back = dequantize(q, type);
     assert.equal(back.length, x.length);
-    const levels =
-      { bf16: 256, q8_0: 254, q8_1: 254, q4_0: 15, q4_1: 15, q5_0: 31, q5_1: 31 }[type];
+    const levels = {
+      bf16: 256,
+      q8_0: 254,
+      q8_1: 254,
+      q4_0: 15,
+      q4_1: 15,
+      q5_0: 31,
+      q5_1: 31,
+      q4_K: 15,
+      q5_K: 31,
+      q6_K: 63,
+      q8_K: 254,
+    }[type];
+    // The range a value's step divides: its 32-value block (q4_K, q5_K: sub-block), q6_K's
+    // 16-value sub-block and q8_K's 256-value block, symmetric around zero.
+    const span = { q6_K: 16, q8_K: 256 }[type as string] ?? 32;
+    const symmetric = type === "q6_K" || type === "q8_K";
     for (let i = 0; i < x.length; i++) {
-      const block = x.subarray(i - (i % 32), i - (i % 32) + 32);
-      const range = type === "bf16" ? Math.abs(x[i]!) : Math.max(...block) - Math.min(...block);
+      const block = x.subarray(i - (i % span), i - (i % span) + span);
+      const range = type === "bf16"
+        ? Math.abs(x[i]!)
+        : symmetric
+        ? 2 * Math.max(...block.map(Math.abs))
+        : Math.max(...block) - Math.min(...block);
       assert.ok(Math.abs(back[i]! - x[i]!) <= (range / levels) * 1.1 + 1e-6, `${type} ${i}`);
     }
     // Fewer values than the bytes hold: the first n.
@@ -252,6 +351,8 @@ Deno.test("bad arguments throw ArgumentError or DTypeError naming the value", ()
     ArgumentError,
     ["Float64Array"],
   );
+  assertThrowsWith(() => quantize(x, "q4_K"), ArgumentError, ["64", "q4_K", "256"]);
+  assertThrowsWith(() => dequantize(new Uint8Array(143), "q4_K"), ArgumentError, ["143", "144"]);
   assertThrowsWith(() => quantize(x, "f16" as QuantDType), DTypeError, ["f16", "q4_0"]);
   assertThrowsWith(() => quantize(x, "q9_9" as QuantDType), DTypeError, ['"q9_9"']);
   const q = quantize(x, "q8_0"); // 68 bytes

@@ -15,15 +15,20 @@ pub const DType = enum(u32) {
     q5_0 = 7,
     q5_1 = 8,
     q8_1 = 9,
+    q4_K = 10,
+    q5_K = 11,
+    q6_K = 12,
+    q8_K = 13,
 
     /// The last code; a larger one names no dtype.
-    pub const last: DType = .q8_1;
+    pub const last: DType = .q8_K;
 
-    /// Elements per block: ggml's quantized types store blocks of 32 or 256; plain types 1.
+    /// Elements per block: ggml's quantized types store blocks of 32, its k-quants super-blocks of 256; plain types 1.
     pub fn block_size(dtype: DType) usize {
         return switch (dtype) {
             .f32, .f16, .i32, .bf16 => 1,
             .q8_0, .q4_0, .q4_1, .q5_0, .q5_1, .q8_1 => 32,
+            .q4_K, .q5_K, .q6_K, .q8_K => 256, // ggml's QK_K super-blocks
         };
     }
 
@@ -38,6 +43,10 @@ pub const DType = enum(u32) {
             .q5_0 => 22, // f16 d, u32 high bits, 16 bytes of nibbles
             .q5_1 => 24, // f16 d, f16 m, u32 high bits, 16 bytes of nibbles
             .q8_1 => 36, // f16 d, f16 s (d * sum of qs), 32 x i8
+            .q4_K => 144, // f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles
+            .q5_K => 176, // as q4_K, then 32 bytes of fifth bits before the nibbles
+            .q6_K => 210, // 128 bytes low nibbles, 64 bytes high bit pairs, 16 x i8 scales, f16 d
+            .q8_K => 292, // f32 d, 256 x i8, 16 x i16 sums of 16 quants
         };
     }
 
@@ -52,6 +61,10 @@ pub const DType = enum(u32) {
             .q5_1 => 7,
             .q8_0 => 8,
             .q8_1 => 9,
+            .q4_K => 12,
+            .q5_K => 13,
+            .q6_K => 14,
+            .q8_K => 15,
             .i32 => 26,
             .bf16 => 30,
         };

@@ -27,13 +27,16 @@ const DType = @import("dtype.zig").DType;
 
 const assert = std.debug.assert;
 
-/// Elements per block of every block type here (ggml's QK4_0 ... QK8_1).
+/// Elements per block of the 32-element block types (ggml's QK4_0 ... QK8_1).
 pub const qk = 32;
+
+/// Elements per super-block of the k-quants (ggml's QK_K).
+pub const qk_k = 256;
 
 /// True for the dtypes `quantize_row` and `dequantize_row` take: bf16 and the block types.
 pub fn quantizable(dtype: DType) bool {
     return switch (dtype) {
-        .bf16, .q8_0, .q4_0, .q4_1, .q5_0, .q5_1, .q8_1 => true,
+        .bf16, .q8_0, .q4_0, .q4_1, .q5_0, .q5_1, .q8_1, .q4_K, .q5_K, .q6_K, .q8_K => true,
         .f32, .f16, .i32 => false,
     };
 }
@@ -53,10 +56,22 @@ pub fn quantize_row(dtype: DType, src: []align(1) const f32, dst: []u8) void {
         return;
     }
     const block_bytes = dtype.block_bytes();
+    const block_size = dtype.block_size();
     var block: usize = 0;
-    while (block * qk < src.len) : (block += 1) {
-        const x: [qk]f32 = src[block * qk ..][0..qk].*; // src may be unaligned
+    while (block * block_size < src.len) : (block += 1) {
         const y = dst[block * block_bytes ..][0..block_bytes];
+        if (block_size == qk_k) {
+            const x: [qk_k]f32 = src[block * qk_k ..][0..qk_k].*; // src may be unaligned
+            switch (dtype) {
+                .q4_K => quantize_q4_K(&x, y[0..144]),
+                .q5_K => quantize_q5_K(&x, y[0..176]),
+                .q6_K => quantize_q6_K(&x, y[0..210]),
+                .q8_K => quantize_q8_K(&x, y[0..292]),
+                else => unreachable,
+            }
+            continue;
+        }
+        const x: [qk]f32 = src[block * qk ..][0..qk].*; // src may be unaligned
         switch (dtype) {
             .q8_0 => quantize_q8_0(&x, y[0..34]),
             .q4_0 => quantize_q4_0(&x, y[0..18]),
@@ -64,7 +79,7 @@ pub fn quantize_row(dtype: DType, src: []align(1) const f32, dst: []u8) void {
             .q5_0 => quantize_q5_0(&x, y[0..22]),
             .q5_1 => quantize_q5_1(&x, y[0..24]),
             .q8_1 => quantize_q8_1(&x, y[0..36]),
-            .f32, .f16, .i32, .bf16 => unreachable,
+            else => unreachable,
         }
     }
 }
@@ -78,9 +93,22 @@ pub fn dequantize_row(dtype: DType, src: []const u8, dst: []align(1) f32) void {
         return;
     }
     const block_bytes = dtype.block_bytes();
+    const block_size = dtype.block_size();
     var block: usize = 0;
-    while (block * qk < dst.len) : (block += 1) {
+    while (block * block_size < dst.len) : (block += 1) {
         const x = src[block * block_bytes ..][0..block_bytes];
+        if (block_size == qk_k) {
+            var y: [qk_k]f32 = undefined;
+            switch (dtype) {
+                .q4_K => dequantize_q4_K(x[0..144], &y),
+                .q5_K => dequantize_q5_K(x[0..176], &y),
+                .q6_K => dequantize_q6_K(x[0..210], &y),
+                .q8_K => dequantize_q8_K(x[0..292], &y),
+                else => unreachable,
+            }
+            dst[block * qk_k ..][0..qk_k].* = y; // dst may be unaligned
+            continue;
+        }
         var y: [qk]f32 = undefined;
         switch (dtype) {
             .q8_0 => dequantize_q8(x[0..34], 2, &y),
@@ -89,7 +117,7 @@ pub fn dequantize_row(dtype: DType, src: []const u8, dst: []align(1) f32) void {
             .q5_0 => dequantize_q5_0(x[0..22], &y),
             .q5_1 => dequantize_q5_1(x[0..24], &y),
             .q8_1 => dequantize_q8(x[0..36], 4, &y),
-            .f32, .f16, .i32, .bf16 => unreachable,
+            else => unreachable,
         }
         dst[block * qk ..][0..qk].* = y; // dst may be unaligned
     }
@@ -323,6 +351,389 @@ fn dequantize_q5_1(x: *const [24]u8, y: *[qk]f32) void {
         y[j] = int_f32(q[0]) * d + m;
         y[qk / 2 + j] = int_f32(q[1]) * d + m;
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// k-quants: ggml's 256-element super-blocks (quantize_row_q{4,5,6,8}_K_ref, dequantize_row_*)
+//
+// Layouts (little-endian, packed; ggml-common.h):
+//   q4_K (144 bytes): f16 d, f16 dmin, u8 scales[12] (eight 6-bit scales and eight 6-bit mins of
+//                     32-element sub-blocks, get_scale_min_k4), u8 qs[128] (nibbles)
+//                                                          x = d * sc * q - dmin * m
+//   q5_K (176 bytes): as q4_K with u8 qh[32] (fifth bits) before qs
+//   q6_K (210 bytes): u8 ql[128] (low nibbles), u8 qh[64] (high bit pairs), i8 scales[16]
+//                     (one per 16 elements), f16 d    x = d * scale * (q - 32)
+//   q8_K (292 bytes): f32 d, i8 qs[256], i16 bsums[16] (sums of 16 quants)   x = d * qs
+//
+// ggml leaves a q8_K block's bsums unwritten when the block is all zero; Graft writes the sums
+// of its (zero) quants, zeros.
+
+/// ggml's GROUP_MAX_EPS.
+const group_max_eps: f32 = 1e-15;
+
+/// ggml's nearest_int: round half to even through the f32 mantissa (exact for |x| <= 4194303;
+/// beyond that the same bits as ggml, never a trap).
+fn nearest_int(fval: f32) i32 {
+    const val = fval + 12582912.0;
+    const bits: i32 = @bitCast(val);
+    return (bits & 0x007fffff) - 0x00400000;
+}
+
+/// The low byte of an int, as C stores an int into a uint8_t or int8_t.
+fn low_byte(value: i32) u8 {
+    return @truncate(@as(u32, @bitCast(value)));
+}
+
+/// make_qx_quants with rmse_type 1 and no quant weights (w = x * x), the way
+/// quantize_row_q6_K_ref calls it. `L` gets `l + nmax` (0 .. 2 * nmax - 1).
+fn make_qx_quants(comptime n: usize, nmax: i32, x: *const [n]f32, L: *[n]u8) f32 {
+    var max: f32 = 0;
+    var amax: f32 = 0;
+    for (x) |v| {
+        const ax = @abs(v);
+        if (ax > amax) {
+            amax = ax;
+            max = v;
+        }
+    }
+    if (amax < group_max_eps) { // all zero
+        @memset(L, 0);
+        return 0;
+    }
+    var iscale = int_f32(-nmax) / max;
+    var sumlx: f32 = 0;
+    var suml2: f32 = 0;
+    for (x, L) |v, *q| {
+        const l = @max(-nmax, @min(nmax - 1, nearest_int(iscale * v)));
+        q.* = @intCast(l + nmax);
+        const w = v * v;
+        sumlx += w * v * int_f32(l);
+        suml2 += w * int_f32(l) * int_f32(l);
+    }
+    var scale: f32 = if (suml2 != 0) sumlx / suml2 else 0; // a NaN suml2 is true in C too
+    var best = scale * sumlx;
+    var is: i32 = -9;
+    while (is <= 9) : (is += 1) {
+        if (is == 0) continue;
+        iscale = -(int_f32(nmax) + @as(f32, 0.1) * int_f32(is)) / max;
+        sumlx = 0;
+        suml2 = 0;
+        for (x) |v| {
+            const l = @max(-nmax, @min(nmax - 1, nearest_int(iscale * v)));
+            const w = v * v;
+            sumlx += w * v * int_f32(l);
+            suml2 += w * int_f32(l) * int_f32(l);
+        }
+        if (suml2 > 0 and sumlx * sumlx > best * suml2) {
+            for (x, L) |v, *q| {
+                const l = nearest_int(iscale * v);
+                q.* = @intCast(nmax + @max(-nmax, @min(nmax - 1, l)));
+            }
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    return scale;
+}
+
+/// make_qkx2_quants for 32 elements with use_mad false, the way quantize_row_q4_K_ref and
+/// quantize_row_q5_K_ref call it: the scale and (in `the_min`) the negated minimum that fit
+/// `x` best, in weighted squared error, over nstep + 1 trial scales.
+fn make_qkx2_quants(nmax: i32, x: *const [32]f32, weights: *const [32]f32, L: *[32]u8, the_min: *f32, rmin: f32, rdelta: f32, nstep: i32) f32 {
+    var min = x[0];
+    var max = x[0];
+    var sum_w = weights[0];
+    var sum_x = sum_w * x[0];
+    for (1..32) |i| {
+        if (x[i] < min) min = x[i];
+        if (x[i] > max) max = x[i];
+        const w = weights[i];
+        sum_w += w;
+        sum_x += w * x[i];
+    }
+    if (min > 0) min = 0;
+    if (max == min) {
+        @memset(L, 0);
+        the_min.* = -min;
+        return 0;
+    }
+    var iscale = int_f32(nmax) / (max - min);
+    var scale = 1 / iscale;
+    var best_error: f32 = 0;
+    for (0..32) |i| {
+        const l = nearest_int(iscale * (x[i] - min));
+        L[i] = @intCast(@max(0, @min(nmax, l)));
+        var diff = scale * int_f32(L[i]) + min - x[i];
+        diff = diff * diff;
+        best_error += weights[i] * diff;
+    }
+    if (nstep < 1) {
+        the_min.* = -min;
+        return scale;
+    }
+    var is: i32 = 0;
+    while (is <= nstep) : (is += 1) {
+        iscale = (rmin + rdelta * int_f32(is) + int_f32(nmax)) / (max - min);
+        var sum_l: f32 = 0;
+        var sum_l2: f32 = 0;
+        var sum_xl: f32 = 0;
+        var laux: [32]u8 = undefined;
+        for (0..32) |i| {
+            const l = @max(0, @min(nmax, nearest_int(iscale * (x[i] - min))));
+            laux[i] = @intCast(l);
+            const w = weights[i];
+            sum_l += w * int_f32(l);
+            sum_l2 += w * int_f32(l) * int_f32(l);
+            sum_xl += w * int_f32(l) * x[i];
+        }
+        const D = sum_w * sum_l2 - sum_l * sum_l;
+        if (D > 0) {
+            var this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+            var this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+            if (this_min > 0) {
+                this_min = 0;
+                this_scale = sum_xl / sum_l2;
+            }
+            var cur_error: f32 = 0;
+            for (0..32) |i| {
+                var diff = this_scale * int_f32(laux[i]) + this_min - x[i];
+                diff = diff * diff;
+                cur_error += weights[i] * diff;
+            }
+            if (cur_error < best_error) {
+                L.* = laux;
+                best_error = cur_error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    the_min.* = -min;
+    return scale;
+}
+
+/// get_scale_min_k4: sub-block j's 6-bit scale and min from the 12 packed bytes.
+fn scale_min_k4(j: usize, q: *const [12]u8) [2]u8 {
+    if (j < 4) return .{ q[j] & 63, q[j + 4] & 63 };
+    return .{ (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4) };
+}
+
+/// The part q4_K and q5_K share: fits every 32-element sub-block (make_qkx2_quants), packs the
+/// 6-bit scales and mins with d and dmin, then requantizes `L` (0..nmax) against those.
+fn quantize_k_scales(x: *const [qk_k]f32, nmax: i32, rmin: f32, nstep: i32, y_d: *[4]u8, y_scales: *[12]u8, L: *[qk_k]u8) void {
+    var mins: [8]f32 = undefined;
+    var scales: [8]f32 = undefined;
+    var max_scale: f32 = 0; // as we are deducting the min, scales are always positive
+    var max_min: f32 = 0;
+    for (0..8) |j| {
+        const xs = x[32 * j ..][0..32];
+        var sum_x2: f32 = 0;
+        for (xs) |v| sum_x2 += v * v;
+        const av_x = @sqrt(sum_x2 / 32.0);
+        var weights: [32]f32 = undefined;
+        for (xs, &weights) |v, *w| w.* = av_x + @abs(v);
+        scales[j] = make_qkx2_quants(nmax, xs, &weights, L[32 * j ..][0..32], &mins[j], rmin, 0.1, nstep);
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    const inv_scale: f32 = if (max_scale > 0) 63.0 / max_scale else 0;
+    const inv_min: f32 = if (max_min > 0) 63.0 / max_min else 0;
+    for (0..8) |j| {
+        const ls: u8 = @min(63, low_byte(nearest_int(inv_scale * scales[j])));
+        const lm: u8 = @min(63, low_byte(nearest_int(inv_min * mins[j])));
+        if (j < 4) {
+            y_scales[j] = ls;
+            y_scales[j + 4] = lm;
+        } else {
+            y_scales[j + 4] = (ls & 0xf) | ((lm & 0xf) << 4);
+            y_scales[j - 4] |= (ls >> 4) << 6;
+            y_scales[j] |= (lm >> 4) << 6;
+        }
+    }
+    write_f16(y_d[0..2], max_scale / 63.0);
+    write_f16(y_d[2..4], max_min / 63.0);
+    const d_all = read_f16(y_d[0..2]);
+    const dmin = read_f16(y_d[2..4]);
+    for (0..8) |j| {
+        const sc, const m = scale_min_k4(j, y_scales);
+        const d = d_all * int_f32(sc);
+        if (d == 0) continue; // C's `if (!d)`: a NaN d goes on
+        const dm = dmin * int_f32(m);
+        for (0..32) |ii| {
+            const l = nearest_int((x[32 * j + ii] + dm) / d);
+            L[32 * j + ii] = @intCast(@max(0, @min(nmax, l)));
+        }
+    }
+}
+
+fn quantize_q4_K(x: *const [qk_k]f32, y: *[144]u8) void {
+    var L: [qk_k]u8 = undefined;
+    quantize_k_scales(x, 15, -1.0, 20, y[0..4], y[4..16], &L);
+    for (0..4) |block| {
+        const q = y[16 + 32 * block ..][0..32];
+        for (q, 0..) |*out, l| out.* = L[64 * block + l] | (L[64 * block + l + 32] << 4);
+    }
+}
+
+fn quantize_q5_K(x: *const [qk_k]f32, y: *[176]u8) void {
+    var L: [qk_k]u8 = undefined;
+    quantize_k_scales(x, 31, -0.5, 15, y[0..4], y[4..16], &L);
+    const qh = y[16..48];
+    @memset(qh, 0);
+    for (0..4) |block| {
+        const ql = y[48 + 32 * block ..][0..32];
+        const m1: u8 = @as(u8, 1) << @intCast(2 * block);
+        const m2: u8 = @as(u8, 2) << @intCast(2 * block);
+        for (0..32) |j| {
+            var l1 = L[64 * block + j];
+            if (l1 > 15) {
+                l1 -= 16;
+                qh[j] |= m1;
+            }
+            var l2 = L[64 * block + j + 32];
+            if (l2 > 15) {
+                l2 -= 16;
+                qh[j] |= m2;
+            }
+            ql[j] = l1 | (l2 << 4);
+        }
+    }
+}
+
+fn quantize_q6_K(x: *const [qk_k]f32, y: *[210]u8) void {
+    var L: [qk_k]u8 = undefined;
+    var scales: [16]f32 = undefined;
+    var max_scale: f32 = 0;
+    var max_abs_scale: f32 = 0;
+    for (0..16) |ib| {
+        const scale = make_qx_quants(16, 32, x[16 * ib ..][0..16], L[16 * ib ..][0..16]);
+        scales[ib] = scale;
+        const abs_scale = @abs(scale);
+        if (abs_scale > max_abs_scale) {
+            max_abs_scale = abs_scale;
+            max_scale = scale;
+        }
+    }
+    if (max_abs_scale < group_max_eps) {
+        @memset(y, 0);
+        write_f16(y[208..210], 0);
+        return;
+    }
+    const iscale = -128.0 / max_scale;
+    write_f16(y[208..210], 1 / iscale);
+    const y_scales = y[192..208];
+    for (y_scales, scales) |*out, scale| out.* = low_byte(@min(127, nearest_int(iscale * scale)));
+    const d_all = read_f16(y[208..210]);
+    for (0..16) |j| {
+        const d = d_all * int_f32(@as(i8, @bitCast(y_scales[j])));
+        if (d == 0) continue;
+        for (0..16) |ii| {
+            const l = @max(-32, @min(31, nearest_int(x[16 * j + ii] / d)));
+            L[16 * j + ii] = @intCast(l + 32);
+        }
+    }
+    for (0..2) |half| {
+        const ql = y[64 * half ..][0..64];
+        const qh = y[128 + 32 * half ..][0..32];
+        const Lh = L[128 * half ..][0..128];
+        for (0..32) |l| {
+            ql[l] = (Lh[l] & 0xf) | ((Lh[l + 64] & 0xf) << 4);
+            ql[l + 32] = (Lh[l + 32] & 0xf) | ((Lh[l + 96] & 0xf) << 4);
+            qh[l] = (Lh[l] >> 4) | ((Lh[l + 32] >> 4) << 2) | ((Lh[l + 64] >> 4) << 4) | ((Lh[l + 96] >> 4) << 6);
+        }
+    }
+}
+
+fn quantize_q8_K(x: *const [qk_k]f32, y: *[292]u8) void {
+    var max: f32 = 0;
+    var amax: f32 = 0;
+    for (x) |v| {
+        const ax = @abs(v);
+        if (ax > amax) {
+            amax = ax;
+            max = v;
+        }
+    }
+    if (amax == 0) {
+        @memset(y, 0); // ggml: d and qs zero, bsums left as they were
+        return;
+    }
+    const iscale = -127.0 / max;
+    const qs = y[4..260];
+    for (qs, x) |*q, v| q.* = low_byte(@min(127, nearest_int(iscale * v)));
+    for (0..16) |j| {
+        var sum: i32 = 0;
+        for (qs[16 * j ..][0..16]) |q| sum += @as(i8, @bitCast(q));
+        std.mem.writeInt(u16, y[260 + 2 * j ..][0..2], @truncate(@as(u32, @bitCast(sum))), .little);
+    }
+    std.mem.writeInt(u32, y[0..4], @bitCast(1 / iscale), .little);
+}
+
+fn dequantize_q4_K(x: *const [144]u8, y: *[qk_k]f32) void {
+    const d = read_f16(x[0..2]);
+    const min = read_f16(x[2..4]);
+    for (0..4) |block| {
+        const q = x[16 + 32 * block ..][0..32];
+        const sc1, const m1 = scale_min_k4(2 * block, x[4..16]);
+        const sc2, const m2 = scale_min_k4(2 * block + 1, x[4..16]);
+        const d1 = d * int_f32(sc1);
+        const min1 = min * int_f32(m1);
+        const d2 = d * int_f32(sc2);
+        const min2 = min * int_f32(m2);
+        for (0..32) |l| y[64 * block + l] = d1 * int_f32(q[l] & 0xf) - min1;
+        for (0..32) |l| y[64 * block + 32 + l] = d2 * int_f32(q[l] >> 4) - min2;
+    }
+}
+
+fn dequantize_q5_K(x: *const [176]u8, y: *[qk_k]f32) void {
+    const d = read_f16(x[0..2]);
+    const min = read_f16(x[2..4]);
+    const qh = x[16..48];
+    for (0..4) |block| {
+        const ql = x[48 + 32 * block ..][0..32];
+        const sc1, const m1 = scale_min_k4(2 * block, x[4..16]);
+        const sc2, const m2 = scale_min_k4(2 * block + 1, x[4..16]);
+        const d1 = d * int_f32(sc1);
+        const min1 = min * int_f32(m1);
+        const d2 = d * int_f32(sc2);
+        const min2 = min * int_f32(m2);
+        const u_1: u8 = @as(u8, 1) << @intCast(2 * block);
+        const u_2: u8 = @as(u8, 2) << @intCast(2 * block);
+        for (0..32) |l| {
+            const high: i32 = if (qh[l] & u_1 != 0) 16 else 0;
+            y[64 * block + l] = d1 * int_f32((ql[l] & 0xf) + high) - min1;
+        }
+        for (0..32) |l| {
+            const high: i32 = if (qh[l] & u_2 != 0) 16 else 0;
+            y[64 * block + 32 + l] = d2 * int_f32((ql[l] >> 4) + high) - min2;
+        }
+    }
+}
+
+fn dequantize_q6_K(x: *const [210]u8, y: *[qk_k]f32) void {
+    const d = read_f16(x[208..210]);
+    for (0..2) |half| {
+        const ql = x[64 * half ..][0..64];
+        const qh = x[128 + 32 * half ..][0..32];
+        const sc = x[192 + 8 * half ..][0..8];
+        const out = y[128 * half ..][0..128];
+        for (0..32) |l| {
+            const is = l / 16;
+            const q1: i32 = @as(i32, (ql[l] & 0xf) | (((qh[l] >> 0) & 3) << 4)) - 32;
+            const q2: i32 = @as(i32, (ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32;
+            const q3: i32 = @as(i32, (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+            const q4: i32 = @as(i32, (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+            out[l] = d * int_f32(@as(i8, @bitCast(sc[is]))) * int_f32(q1);
+            out[l + 32] = d * int_f32(@as(i8, @bitCast(sc[is + 2]))) * int_f32(q2);
+            out[l + 64] = d * int_f32(@as(i8, @bitCast(sc[is + 4]))) * int_f32(q3);
+            out[l + 96] = d * int_f32(@as(i8, @bitCast(sc[is + 6]))) * int_f32(q4);
+        }
+    }
+}
+
+fn dequantize_q8_K(x: *const [292]u8, y: *[qk_k]f32) void {
+    const d: f32 = @bitCast(std.mem.readInt(u32, x[0..4], .little));
+    for (y, x[4..260]) |*out, q| out.* = d * int_f32(@as(i8, @bitCast(q)));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -155,7 +155,7 @@ fn quant_dtype(what: []const u8, dtype_code: u32) union(enum) { ok: DType, faile
         return .{ .failed = fail(.invalid_argument, "{s}: dtype code {d} names no dtype", .{ what, dtype_code }) };
     };
     if (!quant.quantizable(dtype)) {
-        return .{ .failed = fail(.unsupported, "{s}: {s} is not a quantized type (bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q8_1 are)", .{ what, @tagName(dtype) }) };
+        return .{ .failed = fail(.unsupported, "{s}: {s} is not a quantized type (bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q8_1, q4_K, q5_K, q6_K, q8_K are)", .{ what, @tagName(dtype) }) };
     }
     return .{ .ok = dtype };
 }

@@ -171,7 +171,19 @@ def rows(rng: np.random.Generator) -> list[tuple[str, np.ndarray]]:
         ("integers", np.arange(-128, 128, dtype=np.float64)),
         ("mixed_sub_blocks", mixed),
         ("weights_like", rng.normal(0, 0.02, QK_K)),
+        ("specials", specials(rng)),
     ]
+
+
+def specials(rng: np.random.Generator) -> np.ndarray:
+    """Three super-blocks: one NaN; infinities; the largest floats (nearest_int's argument
+    out of its exact range). ggml's C is well defined on them with asserts off (-DNDEBUG, as
+    release builds are): it turns floats into ints only through nearest_int's bit trick."""
+    x = rng.normal(0, 1, 3 * QK_K)
+    x[17] = np.nan
+    x[QK_K + 5], x[QK_K + 200] = np.inf, -np.inf
+    x[2 * QK_K + 9], x[2 * QK_K + 100] = 3.4e38, -3.0e38
+    return x
 
 
 def random_blocks(rng: np.random.Generator, name: str, blocks: int) -> np.ndarray:
@@ -204,7 +216,8 @@ def main() -> None:
         assert len(values) % QK_K == 0, name
         manifest_rows.append({"name": name, "offset": offset, "length": len(values)})
         offset += len(values)
-    x = np.concatenate([v for _, v in named]).astype(np.float32)
+    with np.errstate(over="ignore"):
+        x = np.concatenate([v for _, v in named]).astype(np.float32)
     files: dict = {}
     write("kquant_input.f32", x.tobytes(), files)
     with tempfile.TemporaryDirectory() as tmp:

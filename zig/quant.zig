@@ -904,3 +904,111 @@ test "quant: NaN, infinities and huge values never trap" {
     try testing.expectEqual(@as(u8, 0xff), c_float_to_byte(-1.5));
     try testing.expectEqual(@as(u16, 0x7e00), fp32_to_fp16(std.math.nan(f32)) & 0x7fff);
 }
+
+// ---------------------------------------------------------------------------------------------
+// k-quant tests (the bytes themselves are compared with ggml's in tests/quant_test.ts)
+
+const k_types = [_]DType{ .q4_K, .q5_K, .q6_K, .q8_K };
+
+test "quant: nearest_int rounds half to even, as ggml's f32 bit trick does" {
+    try testing.expectEqual(@as(i32, 2), nearest_int(2.5));
+    try testing.expectEqual(@as(i32, 4), nearest_int(3.5));
+    try testing.expectEqual(@as(i32, -2), nearest_int(-2.5));
+    try testing.expectEqual(@as(i32, 0), nearest_int(-0.4));
+    try testing.expectEqual(@as(i32, 1), nearest_int(0.5000001));
+    try testing.expectEqual(@as(i32, 4194303), nearest_int(4194303));
+    try testing.expectEqual(@as(i32, -4194303), nearest_int(-4194303));
+    try testing.expectEqual(@as(i32, 0), nearest_int(std.math.nan(f32))); // never a trap
+}
+
+/// Round trip of one super-block: every value within `steps` steps, in f64. A step is q4_K's
+/// and q5_K's 32-value sub-block max - min over nmax, q6_K's 2 * amax of its 16 values over
+/// 63, q8_K's 2 * amax of the 256 over 254. More than half a step: ggml rounds the sub-block
+/// scales to 6 or 8 bits and fits them by weighted error, not by the largest one.
+fn kRoundTrip(dtype: DType, x: *const [qk_k]f32, steps: f64) !void {
+    var bytes: [292]u8 = undefined;
+    var back: [qk_k]f32 = undefined;
+    const size: usize = @intCast(row_bytes(dtype, qk_k));
+    quantize_row(dtype, x, bytes[0..size]);
+    dequantize_row(dtype, bytes[0..size], &back);
+    const span: usize, const levels: f64 = switch (dtype) {
+        .q4_K => .{ 32, 15 },
+        .q5_K => .{ 32, 31 },
+        .q6_K => .{ 16, 63 },
+        .q8_K => .{ 256, 254 },
+        else => unreachable,
+    };
+    for (x, back, 0..) |want, got, i| {
+        const sub = x[i - i % span ..][0..span];
+        var lo: f64 = std.math.inf(f64);
+        var hi: f64 = -std.math.inf(f64);
+        var amax: f64 = 0;
+        for (sub) |v| {
+            lo = @min(lo, v);
+            hi = @max(hi, v);
+            amax = @max(amax, @abs(@as(f64, v)));
+        }
+        const range = if (dtype == .q6_K or dtype == .q8_K) 2 * amax else hi - lo;
+        const err = @abs(@as(f64, got) - want);
+        if (!(err <= steps * range / levels + 1e-30)) {
+            std.debug.print("{s}[{d}]: {d} -> {d}, error {e} > {d} steps of {e}\n", .{ @tagName(dtype), i, want, got, err, steps, range / levels });
+            return error.TestUnexpectedResult;
+        }
+    }
+}
+
+test "quant: k-quants round-trip within 1.5 steps of each sub-block's range" {
+    var prng = std.Random.DefaultPrng.init(0x4b);
+    const random = prng.random();
+    var x: [qk_k]f32 = undefined;
+    for (0..50) |round| {
+        const scale = std.math.pow(f32, 10, @as(f32, @floatFromInt(round % 7)) - 3);
+        for (&x) |*v| v.* = random.floatNorm(f32) * scale;
+        inline for (k_types) |dtype| try kRoundTrip(dtype, &x, 1.5);
+    }
+}
+
+test "quant: k-quants of zeros are zero; q8_K and q6_K of an all-zero block are zero bytes" {
+    const zeros = [_]f32{0} ** qk_k;
+    inline for (k_types) |dtype| {
+        var bytes: [292]u8 = undefined;
+        var back: [qk_k]f32 = undefined;
+        const size: usize = @intCast(row_bytes(dtype, qk_k));
+        quantize_row(dtype, &zeros, bytes[0..size]);
+        dequantize_row(dtype, bytes[0..size], &back);
+        for (back) |v| try testing.expectEqual(@as(f32, 0), v);
+        if (dtype == .q6_K or dtype == .q8_K) {
+            for (bytes[0..size]) |b| try testing.expectEqual(@as(u8, 0), b);
+        }
+    }
+}
+
+test "quant: q8_K of -127..128 ramps stores d = 1/iscale as f32 and the sums of 16" {
+    var x: [qk_k]f32 = undefined;
+    for (&x, 0..) |*v, i| v.* = @as(f32, @floatFromInt(i)) - 127.0; // -127 .. 128, max 128
+    var y: [292]u8 = undefined;
+    quantize_row(.q8_K, &x, &y);
+    const iscale: f32 = -127.0 / 128.0;
+    try testing.expectEqual(1 / iscale, @as(f32, @bitCast(std.mem.readInt(u32, y[0..4], .little))));
+    for (x, y[4..260]) |v, q| {
+        try testing.expectEqual(@as(i8, @intCast(@min(127, nearest_int(iscale * v)))), @as(i8, @bitCast(q)));
+    }
+    for (0..16) |j| {
+        var sum: i32 = 0;
+        for (y[4 + 16 * j ..][0..16]) |q| sum += @as(i8, @bitCast(q));
+        try testing.expectEqual(sum, std.mem.readInt(i16, y[260 + 2 * j ..][0..2], .little));
+    }
+}
+
+test "quant: k-quants never trap on NaN, infinities and the largest floats" {
+    const specials = [_]f32{ std.math.nan(f32), std.math.inf(f32), -std.math.inf(f32), std.math.floatMax(f32), -std.math.floatMax(f32), 1e-45, 0, -0.0, 1.0 };
+    var x: [qk_k]f32 = undefined;
+    for (&x, 0..) |*v, i| v.* = specials[i % specials.len];
+    inline for (k_types) |dtype| {
+        var bytes: [292]u8 = undefined;
+        var back: [qk_k]f32 = undefined;
+        const size: usize = @intCast(row_bytes(dtype, qk_k));
+        quantize_row(dtype, &x, bytes[0..size]);
+        dequantize_row(dtype, bytes[0..size], &back);
+    }
+}

@@ -358,4 +358,31 @@ Deno.test({
   },
 });
 
+Deno.test("k-quant tensors (q4_K, q5_K, q6_K, q8_K) dequantize as ggml does", async () => {
+  const fixtures = new URL("./fixtures/quant/", import.meta.url);
+  const types = ["q4_K", "q5_K", "q6_K", "q8_K"];
+  const blocks = types.map((t) => Deno.readFileSync(new URL(`${t}.random.bin`, fixtures)));
+  const infos = layoutTensors(types.map((t, i) => ({
+    name: `blk.${i}.ffn_down.weight`,
+    dims: [256, 4],
+    type: ggmlTypeByName(t)!,
+    nbytes: blocks[i]!.length,
+  })));
+  const path = await Deno.makeTempFile({ suffix: ".gguf" });
+  try {
+    await Deno.writeFile(
+      path,
+      writeGGUF({ metadata: sampleMetadata(false), tensors: infos, data: (i) => blocks[i]! }),
+    );
+    using file = GGUFFile.open(path);
+    for (const [i, info] of file.header.tensors.entries()) {
+      const want = Deno.readFileSync(new URL(`${types[i]}.random.dequant.f32`, fixtures));
+      const got = file.dequantizeTensor(info);
+      assert.deepEqual(new Uint8Array(got.buffer), want, info.type.name);
+    }
+  } finally {
+    await Deno.remove(path);
+  }
+});
+
 Deno.test("gguf: nothing native is left alive", () => assertNothingLive(baseline));

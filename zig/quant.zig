@@ -1,5 +1,6 @@
 //! ggml's block formats, bit for bit: quantize_row_*_ref and dequantize_row_* of
-//! ggml/src/ggml-quants.c for q8_0, q4_0, q4_1, q5_0, q5_1 and q8_1, and f32 <-> bf16 as
+//! ggml/src/ggml-quants.c for q8_0, q4_0, q4_1, q5_0, q5_1, q8_1 and the k-quants q4_K, q5_K,
+//! q6_K, q8_K (256-element super-blocks; their layouts head their section), and f32 <-> bf16 as
 //! ggml_compute_fp32_to_bf16 / ggml_compute_bf16_to_fp32. Scalar reference code (what GGUF
 //! files are written with); kernels that compute on quantized weights come later.
 //!
@@ -8,6 +9,8 @@
 //! mode is strict). Where C converts a float to int8_t/uint8_t, an x86 build takes the low byte
 //! of cvttss2si's 32-bit result; `c_float_to_byte` does the same, so NaN, infinite and
 //! out-of-range values (undefined behaviour in C, never a crash here) give ggml's x86 bytes.
+//! The k-quants turn floats into ints only through ggml's nearest_int bit trick, defined for
+//! every input, so they match ggml on NaN and infinities too.
 //!
 //! Block layouts (little-endian, packed; ggml-common.h):
 //!   q8_0 (34 bytes): f16 d, i8 qs[32]                     x = qs * d

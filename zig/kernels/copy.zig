@@ -7,8 +7,8 @@
 //! equal row length (row to row, vectorized), and otherwise an element walk per dst row.
 //!
 //! get_rows: src0 [ne0, R, B, C] f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 (rows of
-//! the last six are dequantized with quant.zig, bit for bit what `dequantize` gives), src1 i32 [N, B, C, 1], dst f32 [ne0, N, B, C]:
-//! dst row (n, b, c) = src0 row (src1[n, b, c], b, c). An index outside [0, R) makes every thread
+//! the last six are dequantized with quant.zig, bit for bit what `dequantize` gives), src1 i32
+//! [N, B, C, 1], dst f32 [ne0, N, B, C]: dst row (n, b, c) = src0 row (src1[n, b, c], b, c). An index outside [0, R) makes every thread
 //! return .out_of_bounds before any thread writes.
 
 const std = @import("std");

@@ -1,4 +1,4 @@
-//! mul_mat: src0 [K, M, ne02, ne03] (f32 | f16) x src1 [K, N, ne12, ne13] f32 -> dst [M, N, ne12,
+//! mul_mat: src0 [K, M, ne02, ne03] (f32 | f16; bf16 and block types go to mul_mat_quant.zig) x src1 [K, N, ne12, ne13] f32 -> dst [M, N, ne12,
 //! ne13] f32, dst[n][m] = sum_k src0[m][k] * src1[n][k]. src0 batches broadcast: batch (i12, i13)
 //! uses src0 batch (i12 / (ne12 / ne02), i13 / (ne13 / ne03)), as ggml does. Each batch is one
 //! `gemm.sgemm` call made by every thread with the same arguments; sgemm splits the work itself

@@ -208,6 +208,51 @@ for (const dtype of WEIGHT_DTYPES) {
   });
 }
 
+for (const dtype of ["q8_0", "q4_0"] as const) {
+  Deno.test(`mulMat with ${dtype} weights quantizes src1 to q8_0 per block as ggml does`, () => {
+    // ggml_vec_dot_${dtype}_q8_0: src1 rows become q8_0 blocks, each block's integer dot is
+    // scaled by both f16 scales. Dequantized values of both are exact in f32, so their f64 dot
+    // is the model; the kernel sums per-block f32 products, within a few ulps of the row's size.
+    const rng = new Rng(0x5eed);
+    for (const c of MUL_MAT_CASES.filter((c) => !c.transposedB)) {
+      const [a2, a3] = c.batchA, [b2, b3] = c.batchB;
+      const aBytes = quantize(randoms(rng, c.k * c.m * a2 * a3), dtype);
+      const bValues = randoms(rng, c.k * c.n * b2 * b3);
+      const results = compute(() => {
+        const ctx = new Context();
+        const a = ctx.newTensor(dtype, [c.k, c.m, a2, a3]);
+        const b = ctx.newTensor("f32", [c.k, c.n, b2, b3]);
+        return { ctx, inputs: [[a, aBytes], [b, bValues]], output: mulMat(a, b) };
+      });
+      const w = dequantize(aBytes, dtype);
+      const y = dequantize(quantize(bValues, "q8_0"), "q8_0");
+      for (const [simd, got] of results) {
+        for (let i3 = 0; i3 < b3; i3++) {
+          for (let i2 = 0; i2 < b2; i2++) {
+            const aBatch = Math.floor(i3 / (b3 / a3)) * a2 + Math.floor(i2 / (b2 / a2));
+            const bBatch = i3 * b2 + i2;
+            for (let n = 0; n < c.n; n++) {
+              for (let m = 0; m < c.m; m++) {
+                let sum = 0, size = 0;
+                for (let k = 0; k < c.k; k++) {
+                  const p = w[(aBatch * c.m + m) * c.k + k]! * y[(bBatch * c.n + n) * c.k + k]!;
+                  sum += p;
+                  size += Math.abs(p);
+                }
+                const value = got[(bBatch * c.n + n) * c.m + m]!;
+                assert.ok(
+                  Math.abs(value - sum) <= 1e-6 * size + 1e-30,
+                  `${simd} ${dtype} ${JSON.stringify(c)} [${m}, ${n}]: ${value} vs ${sum}`,
+                );
+              }
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
 Deno.test("quantized tensors: whole blocks, raw bytes in and out, DTypeErrors elsewhere", () => {
   const ctx = new Context();
   const q = ctx.newTensor("q4_0", [64, 3]);

@@ -34,6 +34,14 @@ fn fused(a: Tensor, b: Tensor) bool {
     return (a.dtype == .q8_0 or a.dtype == .q4_0) and b.nb[0] == @sizeOf(f32);
 }
 
+/// A thread's slice for q4_0 rows unpacked to q8_0 blocks (same scale, values nibble - 8), so a
+/// group's rows are unpacked once and dotted with every src1 row; q8_0 rows are read in place.
+fn unpacked_bytes(a: Tensor) u64 {
+    if (a.dtype != .q4_0) return 0;
+    const size = quant.row_bytes(.q8_0, a.ne[0]) * rows_per_group;
+    return (size + 63) / 64 * 64;
+}
+
 fn quantized_b_bytes(b: Tensor) u64 {
     const size = quant.row_bytes(.q8_0, b.ne[0]) * b.rows();
     return (size + 63) / 64 * 64;
@@ -42,7 +50,7 @@ fn quantized_b_bytes(b: Tensor) u64 {
 pub fn work_size(n: *const common.Node, thread_count: u32) u64 {
     const a = Tensor.from(&n.src[0]);
     const b = Tensor.from(&n.src[1]);
-    if (fused(a, b)) return quantized_b_bytes(b);
+    if (fused(a, b)) return quantized_b_bytes(b) + unpacked_bytes(a) * thread_count;
     return slice_bytes(a.ne[0]) * thread_count;
 }
 
@@ -113,6 +121,8 @@ fn mul_mat_fused(a: Tensor, b: Tensor, c: Tensor, work: *const common.Work) comm
     }
     work.sync(); // every row of src1 is quantized before any thread reads one
     const a_row_bytes: usize = @intCast(quant.row_bytes(a.dtype, k));
+    const slice_offset: usize = @intCast(quantized_b_bytes(b) + unpacked_bytes(a) * work.thread_index);
+    const unpacked: [*]u8 = work.scratch + slice_offset;
     const ratio2 = b.ne[2] / a.ne[2];
     const ratio3 = b.ne[3] / a.ne[3];
     const groups = (a.ne[1] + rows_per_group - 1) / rows_per_group;
@@ -123,71 +133,94 @@ fn mul_mat_fused(a: Tensor, b: Tensor, c: Tensor, work: *const common.Work) comm
         const batch2 = batch % b.ne[2];
         const batch3 = batch / b.ne[2];
         const count = @min(rows_per_group, a.ne[1] - m0);
+        var x_rows: [rows_per_group][]const u8 = undefined;
+        for (0..count) |r| {
+            const src = a.row_at(.{ .i1 = m0 + r, .i2 = batch2 / ratio2, .i3 = batch3 / ratio3 });
+            const x: [*]const u8 = @ptrFromInt(src.base);
+            if (a.dtype == .q4_0) {
+                const into = unpacked[r * b_row_bytes ..][0..b_row_bytes];
+                unpack_q4_0(x[0..a_row_bytes], into);
+                x_rows[r] = into;
+            } else {
+                x_rows[r] = x[0..a_row_bytes];
+            }
+        }
         for (0..b.ne[1]) |column| {
             const index: common.RowIndex = .{ .i1 = column, .i2 = batch2, .i3 = batch3 };
             const flat = column + b.ne[1] * (batch2 + b.ne[2] * batch3);
             const y = quantized[flat * b_row_bytes ..][0..b_row_bytes];
             const c_row = c.row_at(index);
-            for (0..count) |r| {
-                const src = a.row_at(.{ .i1 = m0 + r, .i2 = batch2 / ratio2, .i3 = batch3 / ratio3 });
-                const x: [*]const u8 = @ptrFromInt(src.base);
-                const value = switch (a.dtype) {
-                    .q4_0 => dot_q4_0_q8_0(x[0..a_row_bytes], y),
-                    .q8_0 => dot_q8_0_q8_0(x[0..a_row_bytes], y),
-                    else => unreachable,
-                };
-                common.store_f32(c_row.at(m0 + r), value);
-            }
+            for (0..count) |r| common.store_f32(c_row.at(m0 + r), dot_q8_0_q8_0(x_rows[r], y));
         }
     }
     return .ok;
 }
 
-const I16x16 = @Vector(16, i16);
+const I16x32 = @Vector(32, i16);
 const I32x16 = @Vector(16, i32);
+const I32x8 = @Vector(8, i32);
+const F32x8 = @Vector(8, f32);
 
 fn scale_of(bytes: *const [2]u8) f32 {
     return quant.fp16_to_fp32(std.mem.readInt(u16, bytes, .little));
 }
 
-/// Integer dot of 16 pairs (|x| <= 128, |y| <= 128: each product fits i16 and the pair sums
-/// the i16 -> i32 madd makes fit i32).
-fn madd(x: I16x16, y: I16x16) i32 {
-    return @reduce(.Add, @as(I32x16, x) * @as(I32x16, y));
+const even_lanes: @Vector(16, i32) = .{ 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30 };
+const odd_lanes: @Vector(16, i32) = .{ 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31 };
+
+/// Integer dot of one block in 8 i32 lanes: products in i16 (|x| <= 128 and |y| <= 127, since y
+/// is always quantized here, so |x * y| <= 16256), adjacent pairs summed in i32, then the two
+/// halves.
+fn block_dot(x: I16x32, y: I16x32) I32x8 {
+    const products = x * y;
+    const even: I32x16 = @shuffle(i16, products, undefined, even_lanes);
+    const odd: I32x16 = @shuffle(i16, products, undefined, odd_lanes);
+    const pairs = even + odd;
+    const low: I32x8 = @shuffle(i32, pairs, undefined, @Vector(8, i32){ 0, 1, 2, 3, 4, 5, 6, 7 });
+    const high: I32x8 = @shuffle(i32, pairs, undefined, @Vector(8, i32){ 8, 9, 10, 11, 12, 13, 14, 15 });
+    return low + high;
 }
 
-fn half_of(y: []const u8, offset: usize) I16x16 {
-    const bytes: @Vector(16, i8) = @bitCast(y[offset..][0..16].*);
+/// A q8_0 block's 32 values.
+fn q8_values(block: *const [34]u8) I16x32 {
+    const bytes: @Vector(32, i8) = @bitCast(block[2..34].*);
     return bytes;
 }
 
-/// ggml_vec_dot_q4_0_q8_0: per block, (sum of (nibble - 8) * q8) * d4 * d8, summed in f32.
-fn dot_q4_0_q8_0(x: []const u8, y: []const u8) f32 {
-    const blocks = x.len / 18;
-    assert(y.len == blocks * 34);
-    var sum: f32 = 0;
-    for (0..blocks) |block| {
-        const xb = x[block * 18 ..][0..18];
-        const yb = y[block * 34 ..][0..34];
-        const nibbles: @Vector(16, u8) = xb[2..18].*;
-        const low: I16x16 = @as(I16x16, nibbles & @as(@Vector(16, u8), @splat(0x0f))) - @as(I16x16, @splat(8));
-        const high: I16x16 = @as(I16x16, nibbles >> @as(@Vector(16, u3), @splat(4))) - @as(I16x16, @splat(8));
-        const sumi = madd(low, half_of(yb, 2)) + madd(high, half_of(yb, 18));
-        sum += @as(f32, @floatFromInt(sumi)) * (scale_of(xb[0..2]) * scale_of(yb[0..2]));
-    }
-    return sum;
+/// Adds one block's scaled integer dot to the 8 f32 lanes of `sum`, as ggml's AVX2 path does.
+fn accumulate(sum: F32x8, integers: I32x8, scale: f32) F32x8 {
+    const value: F32x8 = @floatFromInt(integers);
+    return @mulAdd(F32x8, value, @splat(scale), sum);
 }
 
-/// ggml_vec_dot_q8_0_q8_0: per block, (sum of q8 * q8) * d * d, summed in f32.
+/// A q4_0 row as q8_0 blocks: the same f16 scale, values nibble - 8 (low nibbles are elements
+/// 0-15, high nibbles 16-31). Its q8_0 dot is ggml_vec_dot_q4_0_q8_0's, integer for integer.
+fn unpack_q4_0(x: []const u8, out: []u8) void {
+    const blocks = x.len / 18;
+    assert(out.len == blocks * 34);
+    for (0..blocks) |block| {
+        const xb = x[block * 18 ..][0..18];
+        const ob = out[block * 34 ..][0..34];
+        ob[0..2].* = xb[0..2].*;
+        const nibbles: @Vector(16, u8) = xb[2..18].*;
+        const low: @Vector(16, u8) = nibbles & @as(@Vector(16, u8), @splat(0x0f));
+        const high: @Vector(16, u8) = nibbles >> @as(@Vector(16, u3), @splat(4));
+        const both: @Vector(32, u8) = std.simd.join(low, high);
+        const values: @Vector(32, i8) = @intCast(@as(I16x32, both) - @as(I16x32, @splat(8)));
+        ob[2..34].* = @bitCast(values);
+    }
+}
+
+/// ggml_vec_dot_q8_0_q8_0 (and, on unpacked rows, ggml_vec_dot_q4_0_q8_0): per block,
+/// (integer dot) * d_x * d_y, summed in 8 f32 lanes.
 fn dot_q8_0_q8_0(x: []const u8, y: []const u8) f32 {
     const blocks = x.len / 34;
     assert(y.len == x.len);
-    var sum: f32 = 0;
+    var sum: F32x8 = @splat(0);
     for (0..blocks) |block| {
         const xb = x[block * 34 ..][0..34];
         const yb = y[block * 34 ..][0..34];
-        const sumi = madd(half_of(xb, 2), half_of(yb, 2)) + madd(half_of(xb, 18), half_of(yb, 18));
-        sum += @as(f32, @floatFromInt(sumi)) * (scale_of(xb[0..2]) * scale_of(yb[0..2]));
+        sum = accumulate(sum, block_dot(q8_values(xb), q8_values(yb)), scale_of(xb[0..2]) * scale_of(yb[0..2]));
     }
-    return sum;
+    return @reduce(.Add, sum);
 }

@@ -157,7 +157,6 @@ fn mul_mat_fused(a: Tensor, b: Tensor, c: Tensor, work: *const common.Work) comm
 }
 
 const I16x32 = @Vector(32, i16);
-const I32x16 = @Vector(16, i32);
 const I32x8 = @Vector(8, i32);
 const F32x8 = @Vector(8, f32);
 
@@ -165,20 +164,16 @@ fn scale_of(bytes: *const [2]u8) f32 {
     return quant.fp16_to_fp32(std.mem.readInt(u16, bytes, .little));
 }
 
-const even_lanes: @Vector(16, i32) = .{ 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30 };
-const odd_lanes: @Vector(16, i32) = .{ 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31 };
-
 /// Integer dot of one block in 8 i32 lanes: products in i16 (|x| <= 128 and |y| <= 127, since y
-/// is always quantized here, so |x * y| <= 16256), adjacent pairs summed in i32, then the two
-/// halves.
+/// is always quantized here, so |x * y| <= 16256), widened to i32 and summed in four quarters.
 fn block_dot(x: I16x32, y: I16x32) I32x8 {
-    const products = x * y;
-    const even: I32x16 = @shuffle(i16, products, undefined, even_lanes);
-    const odd: I32x16 = @shuffle(i16, products, undefined, odd_lanes);
-    const pairs = even + odd;
-    const low: I32x8 = @shuffle(i32, pairs, undefined, @Vector(8, i32){ 0, 1, 2, 3, 4, 5, 6, 7 });
-    const high: I32x8 = @shuffle(i32, pairs, undefined, @Vector(8, i32){ 8, 9, 10, 11, 12, 13, 14, 15 });
-    return low + high;
+    const products: @Vector(32, i32) = x * y;
+    const lanes_of: [4][8]i32 = @bitCast(products);
+    const q0: I32x8 = lanes_of[0];
+    const q1: I32x8 = lanes_of[1];
+    const q2: I32x8 = lanes_of[2];
+    const q3: I32x8 = lanes_of[3];
+    return (q0 + q1) + (q2 + q3);
 }
 
 /// A q8_0 block's 32 values.

@@ -4,8 +4,9 @@
  * block, whether it is quantized, ggml's type id (what GGUF files store), the typed array that
  * holds its values and the conversions the copy kernels do. bf16 and the block-quantized types
  * (q8_0, q4_0, q4_1, q5_0, q5_1, q8_1, and the 256-element k-quants q4_K, q5_K, q6_K, q8_K) are
- * ggml's formats, bit for bit: `quantize` and
- * `dequantize` (`src/quant.ts`) convert rows of them; no tensor holds them yet. Its twin is `zig/dtype.zig`, checked against it when the library loads.
+ * ggml's formats, bit for bit: `quantize` and `dequantize` (`src/quant.ts`) convert rows of
+ * them; tensors hold them as raw bytes. Its twin is `zig/dtype.zig`, checked against it when the
+ * library loads.
  * Every other file asks this table: adding a dtype starts with a row here.
  * @module
  */
@@ -136,53 +137,56 @@ export function rowBytes(dtype: DType, n: number): number {
   return (n / blockSize) * blockBytes;
 }
 
-/** The typed array that holds a dtype's elements. */
+/** The typed array that holds a dtype's elements (raw bytes for bf16 and the block types). */
 export type TypedArrayOf<T extends TensorDType> = T extends "f32" ? Float32Array
   : T extends "f16" ? Float16Array
-  : Int32Array;
-
-/** Any typed array Graft reads from or writes to tensors. */
-export type TensorData = Float32Array | Float16Array | Int32Array;
+  : T extends "i32" ? Int32Array
+  : Uint8Array;
 
 /**
- * The dtypes a tensor holds today: those of the table with a typed array (f32, f16, i32), which
- * the kernels and backends take. bf16 and the block-quantized types convert with
- * `quantize`/`dequantize` until the kernels for quantized weights exist.
+ * Any typed array Graft reads from or writes to tensors: a Uint8Array holds the raw bytes of
+ * bf16 and block-quantized tensors (ggml's layout, what `quantize` makes).
  */
-export type TensorDType = Extract<DType, "f32" | "f16" | "i32">;
+export type TensorData = Float32Array | Float16Array | Int32Array | Uint8Array;
+
+/**
+ * The dtypes a tensor holds: every dtype of the table. f32, f16 and i32 have a typed array;
+ * bf16 and the block-quantized types are raw bytes (`quantize`/`dequantize` convert them), and
+ * the ops that take them say so (getRows, mulMat's src0 on the CPU).
+ */
+export type TensorDType = DType;
 
 const arrays = {
   f32: Float32Array,
   f16: Float16Array,
   i32: Int32Array,
-} as const satisfies Record<TensorDType, unknown>;
+} as const;
 
-/** True when `name` is a dtype a tensor can hold (see {@link TensorDType}). */
+/** True when `name` is a dtype a tensor can hold (see {@link TensorDType}): every dtype. */
 export function isTensorDType(name: unknown): name is TensorDType {
-  return typeof name === "string" && Object.hasOwn(arrays, name);
+  return isDType(name);
+}
+
+/** Checks a tensor's dtype name where it enters: a DTypeError names `what` and the value. */
+export function parseTensorDType(what: string, name: unknown): TensorDType {
+  return parseDType(what, name);
+}
+
+/** True when a dtype's values travel as raw bytes (bf16 and the block-quantized types). */
+export function holdsRawBytes(dtype: TensorDType): boolean {
+  return !Object.hasOwn(arrays, dtype);
+}
+
+/** The name of the typed array class that holds `dtype`'s elements (Uint8Array: raw bytes). */
+export function typedArrayName(dtype: TensorDType): string {
+  return holdsRawBytes(dtype) ? "Uint8Array" : arrays[dtype as keyof typeof arrays].name;
 }
 
 /**
- * Checks a tensor's dtype name where it enters: a DTypeError names `what` and the value, and
- * for a dtype of the table that no tensor holds yet, says so.
+ * Makes a typed array view of `bytes` for a dtype: `length` elements of a plain dtype, or all
+ * of `bytes` as a Uint8Array for bf16 and the block types.
  */
-export function parseTensorDType(what: string, name: unknown): TensorDType {
-  const dtype = parseDType(what, name);
-  if (!isTensorDType(dtype)) {
-    throw new DTypeError(
-      `${what}: no tensor holds ${dtype} yet (tensors hold ${Object.keys(arrays).join(", ")}); ` +
-        `quantize() and dequantize() convert rows of it`,
-    );
-  }
-  return dtype;
-}
-
-/** The name of the typed array class that holds `dtype`'s elements. */
-export function typedArrayName(dtype: TensorDType): string {
-  return arrays[dtype].name;
-}
-
-/** Makes a typed array view of `bytes` for a dtype. */
 export function typedView(dtype: TensorDType, bytes: ArrayBuffer, length: number): TensorData {
-  return new arrays[dtype](bytes, 0, length);
+  if (holdsRawBytes(dtype)) return new Uint8Array(bytes);
+  return new arrays[dtype as keyof typeof arrays](bytes, 0, length);
 }

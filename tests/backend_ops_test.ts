@@ -39,7 +39,6 @@ import {
   sum,
   type Tensor,
   type TensorData,
-  type TensorDType,
   transpose,
   view,
 } from "../mod.ts";
@@ -126,7 +125,7 @@ class Inputs {
   }
 
   /** An uninitialised-by-op destination filled with random data (what cpy does not write). */
-  dest(dtype: TensorDType, shape: Shape): Tensor {
+  dest(dtype: "f32" | "f16" | "i32", shape: Shape): Tensor {
     return dtype === "i32" ? this.indices(shape, 1000) : this.float(dtype, shape);
   }
 }

@@ -5,10 +5,14 @@
 
 import assert from "node:assert/strict";
 import {
+  allocTensors,
+  Context,
   CpuBackend,
+  getRows,
   ggmlTypeByName,
   GGUFError,
   GGUFFile,
+  Graph,
   isTensorDType,
   layoutTensors,
   liveAllocations,
@@ -276,21 +280,34 @@ Deno.test("GGUFFile: open reads a prefix, load streams tensors into CPU buffers"
 });
 
 Deno.test("GGUFFile.load names a tensor type Graft has no dtype for", async () => {
+  // q2_K: a format of the file's type table that Graft's dtype table does not have.
+  const q2k = ggmlTypeByName("q2_K")!;
+  const f32 = ggmlTypeByName("f32")!;
+  const infos = layoutTensors([
+    { name: "fine", dims: [4], type: f32, nbytes: 16 },
+    { name: "exotic", dims: [256], type: q2k, nbytes: 84 },
+  ]);
   const path = await Deno.makeTempFile({ suffix: ".gguf" });
   try {
-    await Deno.writeFile(path, sampleFile(false));
+    await Deno.writeFile(
+      path,
+      writeGGUF({
+        metadata: [],
+        tensors: infos,
+        data: (i) => new Uint8Array(infos[i]!.nbytes),
+      }),
+    );
     using file = GGUFFile.open(path);
     using cpu = new CpuBackend({ threads: 1 });
-    const loadable = file.header.tensors.filter((t) => isTensorDType(t.type.name));
-    using weights = file.load(cpu, { names: loadable.map((t) => t.name) });
-    assert.equal(weights.tensors.size, loadable.length);
-    for (const t of file.header.tensors.filter((t) => !isTensorDType(t.type.name))) {
-      assert.throws(
-        () => file.load(cpu, { names: [t.name] }),
-        (e: unknown) =>
-          e instanceof GGUFError && e.message.includes(`no dtype for ggml type ${t.type.name}`),
-      );
-    }
+    using weights = file.load(cpu, { names: ["fine"] });
+    assert.equal(weights.tensors.size, 1);
+    assert.throws(
+      () => file.load(cpu, { names: ["exotic"] }),
+      (e: unknown) =>
+        e instanceof GGUFError && /no dtype for ggml type q2_K \(id 10\)/.test(e.message),
+    );
+    assert.throws(() => file.dequantizeTensor(file.tensor("exotic")), GGUFError);
+    assert.ok(!isTensorDType("q2_K"));
   } finally {
     await Deno.remove(path);
   }
@@ -383,6 +400,40 @@ Deno.test("k-quant tensors (q4_K, q5_K, q6_K, q8_K) dequantize as ggml does", as
   } finally {
     await Deno.remove(path);
   }
+});
+
+Deno.test({
+  name:
+    "SmolLM2 Q4_1: all weights load into CPU buffers; getRows of the q8_0 embedding dequantizes",
+  ignore: !haveModel,
+  fn: () => {
+    using file = GGUFFile.open(MODEL);
+    using cpu = new CpuBackend({ threads: 2 });
+    let progress = 0;
+    using weights = file.load(cpu, { onProgress: (done) => progress = done });
+    assert.equal(weights.tensors.size, 272);
+    assert.equal(progress, file.header.tensors.reduce((sum, t) => sum + t.nbytes, 0));
+    for (const name of ["blk.0.attn_q.weight", "output_norm.weight", "blk.29.ffn_down.weight"]) {
+      const bytes = new Uint8Array(cpu.getTensor(weights.tensors.get(name)!).buffer);
+      assert.deepEqual(bytes, file.readTensorData(file.tensor(name)), name);
+    }
+    // Token ids 0, 1 and 49151 looked up in the q8_0 table equal ggml's dequantized rows.
+    const embd = weights.tensors.get("token_embd.weight")!;
+    const ctx = new Context();
+    const ids = ctx.newTensor("i32", [3], "ids");
+    const rows = getRows(embd, ids);
+    using _memory = allocTensors(cpu, [ids, rows]);
+    cpu.setTensor(ids, new Int32Array([0, 1, 49151]));
+    cpu.graphCompute(Graph.build(rows));
+    const all = file.dequantizeTensor(file.tensor("token_embd.weight"));
+    const got = cpu.getTensor(rows) as Float32Array;
+    for (const [i, id] of [0, 1, 49151].entries()) {
+      assert.deepEqual(
+        got.subarray(i * 576, (i + 1) * 576),
+        all.subarray(id * 576, (id + 1) * 576),
+      );
+    }
+  },
 });
 
 Deno.test("gguf: nothing native is left alive", () => assertNothingLive(baseline));

@@ -53,6 +53,7 @@ import {
   refCont,
   refCpy,
   refDiv,
+  type RefDType,
   refF32,
   refGelu,
   refGetRows,
@@ -218,7 +219,7 @@ function checkCase(build: (feed: Feed) => Check[]): void {
       const label = `${simd}: ${check.label ?? `output ${i}`} ${check.tensor.label}`;
       assertBytesEqual(runs[0]![i]!, runs[1]![i]!, `${label}: 1 thread vs 2 threads`);
       const t = check.tensor;
-      const got = fromBytes(runs[0]![i]!, t.dtype, t.ne, t.nb);
+      const got = fromBytes(runs[0]![i]!, t.dtype as RefDType, t.ne, t.nb);
       assertClose(got, check.want, check.tol, label);
     });
   }
@@ -703,7 +704,7 @@ Deno.test("softmax with a causal -Infinity mask gives zeros for a fully masked r
   for (const simd of SIMD_LEVELS) {
     const { checks, runs } = computeCase(simd, build);
     const t = checks[0]!.tensor;
-    const got = fromBytes(runs[0]![0]!, t.dtype, t.ne, t.nb);
+    const got = fromBytes(runs[0]![0]!, t.dtype as RefDType, t.ne, t.nb);
     for (let h = 0; h < 2; h++) {
       for (let i = 0; i < 7; i++) {
         let total = 0;

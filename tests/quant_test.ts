@@ -20,6 +20,8 @@ import {
   QUANT_DTYPES,
   type QuantDType,
   quantize,
+  rowBytes,
+  ShapeError,
   Status,
 } from "../mod.ts";
 import { loadCore } from "../src/core/core.ts";
@@ -369,14 +371,15 @@ Deno.test("bad arguments throw ArgumentError or DTypeError naming the value", ()
   );
 });
 
-Deno.test("no tensor holds a quantized dtype yet: newTensor says so", () => {
+Deno.test("tensors hold every quantized dtype, in whole blocks (tests/quant_ops_test.ts)", () => {
   const ctx = new Context();
   for (const type of QUANT_DTYPES) {
-    assertThrowsWith(
-      () => ctx.newTensor(type as unknown as "f32", [32, 2]),
-      DTypeError,
-      ["newTensor", type, "quantize"],
-    );
+    // 256 elements: whole blocks of every type (32 or 256).
+    const t = ctx.newTensor(type, [256, 2]);
+    assert.equal(t.nbytes, rowBytes(type, 256) * 2);
+    if (DTYPES[type].blockSize > 1) {
+      assertThrowsWith(() => ctx.newTensor(type, [48, 2]), ShapeError, ["newTensor", type]);
+    }
   }
 });
 

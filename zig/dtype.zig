@@ -70,8 +70,9 @@ pub const DType = enum(u32) {
         };
     }
 
-    /// True for the types the node table's kernels take today (f32, f16, i32); the others
-    /// are converted by quant.zig (graft_quantize / graft_dequantize) only, for now.
+    /// True for the plain types that the element kernels take (f32, f16, i32). bf16 and the
+    /// block types reach only the ops whose checks name them (get_rows, mul_mat src0), which
+    /// dequantize rows with quant.zig.
     pub fn has_kernels(dtype: DType) bool {
         return switch (dtype) {
             .f32, .f16, .i32 => true,
@@ -83,6 +84,16 @@ pub const DType = enum(u32) {
     pub fn from_code(code: u32) ?DType {
         if (code > @intFromEnum(last)) return null;
         return @enumFromInt(code);
+    }
+
+    /// True for the dtypes that get_rows (src0) and mul_mat (src0) dequantize: bf16 and the
+    /// block types with a dequantize_row in quant.zig (q8_1 is only ever a dot-product operand).
+    pub fn dequantizes(dtype: DType) bool {
+        return switch (dtype) {
+            .bf16, .q8_0, .q4_0, .q4_1, .q5_0, .q5_1 => true,
+            // The k-quants have row functions in quant.zig but no kernel path yet.
+            .f32, .f16, .i32, .q8_1, .q4_K, .q5_K, .q6_K, .q8_K => false,
+        };
     }
 
     /// Bytes per element of a plain (unblocked) type; kernels that index elements use it.

@@ -71,14 +71,16 @@ pub const TensorDesc = extern struct {
     }
 
     pub fn is_contiguous(self: *const TensorDesc) bool {
-        const size: i64 = @intCast(DType.size_bytes(@enumFromInt(self.dtype)));
-        return self.nb[0] == size and self.nb[1] == self.nb[0] * self.ne[0] and
+        const dtype: DType = @enumFromInt(self.dtype);
+        const size: i64 = @intCast(dtype.block_bytes());
+        const blocks0 = @divTrunc(self.ne[0], @as(i64, @intCast(dtype.block_size())));
+        return self.nb[0] == size and self.nb[1] == self.nb[0] * blocks0 and
             self.nb[2] == self.nb[1] * self.ne[1] and self.nb[3] == self.nb[2] * self.ne[2];
     }
 
     /// True when the elements of each row are adjacent (the fast path of row kernels).
     pub fn rows_contiguous(self: *const TensorDesc) bool {
-        return self.nb[0] == @as(i64, @intCast(DType.size_bytes(@enumFromInt(self.dtype))));
+        return self.nb[0] == @as(i64, @intCast(DType.block_bytes(@enumFromInt(self.dtype))));
     }
 
     /// Address of the first element of row (i1, i2, i3).
@@ -87,11 +89,14 @@ pub const TensorDesc = extern struct {
         return @intCast(@as(i64, @intCast(self.data)) + offset);
     }
 
-    /// Bytes from the first element to one past the last, for bounds checks.
+    /// Bytes from the first element to one past the last, for bounds checks. Block types
+    /// (nb[0] = one block's bytes) count ne[0] in blocks; validation keeps it whole blocks.
     pub fn extent_bytes(self: *const TensorDesc) u64 {
-        var last: i64 = 0;
-        for (0..dims_max) |d| last += (self.ne[d] - 1) * self.nb[d];
-        return @intCast(last + @as(i64, @intCast(DType.size_bytes(@enumFromInt(self.dtype)))));
+        const dtype: DType = @enumFromInt(self.dtype);
+        const block: i64 = @intCast(dtype.block_size());
+        var last: i64 = (@divTrunc(self.ne[0] + block - 1, block) - 1) * self.nb[0];
+        for (1..dims_max) |d| last += (self.ne[d] - 1) * self.nb[d];
+        return @intCast(last + @as(i64, @intCast(dtype.block_bytes())));
     }
 };
 

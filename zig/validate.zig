@@ -94,10 +94,10 @@ fn check_tensor(comptime label: []const u8, t: *const TensorDesc, is_dst: bool) 
     const dtype = DType.from_code(t.dtype) orelse {
         return fail(.invalid_argument, label ++ ".dtype unknown");
     };
-    // bf16 and the block-quantized types have no kernels yet (only graft_quantize and
-    // graft_dequantize take them); every rule below and every kernel assumes a plain type.
-    if (!dtype.has_kernels()) {
-        return fail(.unsupported, label ++ ".dtype is one no kernel takes yet (bf16 or quantized)");
+    // Block types: ne[0] is whole blocks and nb[0] one block (ggml's layout); the ops that
+    // take them (get_rows, mul_mat src0) check that themselves, every other op refuses them.
+    if (@mod(t.ne[0], @as(i64, @intCast(dtype.block_size()))) != 0) {
+        return fail(.invalid_argument, label ++ ".ne[0] is not whole blocks of its dtype");
     }
     if (t.data == 0) return fail(.invalid_argument, label ++ ".data is null");
     // i128: each factor is bounded below, so neither product can overflow before its check.
@@ -128,9 +128,18 @@ fn check_tensor(comptime label: []const u8, t: *const TensorDesc, is_dst: bool) 
 }
 
 fn dtype_of(t: *const TensorDesc) DType {
-    assert(t.dtype <= @intFromEnum(DType.i32));
-    assert(DType.from_code(t.dtype).?.has_kernels());
-    return @enumFromInt(t.dtype);
+    return DType.from_code(t.dtype).?; // check_tensor refused unknown codes
+}
+
+/// A src0 that get_rows and mul_mat dequantize row by row: a dtype with a dequantize_row, rows
+/// of adjacent blocks (nb[0] one block).
+fn check_dequantized_rows(comptime name: []const u8, t: *const TensorDesc) ?Verdict {
+    const dtype = dtype_of(t);
+    if (!dtype.dequantizes()) return null;
+    if (t.nb[0] != @as(i64, @intCast(dtype.block_bytes()))) {
+        return fail(.unsupported, name ++ ": a bf16 or quantized src0 needs nb[0] == one block");
+    }
+    return null;
 }
 
 fn same_shape(a: *const TensorDesc, b: *const TensorDesc) bool {
@@ -185,6 +194,9 @@ fn check_repeat(n: *const Node) Verdict {
     if (dtype_of(&n.dst) != dtype_of(&n.src[0])) {
         return fail(.unsupported, "repeat: dst.dtype != src0.dtype");
     }
+    if (!dtype_of(&n.dst).has_kernels()) {
+        return fail(.unsupported, "repeat: dtype must be f32, f16 or i32");
+    }
     for (0..dims_max) |d| {
         if (@mod(n.dst.ne[d], n.src[0].ne[d]) != 0) {
             return fail(.shape_mismatch, "repeat: src0.ne[d] does not divide dst.ne[d]");
@@ -197,7 +209,11 @@ fn check_mul_mat(n: *const Node) Verdict {
     const a = &n.src[0];
     const b = &n.src[1];
     const c = &n.dst;
-    if (dtype_of(a) == .i32) return fail(.unsupported, "mul_mat: src0 must be f32 or f16");
+    switch (dtype_of(a)) {
+        .f32, .f16, .bf16, .q8_0, .q4_0, .q4_1, .q5_0, .q5_1 => {},
+        else => return fail(.unsupported, "mul_mat: src0 must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1"),
+    }
+    if (check_dequantized_rows("mul_mat", a)) |verdict| return verdict;
     if (dtype_of(b) != .f32) return fail(.unsupported, "mul_mat: src1 must be f32");
     if (dtype_of(c) != .f32) return fail(.unsupported, "mul_mat: dst must be f32");
     // params[0] is the prepack flag (see kernels/mul_mat.zig): 0, or 1 for a constant src0.
@@ -232,7 +248,14 @@ fn check_cpy(n: *const Node) Verdict {
 fn check_get_rows(n: *const Node) Verdict {
     const src = &n.src[0];
     const indices = &n.src[1];
-    if (dtype_of(src) == .i32) return fail(.unsupported, "get_rows: src0 must be f32 or f16");
+    switch (dtype_of(src)) {
+        .f32, .f16, .bf16, .q8_0, .q4_0, .q4_1, .q5_0, .q5_1 => {},
+        else => return fail(.unsupported, "get_rows: src0 must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1"),
+    }
+    if (check_dequantized_rows("get_rows", src)) |verdict| return verdict;
+    if (dtype_of(src).dequantizes() and n.dst.nb[0] != 4) {
+        return fail(.unsupported, "get_rows: dst rows must be contiguous for a bf16 or quantized src0");
+    }
     if (dtype_of(indices) != .i32) return fail(.unsupported, "get_rows: src1 must be i32");
     if (dtype_of(&n.dst) != .f32) return fail(.unsupported, "get_rows: dst must be f32");
     if (indices.ne[1] != src.ne[2]) {

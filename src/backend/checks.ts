@@ -1,7 +1,7 @@
 /** Checks every backend makes on tensor reads, writes and copies. */
 
 import { ArgumentError, DTypeError, OutOfBoundsError, ShapeError } from "../errors.ts";
-import { dtypeSize, typedArrayName } from "../dtype.ts";
+import { DTYPES, dtypeSize, typedArrayName } from "../dtype.ts";
 import { Op } from "../op.ts";
 import { formatShape, type Tensor } from "../tensor.ts";
 import { sameDims } from "../ops/check.ts";
@@ -48,6 +48,12 @@ export function requireTensorData(verb: string, tensor: Tensor, data: unknown): 
     );
   }
   if (data instanceof Uint8Array || data instanceof DataView) return;
+  if (DTYPES[tensor.dtype].quantized) {
+    throw new DTypeError(
+      `${verb}: ${tensor.label} holds ${tensor.dtype} blocks: pass their raw bytes as a ` +
+        `Uint8Array (quantize() makes them), got a ${data.constructor.name}`,
+    );
+  }
   // Unsigned integer arrays carry raw bits (a Uint16Array of f16 bit patterns, say).
   const raw = data instanceof Uint16Array || data instanceof Uint32Array;
   const elementBytes = (data as unknown as { BYTES_PER_ELEMENT: number }).BYTES_PER_ELEMENT;

@@ -33,6 +33,7 @@ function requireNoOverlap(a: Tensor, b: Tensor): void {
 
 /** A contiguous copy of `a` (of a permuted or strided view, typically). */
 export function cont(a: Tensor): Tensor {
+  requireDType("cont", a, ["f32", "f16", "i32"]);
   return new Tensor({ dtype: a.dtype, ne: a.ne, op: Op.cont, src: [a] });
 }
 
@@ -69,10 +70,11 @@ export function cpy(a: Tensor, b: Tensor): Tensor {
 /**
  * Gathers rows: `getRows(a[ne0, rows, B], indices[N, B] i32) -> [ne0, N, B]` f32, where output
  * row n of batch b is row `indices[n, b]` of `a` (an embedding lookup). Out-of-range indices are
- * an error at compute time.
+ * an error at compute time. `a` may be f32, f16, or on the CPU bf16, q8_0, q4_0, q4_1, q5_0 or
+ * q5_1 (rows are dequantized exactly as `dequantize` does).
  */
 export function getRows(a: Tensor, indices: Tensor): Tensor {
-  requireDType("getRows", a, ["f32", "f16"]);
+  requireDType("getRows", a, ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"]);
   requireDType("getRows", indices, ["i32"]);
   if (a.ne[3] !== 1 || indices.ne[2] !== 1 || indices.ne[3] !== 1 || indices.ne[1] !== a.ne[2]) {
     throw new ShapeError(

@@ -4,7 +4,7 @@
  * @module
  */
 
-import { dtypeSize } from "../dtype.ts";
+import { DTYPES } from "../dtype.ts";
 import { ShapeError } from "../errors.ts";
 import { Op } from "../op.ts";
 import { type Dims, formatShape, Tensor } from "../tensor.ts";
@@ -36,7 +36,7 @@ export function view(
         `(${a.nbytes} bytes)`,
     );
   }
-  if (options.nb && options.nb[0] % dtypeSize[a.dtype] !== 0) {
+  if (options.nb && options.nb[0] % DTYPES[a.dtype].blockBytes !== 0) {
     throw new ShapeError(
       `view: stride nb[0]=${options.nb[0]} is not a multiple of the element size`,
     );

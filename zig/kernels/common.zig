@@ -56,7 +56,7 @@ pub const Tensor = struct {
     dtype: DType,
 
     pub fn from(desc: *const TensorDesc) Tensor {
-        assert(desc.dtype <= @intFromEnum(DType.i32));
+        assert(desc.dtype <= @intFromEnum(DType.last));
         var tensor: Tensor = .{
             .base = @intCast(desc.data),
             .ne = undefined,

@@ -6,12 +6,14 @@
 //! nearest even. Three paths: both contiguous with one dtype (a byte copy split across threads),
 //! equal row length (row to row, vectorized), and otherwise an element walk per dst row.
 //!
-//! get_rows: src0 [ne0, R, B, C] f32 | f16, src1 i32 [N, B, C, 1], dst f32 [ne0, N, B, C]:
-//! dst row (n, b, c) = src0 row (src1[n, b, c], b, c). An index outside [0, R) makes every thread
+//! get_rows: src0 [ne0, R, B, C] f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 (rows of
+//! the last six are dequantized with quant.zig, bit for bit what `dequantize` gives), src1 i32
+//! [N, B, C, 1], dst f32 [ne0, N, B, C]: dst row (n, b, c) = src0 row (src1[n, b, c], b, c). An index outside [0, R) makes every thread
 //! return .out_of_bounds before any thread writes.
 
 const std = @import("std");
 const common = @import("common.zig");
+const quant = @import("../quant.zig");
 
 const assert = common.assert;
 const DType = common.DType;
@@ -155,9 +157,21 @@ pub fn get_rows(n: *const common.Node, work: *const common.Work) common.Status {
         const index = dst.row_index(row);
         const source_row = row_index_value(indices, index);
         const from = src.row_at(.{ .i1 = source_row, .i2 = index.i2, .i3 = index.i3 });
-        convert_row(dst.row_at(index), .f32, from, src.dtype, dst.ne[0]);
+        if (src.dtype.dequantizes()) {
+            dequantize_into(dst.row_at(index), from, src.dtype, dst.ne[0]);
+        } else {
+            convert_row(dst.row_at(index), .f32, from, src.dtype, dst.ne[0]);
+        }
     }
     return .ok;
+}
+
+/// One row of bf16 or blocks (adjacent, validate checks nb[0]) into a contiguous f32 row.
+fn dequantize_into(dst: Strided, src: Strided, dtype: DType, count: usize) void {
+    assert(dst.stride == @sizeOf(f32));
+    const bytes: [*]const u8 = @ptrFromInt(src.base);
+    const floats: [*]align(1) f32 = @ptrFromInt(dst.base);
+    quant.dequantize_row(dtype, bytes[0..quant.row_bytes(dtype, count)], floats[0..count]);
 }
 
 /// src1[n, b, c] for dst row (n, b, c); only called after `indices_in_range`.

@@ -1,4 +1,4 @@
-//! mul_mat: src0 [K, M, ne02, ne03] (f32 | f16) x src1 [K, N, ne12, ne13] f32 -> dst [M, N, ne12,
+//! mul_mat: src0 [K, M, ne02, ne03] (f32 | f16; bf16 and block types go to mul_mat_quant.zig) x src1 [K, N, ne12, ne13] f32 -> dst [M, N, ne12,
 //! ne13] f32, dst[n][m] = sum_k src0[m][k] * src1[n][k]. src0 batches broadcast: batch (i12, i13)
 //! uses src0 batch (i12 / (ne12 / ne02), i13 / (ne13 / ne03)), as ggml does. Each batch is one
 //! `gemm.sgemm` call made by every thread with the same arguments; sgemm splits the work itself
@@ -17,11 +17,13 @@
 const std = @import("std");
 const common = @import("common.zig");
 const gemm = @import("gemm.zig");
+const mul_mat_quant = @import("mul_mat_quant.zig");
 
 const assert = common.assert;
 const Tensor = common.Tensor;
 
 pub fn mul_mat(n: *const common.Node, work: *const common.Work) common.Status {
+    if (quantized_src0(n)) return mul_mat_quant.mul_mat(n, work);
     const a = Tensor.from(&n.src[0]);
     const b = Tensor.from(&n.src[1]);
     const c = Tensor.from(&n.dst);
@@ -51,6 +53,11 @@ pub fn mul_mat(n: *const common.Node, work: *const common.Work) common.Status {
     return .ok;
 }
 
+/// bf16 and block-quantized weights take mul_mat_quant.zig's path (never prepacked).
+fn quantized_src0(n: *const common.Node) bool {
+    return Tensor.from(&n.src[0]).dtype.dequantizes();
+}
+
 /// params[0] value that asks the plan to prepack src0.
 pub const prepack_flag: u32 = 1;
 
@@ -60,7 +67,7 @@ fn run_gemm(args: *const gemm.GemmArgs, a_packed: ?[]const f32, work: *const com
 
 /// Bytes of src0 prepacked, or 0 when the node is not flagged or its shape is not prepacked.
 pub fn prepacked_size(n: *const common.Node) u64 {
-    if (n.params[0] != prepack_flag) return 0;
+    if (n.params[0] != prepack_flag or quantized_src0(n)) return 0;
     const a = Tensor.from(&n.src[0]);
     if (a.ne[2] != 1 or a.ne[3] != 1) return 0;
     const args = first_batch_args(n);
@@ -173,6 +180,7 @@ fn batch_args(
 
 /// Every batch has the same sizes and strides, so batch 0's arguments size the scratch.
 pub fn work_size(n: *const common.Node, thread_count: u32) u64 {
+    if (quantized_src0(n)) return mul_mat_quant.work_size(n, thread_count);
     const a = Tensor.from(&n.src[0]);
     const b = Tensor.from(&n.src[1]);
     const c = Tensor.from(&n.dst);

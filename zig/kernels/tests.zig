@@ -1204,8 +1204,20 @@ test "validate_node names the op and the broken rule; compute_node refuses the s
     bad.dtype = @intFromEnum(DType.q4_0);
     try expect_verdict(
         &make_node(.relu, a.desc, &.{bad}),
+        .invalid_argument,
+        "relu: src0.ne[0] is not whole blocks of its dtype",
+    );
+    bad.ne[0] = 32;
+    try expect_verdict(
+        &make_node(.relu, a.desc, &.{bad}),
         .unsupported,
-        "relu: src0.dtype is one no kernel takes yet (bf16 or quantized)",
+        "relu: dst and src0 must be f32",
+    );
+    bad.dtype = @intFromEnum(DType.q8_1);
+    try expect_verdict(
+        &make_node(.get_rows, a.desc, &.{ bad, b.desc }),
+        .unsupported,
+        "get_rows: src0 must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1",
     );
     bad = a.desc;
     bad.ne = .{ 1 << 30, 1 << 30, 1, 1 };

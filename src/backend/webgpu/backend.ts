@@ -5,7 +5,7 @@
  * @module
  */
 
-import { dtypeSize, type TensorData, typedView } from "../../dtype.ts";
+import { dtypeSize, holdsRawBytes, type TensorData, typedView } from "../../dtype.ts";
 import {
   DisposedError,
   GraftError,
@@ -192,6 +192,8 @@ export class WebGpuBackend implements Backend {
    * device's maxStorageBufferBindingSize. Views need no kernel.
    */
   supportsOp(tensor: Tensor): boolean {
+    // No WGSL kernel reads bf16 or block-quantized tensors yet: the scheduler falls back.
+    if ([tensor, ...tensor.src].some((t) => holdsRawBytes(t.dtype))) return false;
     if (isViewOp(tensor.op)) return true;
     try {
       kernelFor(tensor);

@@ -1,0 +1,308 @@
+/**
+ * Tensors of quantized weights and the CPU ops that take them: getRows of bf16, q8_0, q4_0,
+ * q4_1, q5_0 and q5_1 rows equals `dequantize` bit for bit; mulMat with such a src0 and an f32
+ * src1 is within ggml's test-backend-ops tolerance (normalized mean squared error <= 5e-4) of a
+ * float64 product of the dequantized weights. Every case runs on each kernel build the CPU has,
+ * with 1 and 2 threads (bitwise equal). Raw-byte setTensor/getTensor, and the DTypeErrors of
+ * ops that do not take quantized tensors.
+ */
+
+import assert from "node:assert/strict";
+import { assertNothingLive } from "./leaks.ts";
+import {
+  add,
+  allocTensors,
+  cont,
+  Context,
+  CpuBackend,
+  dequantize,
+  DTypeError,
+  getRows,
+  Graph,
+  liveAllocations,
+  mulMat,
+  type QuantDType,
+  quantize,
+  rmsNorm,
+  ShapeError,
+  simdLevels,
+  type Tensor,
+  transpose,
+  WebGpuBackend,
+} from "../mod.ts";
+import { Rng } from "./reference.ts";
+
+// Loads the library outside any test, so its resource is not reported as a test's leak.
+const baseline = liveAllocations();
+const SIMD_LEVELS = simdLevels();
+
+/** The dtypes getRows and mulMat take as src0 on the CPU besides f32 and f16. */
+const WEIGHT_DTYPES = [
+  "bf16",
+  "q8_0",
+  "q4_0",
+  "q4_1",
+  "q5_0",
+  "q5_1",
+] as const satisfies readonly QuantDType[];
+
+/** ggml's test-backend-ops bound for mul_mat. */
+const NMSE_MAX = 5e-4;
+
+function randoms(rng: Rng, count: number): Float32Array {
+  const out = new Float32Array(count);
+  for (let i = 0; i < count; i++) out[i] = rng.next() * 2 - 1;
+  return out;
+}
+
+/**
+ * Computes the graph of `output` on a fresh backend of each kernel build with 1 and 2 threads
+ * (output poisoned before each run; `build` makes fresh tensors for each build); asserts the
+ * two thread counts agree bitwise and returns each build's result (builds may differ: their
+ * vector widths sum in other orders).
+ */
+function compute(
+  build: () => { ctx: Context; inputs: [Tensor, ArrayBufferView][]; output: Tensor },
+): [string, Float32Array][] {
+  const results: [string, Float32Array][] = [];
+  for (const simd of SIMD_LEVELS) {
+    using cpu = new CpuBackend({ simd, threads: 1 });
+    const { ctx, inputs, output } = build();
+    const graph = Graph.build(output);
+    using _memory = allocTensors(cpu, [...ctx.tensors, ...graph.leafs, ...graph.nodes]);
+    let first: Float32Array | undefined;
+    for (const threads of [1, 2]) {
+      if (cpu.threads !== threads) cpu.setThreads(threads);
+      cpu.setTensor(output, new Uint8Array(output.nbytes).fill(0xff));
+      for (const [t, data] of inputs) cpu.setTensor(t, data);
+      cpu.graphCompute(graph);
+      const got = cpu.getTensor(output) as Float32Array;
+      assert.ok(got instanceof Float32Array);
+      if (first === undefined) first = got;
+      else {
+        assert.deepEqual(
+          new Uint8Array(got.buffer),
+          new Uint8Array(first.buffer),
+          `${simd}: 2 threads differ from 1`,
+        );
+      }
+    }
+    results.push([simd, first!]);
+  }
+  return results;
+}
+
+for (const dtype of WEIGHT_DTYPES) {
+  Deno.test(`getRows of ${dtype} rows equals dequantize exactly`, () => {
+    const rng = new Rng(0x51ed + dtype.length);
+    for (const ne0 of [32, 64, 96, 288]) {
+      const rows = 7, batches = 3, picks = 5;
+      const bytes = quantize(randoms(rng, ne0 * rows * batches), dtype);
+      const chosen = new Int32Array(picks * batches);
+      for (let i = 0; i < chosen.length; i++) chosen[i] = Math.floor(rng.next() * rows);
+      const results = compute(() => {
+        const ctx = new Context();
+        const table = ctx.newTensor(dtype, [ne0, rows, batches]);
+        const indices = ctx.newTensor("i32", [picks, batches]);
+        const output = getRows(table, indices);
+        return { ctx, inputs: [[table, bytes], [indices, chosen]], output };
+      });
+      const all = dequantize(bytes, dtype);
+      const want = new Float32Array(ne0 * picks * batches);
+      for (let b = 0; b < batches; b++) {
+        for (let n = 0; n < picks; n++) {
+          const row = chosen[b * picks + n]!;
+          const from = (b * rows + row) * ne0;
+          want.set(all.subarray(from, from + ne0), (b * picks + n) * ne0);
+        }
+      }
+      for (const [simd, got] of results) {
+        assert.deepEqual(
+          new Uint8Array(got.buffer),
+          new Uint8Array(want.buffer),
+          `${simd} ${dtype} ne0=${ne0}: getRows differs from dequantize`,
+        );
+      }
+    }
+  });
+}
+
+interface MulMatCase {
+  k: number;
+  m: number;
+  n: number;
+  batchA: [number, number];
+  batchB: [number, number];
+  transposedB?: boolean;
+}
+
+const MUL_MAT_CASES: MulMatCase[] = [
+  { k: 32, m: 1, n: 1, batchA: [1, 1], batchB: [1, 1] },
+  { k: 64, m: 7, n: 3, batchA: [1, 1], batchB: [1, 1] },
+  { k: 96, m: 5, n: 9, batchA: [2, 1], batchB: [4, 1] },
+  { k: 288, m: 13, n: 1, batchA: [1, 1], batchB: [1, 1] },
+  { k: 288, m: 11, n: 6, batchA: [1, 2], batchB: [3, 2] },
+  { k: 64, m: 9, n: 5, batchA: [1, 1], batchB: [1, 1], transposedB: true },
+];
+
+/** Normalized mean squared error of `got` against the f64 product of `w` and `b` (case `c`). */
+function normalizedError(
+  got: Float32Array,
+  w: Float32Array,
+  b: Float32Array,
+  c: MulMatCase,
+): number {
+  const [a2, a3] = c.batchA, [b2, b3] = c.batchB;
+  let error = 0, norm = 0;
+  for (let i3 = 0; i3 < b3; i3++) {
+    for (let i2 = 0; i2 < b2; i2++) {
+      const aBatch = Math.floor(i3 / (b3 / a3)) * a2 + Math.floor(i2 / (b2 / a2));
+      const bBatch = i3 * b2 + i2;
+      for (let n = 0; n < c.n; n++) {
+        for (let m = 0; m < c.m; m++) {
+          let sum = 0;
+          for (let k = 0; k < c.k; k++) {
+            sum += w[(aBatch * c.m + m) * c.k + k]! * b[(bBatch * c.n + n) * c.k + k]!;
+          }
+          const value = got[(bBatch * c.n + n) * c.m + m]!;
+          if (!Number.isFinite(value)) return Infinity;
+          error += (value - sum) ** 2;
+          norm += sum * sum;
+        }
+      }
+    }
+  }
+  return error / norm;
+}
+
+for (const dtype of WEIGHT_DTYPES) {
+  Deno.test(`mulMat with ${dtype} weights is within NMSE ${NMSE_MAX} of f64`, () => {
+    const rng = new Rng(0xabc + dtype.length);
+    for (const c of MUL_MAT_CASES) {
+      const label = `${dtype} ${JSON.stringify(c)}`;
+      const [a2, a3] = c.batchA, [b2, b3] = c.batchB;
+      const aBytes = quantize(randoms(rng, c.k * c.m * a2 * a3), dtype);
+      const bValues = randoms(rng, c.k * c.n * b2 * b3);
+      // A transposed b is the transpose of an [n, k] tensor: its rows are strided (nb[0] = 4n).
+      const bData = c.transposedB ? new Float32Array(c.k * c.n) : bValues;
+      if (c.transposedB) {
+        for (let i = 0; i < c.n; i++) {
+          for (let j = 0; j < c.k; j++) bData[j * c.n + i] = bValues[i * c.k + j]!;
+        }
+      }
+      const results = compute(() => {
+        const ctx = new Context();
+        const a = ctx.newTensor(dtype, [c.k, c.m, a2, a3]);
+        const bInput = c.transposedB
+          ? ctx.newTensor("f32", [c.n, c.k])
+          : ctx.newTensor("f32", [c.k, c.n, b2, b3]);
+        const b = c.transposedB ? transpose(bInput) : bInput;
+        return { ctx, inputs: [[a, aBytes], [bInput, bData]], output: mulMat(a, b) };
+      });
+      const w = dequantize(aBytes, dtype);
+      for (const [simd, got] of results) {
+        const nmse = normalizedError(got, w, bValues, c);
+        assert.ok(nmse <= NMSE_MAX, `${simd} ${label}: NMSE ${nmse} > ${NMSE_MAX}`);
+      }
+    }
+  });
+}
+
+for (const dtype of ["q8_0", "q4_0"] as const) {
+  Deno.test(`mulMat with ${dtype} weights quantizes src1 to q8_0 per block as ggml does`, () => {
+    // ggml_vec_dot_${dtype}_q8_0: src1 rows become q8_0 blocks, each block's integer dot is
+    // scaled by both f16 scales. Dequantized values of both are exact in f32, so their f64 dot
+    // is the model; the kernel sums per-block f32 products, within a few ulps of the row's size.
+    const rng = new Rng(0x5eed);
+    for (const c of MUL_MAT_CASES.filter((c) => !c.transposedB)) {
+      const [a2, a3] = c.batchA, [b2, b3] = c.batchB;
+      const aBytes = quantize(randoms(rng, c.k * c.m * a2 * a3), dtype);
+      const bValues = randoms(rng, c.k * c.n * b2 * b3);
+      const results = compute(() => {
+        const ctx = new Context();
+        const a = ctx.newTensor(dtype, [c.k, c.m, a2, a3]);
+        const b = ctx.newTensor("f32", [c.k, c.n, b2, b3]);
+        return { ctx, inputs: [[a, aBytes], [b, bValues]], output: mulMat(a, b) };
+      });
+      const w = dequantize(aBytes, dtype);
+      const y = dequantize(quantize(bValues, "q8_0"), "q8_0");
+      for (const [simd, got] of results) {
+        for (let i3 = 0; i3 < b3; i3++) {
+          for (let i2 = 0; i2 < b2; i2++) {
+            const aBatch = Math.floor(i3 / (b3 / a3)) * a2 + Math.floor(i2 / (b2 / a2));
+            const bBatch = i3 * b2 + i2;
+            for (let n = 0; n < c.n; n++) {
+              for (let m = 0; m < c.m; m++) {
+                let sum = 0, size = 0;
+                for (let k = 0; k < c.k; k++) {
+                  const p = w[(aBatch * c.m + m) * c.k + k]! * y[(bBatch * c.n + n) * c.k + k]!;
+                  sum += p;
+                  size += Math.abs(p);
+                }
+                const value = got[(bBatch * c.n + n) * c.m + m]!;
+                assert.ok(
+                  Math.abs(value - sum) <= 1e-6 * size + 1e-30,
+                  `${simd} ${dtype} ${JSON.stringify(c)} [${m}, ${n}]: ${value} vs ${sum}`,
+                );
+              }
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+Deno.test("quantized tensors: whole blocks, raw bytes in and out, DTypeErrors elsewhere", () => {
+  const ctx = new Context();
+  const q = ctx.newTensor("q4_0", [64, 3]);
+  assert.equal(q.nbytes, 3 * 2 * 18);
+  assert.deepEqual(q.nb, [18, 36, 108, 108]);
+  assert.throws(() => ctx.newTensor("q8_0", [33, 2]), ShapeError);
+  const x = ctx.newTensor("f32", [64, 3]);
+  assert.throws(
+    () => add(q, x),
+    (e: Error) => e instanceof DTypeError && /add.*q4_0/.test(e.message),
+  );
+  assert.throws(
+    () => rmsNorm(q, 1e-5),
+    (e: Error) => e instanceof DTypeError && /rmsNorm.*q4_0/.test(e.message),
+  );
+  assert.throws(
+    () => cont(q),
+    (e: Error) => e instanceof DTypeError && /cont.*q4_0/.test(e.message),
+  );
+  assert.throws(
+    () => mulMat(x, q),
+    (e: Error) => e instanceof DTypeError && /mulMat.*q4_0/.test(e.message),
+  );
+  const q81 = ctx.newTensor("q8_1", [32, 2]);
+  assert.throws(() => mulMat(q81, ctx.newTensor("f32", [32, 1])), DTypeError);
+  assert.throws(() => getRows(q81, ctx.newTensor("i32", [1])), DTypeError);
+
+  using cpu = new CpuBackend({ threads: 1 });
+  using _memory = allocTensors(cpu, [q]);
+  assert.throws(
+    () => cpu.setTensor(q, new Float32Array(27)),
+    (e: Error) => e instanceof DTypeError && /q4_0.*Uint8Array.*Float32Array/.test(e.message),
+  );
+  const bytes = quantize(randoms(new Rng(7), 64 * 3), "q4_0");
+  cpu.setTensor(q, bytes);
+  const back = cpu.getTensor(q);
+  assert.ok(back instanceof Uint8Array);
+  assert.deepEqual(back, bytes);
+});
+
+Deno.test("the WebGPU backend does not take quantized tensors (the scheduler falls back)", () => {
+  const ctx = new Context();
+  const w = ctx.newTensor("q8_0", [64, 4]);
+  const x = ctx.newTensor("f32", [64, 2]);
+  const supportsOp = WebGpuBackend.prototype.supportsOp;
+  // The quantized check comes before anything that needs a device.
+  assert.equal(supportsOp.call({} as WebGpuBackend, mulMat(w, x)), false);
+  assert.equal(supportsOp.call({} as WebGpuBackend, getRows(w, ctx.newTensor("i32", [2]))), false);
+});
+
+Deno.test("quant_ops_test leaves no native buffers, pools or plans alive", () => {
+  assertNothingLive(baseline);
+});

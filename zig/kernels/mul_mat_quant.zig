@@ -66,23 +66,17 @@ pub fn mul_mat(n: *const common.Node, work: *const common.Work) common.Status {
     const stride = row_floats(k);
     const offset: usize = @intCast(slice_bytes(k) * work.thread_index);
     const rows: [*]f32 = @ptrCast(@alignCast(work.scratch + offset));
-    const ratio2 = b.ne[2] / a.ne[2];
-    const ratio3 = b.ne[3] / a.ne[3];
-    const groups = (a.ne[1] + rows_per_group - 1) / rows_per_group;
-    const range = common.thread_range(groups * b.ne[2] * b.ne[3], work);
+    const range = common.thread_range(group_count(a, b), work);
     for (range.begin..range.end) |item| {
-        const m0 = (item % groups) * rows_per_group;
-        const batch = item / groups;
-        const batch2 = batch % b.ne[2];
-        const batch3 = batch / b.ne[2];
-        const count = @min(rows_per_group, a.ne[1] - m0);
+        const g = group_of(item, a, b);
+        const m0 = g.m0;
+        const count = g.count;
         for (0..count) |r| {
-            const src = a.row_at(.{ .i1 = m0 + r, .i2 = batch2 / ratio2, .i3 = batch3 / ratio3 });
-            const bytes: [*]const u8 = @ptrFromInt(src.base);
+            const bytes: [*]const u8 = @ptrFromInt(g.weight_row(a, r).base);
             quant.dequantize_row(a.dtype, bytes[0..quant.row_bytes(a.dtype, k)], rows[r * stride ..][0..k]);
         }
         for (0..b.ne[1]) |column| {
-            const index: common.RowIndex = .{ .i1 = column, .i2 = batch2, .i3 = batch3 };
+            const index: common.RowIndex = .{ .i1 = column, .i2 = g.batch2, .i3 = g.batch3 };
             const b_row = b.row_at(index);
             const c_row = c.row_at(index);
             for (0..count) |r| {
@@ -91,6 +85,42 @@ pub fn mul_mat(n: *const common.Node, work: *const common.Work) common.Status {
         }
     }
     return .ok;
+}
+
+/// One work item of both paths: up to `rows_per_group` weight rows of one batch of src1.
+const Group = struct {
+    m0: usize,
+    count: usize,
+    batch2: usize,
+    batch3: usize,
+    /// The batch of src0 (the weights) this batch of src1 reads: src0 broadcasts over batches.
+    a2: usize,
+    a3: usize,
+
+    fn weight_row(g: Group, a: Tensor, r: usize) common.Strided {
+        return a.row_at(.{ .i1 = g.m0 + r, .i2 = g.a2, .i3 = g.a3 });
+    }
+};
+
+fn group_count(a: Tensor, b: Tensor) usize {
+    const groups = (a.ne[1] + rows_per_group - 1) / rows_per_group;
+    return groups * b.ne[2] * b.ne[3];
+}
+
+fn group_of(item: usize, a: Tensor, b: Tensor) Group {
+    const groups = (a.ne[1] + rows_per_group - 1) / rows_per_group;
+    const m0 = (item % groups) * rows_per_group;
+    const batch = item / groups;
+    const batch2 = batch % b.ne[2];
+    const batch3 = batch / b.ne[2];
+    return .{
+        .m0 = m0,
+        .count = @min(rows_per_group, a.ne[1] - m0),
+        .batch2 = batch2,
+        .batch3 = batch3,
+        .a2 = batch2 / (b.ne[2] / a.ne[2]),
+        .a3 = batch3 / (b.ne[3] / a.ne[3]),
+    };
 }
 
 /// sum_i x[i] * y[i] over `k` elements, in f32 with two vector accumulators.
@@ -123,20 +153,16 @@ fn mul_mat_fused(a: Tensor, b: Tensor, c: Tensor, work: *const common.Work) comm
     const a_row_bytes: usize = @intCast(quant.row_bytes(a.dtype, k));
     const slice_offset: usize = @intCast(quantized_b_bytes(b) + unpacked_bytes(a) * work.thread_index);
     const unpacked: [*]u8 = work.scratch + slice_offset;
-    const ratio2 = b.ne[2] / a.ne[2];
-    const ratio3 = b.ne[3] / a.ne[3];
-    const groups = (a.ne[1] + rows_per_group - 1) / rows_per_group;
-    const range = common.thread_range(groups * b.ne[2] * b.ne[3], work);
+    const range = common.thread_range(group_count(a, b), work);
     for (range.begin..range.end) |item| {
-        const m0 = (item % groups) * rows_per_group;
-        const batch = item / groups;
-        const batch2 = batch % b.ne[2];
-        const batch3 = batch / b.ne[2];
-        const count = @min(rows_per_group, a.ne[1] - m0);
+        const g = group_of(item, a, b);
+        const m0 = g.m0;
+        const count = g.count;
+        const batch2 = g.batch2;
+        const batch3 = g.batch3;
         var x_rows: [rows_per_group][]const u8 = undefined;
         for (0..count) |r| {
-            const src = a.row_at(.{ .i1 = m0 + r, .i2 = batch2 / ratio2, .i3 = batch3 / ratio3 });
-            const x: [*]const u8 = @ptrFromInt(src.base);
+            const x: [*]const u8 = @ptrFromInt(g.weight_row(a, r).base);
             if (a.dtype == .q4_0) {
                 const into = unpacked[r * b_row_bytes ..][0..b_row_bytes];
                 unpack_q4_0(x[0..a_row_bytes], into);

@@ -64,6 +64,18 @@ export function cpy(a: Tensor, b: Tensor): Tensor {
     );
   }
   requireNoOverlap(a, b);
+  if (DTYPES[a.dtype].quantized || DTYPES[b.dtype].quantized) {
+    // A quantizing copy works row by row: equal row lengths, each row's elements adjacent.
+    const rowsAdjacent = (t: Tensor): boolean => t.nb[0] === DTYPES[t.dtype].blockBytes;
+    if (a.ne[0] !== b.ne[0] || !rowsAdjacent(a) || !rowsAdjacent(b)) {
+      throw new ShapeError(
+        `cpy: ${a.dtype} ${formatShape(a.ne)} -> ${b.dtype} ${
+          formatShape(b.ne)
+        } quantizes row by ` +
+          `row: both need the same ne[0] and adjacent elements in a row (nb[0] one element or block)`,
+      );
+    }
+  }
   return new Tensor({ dtype: b.dtype, ne: b.ne, nb: b.nb, op: Op.cpy, src: [a, b], viewSource: b });
 }
 

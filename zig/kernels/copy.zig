@@ -29,6 +29,24 @@ pub fn cpy(n: *const common.Node, work: *const common.Work) common.Status {
     const src = Tensor.from(&n.src[0]);
     assert(dst.element_count() == src.element_count());
     if (!pair_supported(src.dtype, dst.dtype)) return .unsupported;
+    if (dst.dtype.block_size() > 1 or src.dtype.block_size() > 1) {
+        // f32 rows to or from q8_0/q4_0 blocks (validate: equal row lengths, contiguous rows),
+        // with quant.zig's row functions: bit for bit what `quantize`/`dequantize` give.
+        const count = dst.ne[0];
+        const range = common.thread_range(dst.rows(), work);
+        for (range.begin..range.end) |row| {
+            if (dst.dtype == .f32) {
+                const bytes: [*]const u8 = @ptrFromInt(src.row(row).base);
+                const floats: [*]align(1) f32 = @ptrFromInt(dst.row(row).base);
+                quant.dequantize_row(src.dtype, bytes[0..quant.row_bytes(src.dtype, count)], floats[0..count]);
+            } else {
+                const floats: [*]align(1) const f32 = @ptrFromInt(src.row(row).base);
+                const bytes: [*]u8 = @ptrFromInt(dst.row(row).base);
+                quant.quantize_row(dst.dtype, floats[0..count], bytes[0..quant.row_bytes(dst.dtype, count)]);
+            }
+        }
+        return .ok;
+    }
     if (dst.dtype == src.dtype and dst.is_contiguous() and src.is_contiguous()) {
         copy_bytes(dst.base, src.base, dst.element_count() * dst.size_bytes(), work);
     } else if (dst.ne[0] == src.ne[0]) {
@@ -46,7 +64,9 @@ pub fn cpy(n: *const common.Node, work: *const common.Work) common.Status {
 
 pub fn pair_supported(from: DType, to: DType) bool {
     return switch (from) {
-        .f32, .f16 => to == .f32 or to == .f16,
+        .f32 => to == .f32 or to == .f16 or to == .q8_0 or to == .q4_0,
+        .f16 => to == .f32 or to == .f16,
+        .q8_0, .q4_0 => to == .f32,
         .i32 => to == .i32,
         else => false, // bf16 and the block types: no cpy kernel yet (validate refuses them)
     };

@@ -6,7 +6,8 @@
 
 import type { TensorDType } from "./dtype.ts";
 import { ShapeError } from "./errors.ts";
-import { type Dims, showValue, Tensor } from "./tensor.ts";
+import { type Dims, Tensor } from "./tensor.ts";
+import { showValue } from "./args.ts";
 
 /** A shape with 1 to 4 dimensions, `ne[0]` first. */
 export type Shape =

@@ -6,6 +6,7 @@
 
 import { DTYPES, parseTensorDType, rowBytes, type TensorDType } from "./dtype.ts";
 import { ShapeError } from "./errors.ts";
+import { showValue } from "./args.ts";
 import { isViewOp, Op, type OpCode, opName } from "./op.ts";
 import type { BackendBuffer } from "./backend/backend.ts";
 
@@ -42,13 +43,6 @@ export interface TensorInit {
   viewOffset?: number;
   /** A name for messages and reports. */
   name?: string;
-}
-
-/** Shows a value in a message, BigInts and NaN included (JSON.stringify throws on BigInt). */
-export function showValue(value: unknown): string {
-  if (typeof value === "bigint") return `${value}n (a BigInt)`;
-  if (Array.isArray(value)) return `[${value.map(showValue).join(", ")}]`;
-  return typeof value === "string" ? JSON.stringify(value) : String(value);
 }
 
 /**

@@ -17,7 +17,7 @@ import type { Graph } from "../../graph.ts";
 import type { Tensor } from "../../tensor.ts";
 import type { Backend, BufferType, GraphPlan } from "../backend.ts";
 import { isViewOp, opInfo } from "../../op.ts";
-import { requireByteCount } from "../../args.ts";
+import { requireByteCount, showValue } from "../../args.ts";
 import { requireSameLayout, requireTensorData, requireTensorRange } from "../checks.ts";
 import { requireReadable } from "../../alloc/reuse.ts";
 import { CPU_ALIGNMENT, CpuBuffer } from "./buffer.ts";
@@ -52,9 +52,7 @@ export const CPU_MAX_BUFFER_SIZE: number = Number.MAX_SAFE_INTEGER;
 function requireThreads(verb: string, threads: unknown): void {
   if (typeof threads !== "number" || !Number.isInteger(threads) || threads < 1 || threads > 64) {
     throw new ArgumentError(
-      `${verb}: threads must be an integer in 1..64, got ${
-        typeof threads === "bigint" ? `${threads}n (a BigInt)` : String(threads)
-      }`,
+      `${verb}: threads must be an integer in 1..64, got ${showValue(threads)}`,
     );
   }
 }

@@ -34,6 +34,7 @@ export {
   rowBytes,
   type TensorData,
   type TensorDType,
+  WEIGHT_DTYPES,
 } from "./src/dtype.ts";
 export * from "./src/errors.ts";
 export { closeLibrary, type LoadOptions } from "./src/core/ffi.ts";

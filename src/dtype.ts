@@ -27,6 +27,11 @@ export interface DTypeTraits {
   readonly convertsTo: readonly string[];
   /** ggml's type id (`enum ggml_type`, `GGML_TYPE_*`), as GGUF files name tensor types. */
   readonly ggmlType: number;
+  /**
+   * True when `getRows` and `mulMat` take it as src0 (a table or weight matrix): f32, f16 and
+   * the types whose rows the kernels dequantize. q8_1 and q8_K are activation types only.
+   */
+  readonly weight: boolean;
 }
 
 /** The dtype table. */
@@ -38,6 +43,7 @@ export const DTYPES = {
     quantized: false,
     convertsTo: ["f32", "f16", "q8_0", "q4_0"],
     ggmlType: 0,
+    weight: true,
   },
   f16: {
     code: 1,
@@ -46,6 +52,7 @@ export const DTYPES = {
     quantized: false,
     convertsTo: ["f32", "f16"],
     ggmlType: 1,
+    weight: true,
   },
   i32: {
     code: 2,
@@ -54,8 +61,17 @@ export const DTYPES = {
     quantized: false,
     convertsTo: ["i32"],
     ggmlType: 26,
+    weight: false,
   },
-  bf16: { code: 3, blockSize: 1, blockBytes: 2, quantized: false, convertsTo: [], ggmlType: 30 },
+  bf16: {
+    code: 3,
+    blockSize: 1,
+    blockBytes: 2,
+    quantized: false,
+    convertsTo: [],
+    ggmlType: 30,
+    weight: true,
+  },
   q8_0: {
     code: 4,
     blockSize: 32,
@@ -63,6 +79,7 @@ export const DTYPES = {
     quantized: true,
     convertsTo: ["f32"],
     ggmlType: 8,
+    weight: true,
   },
   q4_0: {
     code: 5,
@@ -71,11 +88,44 @@ export const DTYPES = {
     quantized: true,
     convertsTo: ["f32"],
     ggmlType: 2,
+    weight: true,
   },
-  q4_1: { code: 6, blockSize: 32, blockBytes: 20, quantized: true, convertsTo: [], ggmlType: 3 },
-  q5_0: { code: 7, blockSize: 32, blockBytes: 22, quantized: true, convertsTo: [], ggmlType: 6 },
-  q5_1: { code: 8, blockSize: 32, blockBytes: 24, quantized: true, convertsTo: [], ggmlType: 7 },
-  q8_1: { code: 9, blockSize: 32, blockBytes: 36, quantized: true, convertsTo: [], ggmlType: 9 },
+  q4_1: {
+    code: 6,
+    blockSize: 32,
+    blockBytes: 20,
+    quantized: true,
+    convertsTo: [],
+    ggmlType: 3,
+    weight: true,
+  },
+  q5_0: {
+    code: 7,
+    blockSize: 32,
+    blockBytes: 22,
+    quantized: true,
+    convertsTo: [],
+    ggmlType: 6,
+    weight: true,
+  },
+  q5_1: {
+    code: 8,
+    blockSize: 32,
+    blockBytes: 24,
+    quantized: true,
+    convertsTo: [],
+    ggmlType: 7,
+    weight: true,
+  },
+  q8_1: {
+    code: 9,
+    blockSize: 32,
+    blockBytes: 36,
+    quantized: true,
+    convertsTo: [],
+    ggmlType: 9,
+    weight: false,
+  },
   q4_K: {
     code: 10,
     blockSize: 256,
@@ -83,6 +133,7 @@ export const DTYPES = {
     quantized: true,
     convertsTo: [],
     ggmlType: 12,
+    weight: true,
   },
   q5_K: {
     code: 11,
@@ -91,6 +142,7 @@ export const DTYPES = {
     quantized: true,
     convertsTo: [],
     ggmlType: 13,
+    weight: true,
   },
   q6_K: {
     code: 12,
@@ -99,6 +151,7 @@ export const DTYPES = {
     quantized: true,
     convertsTo: [],
     ggmlType: 14,
+    weight: true,
   },
   q8_K: {
     code: 13,
@@ -107,6 +160,7 @@ export const DTYPES = {
     quantized: true,
     convertsTo: [],
     ggmlType: 15,
+    weight: false,
   },
 } as const satisfies Record<string, DTypeTraits>;
 
@@ -115,6 +169,9 @@ export type DType = keyof typeof DTYPES;
 
 /** The names of every dtype, in table order. */
 export const DTYPE_NAMES: readonly DType[] = Object.keys(DTYPES) as DType[];
+
+/** The dtypes `getRows` and `mulMat` take as src0 (the table's `weight` trait), in table order. */
+export const WEIGHT_DTYPES: readonly DType[] = DTYPE_NAMES.filter((name) => DTYPES[name].weight);
 
 /** Bytes per element of plain dtypes (derived from the table). */
 export const dtypeSize: Readonly<Record<DType, number>> = Object.fromEntries(

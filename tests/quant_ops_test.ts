@@ -17,8 +17,10 @@ import {
   CpuBackend,
   dequantize,
   DTypeError,
+  DTYPES,
   getRows,
   Graph,
+  isQuantDType,
   liveAllocations,
   mulMat,
   type QuantDType,
@@ -29,6 +31,7 @@ import {
   type Tensor,
   transpose,
   WebGpuBackend,
+  WEIGHT_DTYPES,
 } from "../mod.ts";
 import { Rng } from "./reference.ts";
 
@@ -36,15 +39,13 @@ import { Rng } from "./reference.ts";
 const baseline = liveAllocations();
 const SIMD_LEVELS = simdLevels();
 
-/** The dtypes getRows and mulMat take as src0 on the CPU besides f32 and f16. */
-const WEIGHT_DTYPES = [
-  "bf16",
-  "q8_0",
-  "q4_0",
-  "q4_1",
-  "q5_0",
-  "q5_1",
-] as const satisfies readonly QuantDType[];
+/** The dtypes getRows and mulMat take as src0 besides f32 and f16 (the table's weight trait). */
+const QUANT_WEIGHTS = WEIGHT_DTYPES.filter((d): d is QuantDType => isQuantDType(d));
+
+/** The cases' row lengths are in units of 32; a 256-element k-quant's are 8 times longer. */
+function rowUnit(dtype: QuantDType): number {
+  return Math.max(32, DTYPES[dtype].blockSize) / 32;
+}
 
 /** ggml's test-backend-ops bound for mul_mat. */
 const NMSE_MAX = 5e-4;
@@ -92,10 +93,10 @@ function compute(
   return results;
 }
 
-for (const dtype of WEIGHT_DTYPES) {
+for (const dtype of QUANT_WEIGHTS) {
   Deno.test(`getRows of ${dtype} rows equals dequantize exactly`, () => {
     const rng = new Rng(0x51ed + dtype.length);
-    for (const ne0 of [32, 64, 96, 288]) {
+    for (const ne0 of [32, 64, 96, 288].map((k) => k * rowUnit(dtype))) {
       const rows = 7, batches = 3, picks = 5;
       const bytes = quantize(randoms(rng, ne0 * rows * batches), dtype);
       const chosen = new Int32Array(picks * batches);
@@ -175,10 +176,10 @@ function normalizedError(
   return error / norm;
 }
 
-for (const dtype of WEIGHT_DTYPES) {
+for (const dtype of QUANT_WEIGHTS) {
   Deno.test(`mulMat with ${dtype} weights is within NMSE ${NMSE_MAX} of f64`, () => {
     const rng = new Rng(0xabc + dtype.length);
-    for (const c of MUL_MAT_CASES) {
+    for (const c of MUL_MAT_CASES.map((c) => ({ ...c, k: c.k * rowUnit(dtype) }))) {
       const label = `${dtype} ${JSON.stringify(c)}`;
       const [a2, a3] = c.batchA, [b2, b3] = c.batchB;
       const aBytes = quantize(randoms(rng, c.k * c.m * a2 * a3), dtype);

@@ -90,10 +90,15 @@ pub const DType = enum(u32) {
     /// block types with a dequantize_row in quant.zig (q8_1 is only ever a dot-product operand).
     pub fn dequantizes(dtype: DType) bool {
         return switch (dtype) {
-            .bf16, .q8_0, .q4_0, .q4_1, .q5_0, .q5_1 => true,
-            // The k-quants have row functions in quant.zig but no kernel path yet.
-            .f32, .f16, .i32, .q8_1, .q4_K, .q5_K, .q6_K, .q8_K => false,
+            .bf16, .q8_0, .q4_0, .q4_1, .q5_0, .q5_1, .q4_K, .q5_K, .q6_K => true,
+            // q8_1 and q8_K are ggml's activation types: they only feed dot products.
+            .f32, .f16, .i32, .q8_1, .q8_K => false,
         };
+    }
+
+    /// getRows and mul_mat take it as src0 (TypeScript's `weight` trait, checked at load).
+    pub fn weight(dtype: DType) bool {
+        return dtype == .f32 or dtype == .f16 or dtype.dequantizes();
     }
 
     /// Bytes per element of a plain (unblocked) type; kernels that index elements use it.

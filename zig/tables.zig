@@ -3,7 +3,7 @@
 //! so the text cannot disagree with what the core runs.
 //!
 //!   op <name> <code>
-//!   dtype <name> <code> <block_size> <block_bytes> <ggml_type>
+//!   dtype <name> <code> <block_size> <block_bytes> <ggml_type> <weight: 1 or 0>
 //!   status <name> <code>
 
 const std = @import("std");
@@ -17,7 +17,7 @@ pub const text: []const u8 = blk: {
     }
     for (@typeInfo(node.DType).@"enum".fields) |field| {
         const dtype: node.DType = @enumFromInt(field.value);
-        lines = lines ++ std.fmt.comptimePrint("dtype {s} {d} {d} {d} {d}\n", .{ field.name, field.value, dtype.block_size(), dtype.block_bytes(), dtype.ggml_type() });
+        lines = lines ++ std.fmt.comptimePrint("dtype {s} {d} {d} {d} {d} {d}\n", .{ field.name, field.value, dtype.block_size(), dtype.block_bytes(), dtype.ggml_type(), @intFromBool(dtype.weight()) });
     }
     for (@typeInfo(node.Status).@"enum".fields) |field| {
         lines = lines ++ std.fmt.comptimePrint("status {s} {d}\n", .{ field.name, field.value });

@@ -209,10 +209,7 @@ fn check_mul_mat(n: *const Node) Verdict {
     const a = &n.src[0];
     const b = &n.src[1];
     const c = &n.dst;
-    switch (dtype_of(a)) {
-        .f32, .f16, .bf16, .q8_0, .q4_0, .q4_1, .q5_0, .q5_1 => {},
-        else => return fail(.unsupported, "mul_mat: src0 must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1"),
-    }
+    if (!dtype_of(a).weight()) return fail(.unsupported, "mul_mat: src0 must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K or q6_K");
     if (check_dequantized_rows("mul_mat", a)) |verdict| return verdict;
     if (dtype_of(b) != .f32) return fail(.unsupported, "mul_mat: src1 must be f32");
     if (dtype_of(c) != .f32) return fail(.unsupported, "mul_mat: dst must be f32");
@@ -260,10 +257,7 @@ fn check_cpy(n: *const Node) Verdict {
 fn check_get_rows(n: *const Node) Verdict {
     const src = &n.src[0];
     const indices = &n.src[1];
-    switch (dtype_of(src)) {
-        .f32, .f16, .bf16, .q8_0, .q4_0, .q4_1, .q5_0, .q5_1 => {},
-        else => return fail(.unsupported, "get_rows: src0 must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1"),
-    }
+    if (!dtype_of(src).weight()) return fail(.unsupported, "get_rows: src0 must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K or q6_K");
     if (check_dequantized_rows("get_rows", src)) |verdict| return verdict;
     if (dtype_of(src).dequantizes() and n.dst.nb[0] != 4) {
         return fail(.unsupported, "get_rows: dst rows must be contiguous for a bf16 or quantized src0");

@@ -21,7 +21,9 @@ export function expectedTables(): string {
   for (const [name, code] of Object.entries(CoreOp)) lines.push(`op ${name} ${code}`);
   for (const name of DTYPE_NAMES) {
     const t = DTYPES[name];
-    lines.push(`dtype ${name} ${t.code} ${t.blockSize} ${t.blockBytes} ${t.ggmlType}`);
+    lines.push(
+      `dtype ${name} ${t.code} ${t.blockSize} ${t.blockBytes} ${t.ggmlType} ${t.weight ? 1 : 0}`,
+    );
   }
   for (const [name, code] of Object.entries(Status)) lines.push(`status ${snake(name)} ${code}`);
   return lines.join("\n") + "\n";

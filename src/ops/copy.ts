@@ -8,6 +8,7 @@ import { DTypeError, ShapeError } from "../errors.ts";
 import { Op } from "../op.ts";
 import { formatShape, Tensor } from "../tensor.ts";
 import { requireDType } from "./check.ts";
+import { WEIGHT_DTYPES } from "../dtype.ts";
 import { sameDims } from "./check.ts";
 import { DTYPES } from "../dtype.ts";
 
@@ -82,11 +83,12 @@ export function cpy(a: Tensor, b: Tensor): Tensor {
 /**
  * Gathers rows: `getRows(a[ne0, rows, B], indices[N, B] i32) -> [ne0, N, B]` f32, where output
  * row n of batch b is row `indices[n, b]` of `a` (an embedding lookup). Out-of-range indices are
- * an error at compute time. `a` may be f32, f16, or on the CPU bf16, q8_0, q4_0, q4_1, q5_0 or
- * q5_1 (rows are dequantized exactly as `dequantize` does).
+ * an error at compute time. `a` may be any dtype of `WEIGHT_DTYPES`: f32, f16, or bf16 and ggml's
+ * block types (q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K; rows are dequantized exactly as
+ * `dequantize` does).
  */
 export function getRows(a: Tensor, indices: Tensor): Tensor {
-  requireDType("getRows", a, ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"]);
+  requireDType("getRows", a, WEIGHT_DTYPES);
   requireDType("getRows", indices, ["i32"]);
   if (a.ne[3] !== 1 || indices.ne[2] !== 1 || indices.ne[3] !== 1 || indices.ne[1] !== a.ne[2]) {
     throw new ShapeError(

@@ -7,13 +7,14 @@ import { ShapeError } from "../errors.ts";
 import { Op } from "../op.ts";
 import { formatShape, Tensor } from "../tensor.ts";
 import { requireDType } from "./check.ts";
+import { WEIGHT_DTYPES } from "../dtype.ts";
 
 /**
  * `mulMat(a[K, M, ...], b[K, N, ...]) -> [M, N, ...]`: each output element is the dot product
  * of a row of `a` and a row of `b` (so `a` is usually a weight matrix stored row-major by output
  * feature). Dims 2-3 of `b` must be multiples of `a`'s (`a` is broadcast over batches). `a` may be
- * f32 or f16, or on the CPU quantized weights (bf16, q8_0, q4_0, q4_1, q5_0, q5_1, rows of whole
- * blocks); `b` is f32; either may be non-contiguous.
+ * any dtype of `WEIGHT_DTYPES` (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K;
+ * quantized rows are whole blocks); `b` is f32; either may be non-contiguous.
  *
  * @example
  * ```ts
@@ -25,7 +26,7 @@ import { requireDType } from "./check.ts";
  * ```
  */
 export function mulMat(a: Tensor, b: Tensor): Tensor {
-  requireDType("mulMat", a, ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"]);
+  requireDType("mulMat", a, WEIGHT_DTYPES);
   requireDType("mulMat", b, ["f32"]);
   if (a.ne[0] !== b.ne[0] || b.ne[2] % a.ne[2] !== 0 || b.ne[3] % a.ne[3] !== 0) {
     throw new ShapeError(

@@ -47,6 +47,12 @@ function rowUnit(dtype: QuantDType): number {
   return Math.max(32, DTYPES[dtype].blockSize) / 32;
 }
 
+/**
+ * From this many columns of src1 on, quantized weights are dequantized into the f32 GEMM
+ * (zig/kernels/mul_mat_quant.zig's gemm_columns_min); below it src1 is quantized per block.
+ */
+const GEMM_COLUMNS_MIN = 32;
+
 /** ggml's test-backend-ops bound for mul_mat. */
 const NMSE_MAX = 5e-4;
 
@@ -144,6 +150,9 @@ const MUL_MAT_CASES: MulMatCase[] = [
   { k: 288, m: 13, n: 1, batchA: [1, 1], batchB: [1, 1] },
   { k: 288, m: 11, n: 6, batchA: [1, 2], batchB: [3, 2] },
   { k: 64, m: 9, n: 5, batchA: [1, 1], batchB: [1, 1], transposedB: true },
+  // From 32 columns on the weights are dequantized into the f32 GEMM's panels (m past one panel).
+  { k: 64, m: 37, n: 40, batchA: [1, 1], batchB: [2, 1] },
+  { k: 288, m: 70, n: 33, batchA: [1, 1], batchB: [1, 1], transposedB: true },
 ];
 
 /** Normalized mean squared error of `got` against the f64 product of `w` and `b` (case `c`). */
@@ -215,7 +224,7 @@ for (const dtype of ["q8_0", "q4_0"] as const) {
     // scaled by both f16 scales. Dequantized values of both are exact in f32, so their f64 dot
     // is the model; the kernel sums per-block f32 products, within a few ulps of the row's size.
     const rng = new Rng(0x5eed);
-    for (const c of MUL_MAT_CASES.filter((c) => !c.transposedB)) {
+    for (const c of MUL_MAT_CASES.filter((c) => !c.transposedB && c.n < GEMM_COLUMNS_MIN)) {
       const [a2, a3] = c.batchA, [b2, b3] = c.batchB;
       const aBytes = quantize(randoms(rng, c.k * c.m * a2 * a3), dtype);
       const bValues = randoms(rng, c.k * c.n * b2 * b3);

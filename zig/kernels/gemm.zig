@@ -33,6 +33,7 @@
 const std = @import("std");
 const builtin = @import("builtin");
 const node = @import("../node.zig");
+const quant = @import("../quant.zig");
 
 const assert = std.debug.assert;
 
@@ -41,7 +42,7 @@ pub const GemmArgs = struct {
     n: usize,
     k: usize,
     a: [*]const u8,
-    a_dtype: node.DType, // f32 or f16
+    a_dtype: node.DType, // f32, f16, or bf16 / a block type (packed paths only: see packQuantPanel)
     a_row_stride_bytes: isize,
     a_element_stride_bytes: isize,
     b: [*]const u8, // f32
@@ -337,6 +338,9 @@ fn roundUp(x: usize, to: usize) usize {
 }
 
 fn useDot(args: *const GemmArgs) bool {
+    // bf16 and block-quantized A are dequantized while packed (mul_mat_quant.zig has the
+    // matrix-vector kernels for them).
+    if (args.a_dtype.dequantizes()) return false;
     const a_size: isize = @intCast(args.a_dtype.size_bytes());
     // Past a few columns the dot path pays a horizontal sum per element: only for long rows.
     return (args.n <= 4 or (args.n <= dot_n_max and args.k >= 256)) and
@@ -483,9 +487,50 @@ fn packAPanel(
 ) void {
     const m0 = panel * mr;
     assert(m0 < args.m);
+    if (args.a_dtype.dequantizes()) return packQuantPanel(args, m0, k_begin, kc, dst);
     const base = offsetPtr(args.a, @as(isize, @intCast(m0)) * args.a_row_stride_bytes +
         @as(isize, @intCast(k_begin)) * args.a_element_stride_bytes);
     packPanel(mr, T, base, args.a_row_stride_bytes, args.a_element_stride_bytes, min(mr, args.m - m0), kc, dst);
+}
+
+/// `packAPanel` for bf16 or block-quantized A (rows of adjacent blocks; `k_begin` and `kc` whole
+/// blocks, as KC blocks of a row of whole blocks are): `lanes` rows at a time are dequantized
+/// by quant.zig (exactly the values `dequantize` gives) into row buffers, transposed in
+/// registers and stored [kc][MR]; rows past M are zero. Packing is the only place A is read, so
+/// the quantized weights are dequantized once per block and used by every column of B.
+fn packQuantPanel(args: *const GemmArgs, m0: usize, k_begin: usize, kc: usize, dst: [*]f32) void {
+    const dtype = args.a_dtype;
+    const block = dtype.block_size();
+    assert(k_begin % block == 0 and kc % block == 0 and kc <= kc_max);
+    assert(args.a_element_stride_bytes == @as(isize, @intCast(dtype.block_bytes())));
+    const valid = min(mr, args.m - m0);
+    const byte_offset: isize = @intCast(quant.row_bytes(dtype, k_begin));
+    const span: usize = @intCast(quant.row_bytes(dtype, kc));
+    var rows: [lanes][kc_max]f32 align(64) = undefined;
+    inline for (0..mr_vectors) |g| {
+        for (0..lanes) |i| {
+            const row = g * lanes + i;
+            if (row < valid) {
+                const src = offsetPtr(args.a, @as(isize, @intCast(m0 + row)) * args.a_row_stride_bytes + byte_offset);
+                quant.dequantize_row(dtype, src[0..span], rows[i][0..kc]);
+            } else {
+                @memset(rows[i][0..kc], 0);
+            }
+        }
+        var k: usize = 0;
+        while (k + lanes <= kc) : (k += lanes) {
+            var block_rows: [lanes]V = undefined;
+            inline for (0..lanes) |i| block_rows[i] = rows[i][k..][0..lanes].*;
+            transpose(&block_rows);
+            inline for (0..lanes) |t| {
+                const p: *align(4) [lanes]f32 = @ptrCast(dst + (k + t) * mr + g * lanes);
+                p.* = block_rows[t];
+            }
+        }
+        while (k < kc) : (k += 1) {
+            for (0..lanes) |i| dst[k * mr + g * lanes + i] = rows[i][k];
+        }
+    }
 }
 
 /// Where the micro-kernels find one (MC or unit, KC) block of A: panel i at base + i * stride.

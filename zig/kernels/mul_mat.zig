@@ -1,4 +1,4 @@
-//! mul_mat: src0 [K, M, ne02, ne03] (f32 | f16; bf16 and block types go to mul_mat_quant.zig) x src1 [K, N, ne12, ne13] f32 -> dst [M, N, ne12,
+//! mul_mat: src0 [K, M, ne02, ne03] (f32 | f16 | bf16 | block types: see quantized_src0) x src1 [K, N, ne12, ne13] f32 -> dst [M, N, ne12,
 //! ne13] f32, dst[n][m] = sum_k src0[m][k] * src1[n][k]. src0 batches broadcast: batch (i12, i13)
 //! uses src0 batch (i12 / (ne12 / ne02), i13 / (ne13 / ne03)), as ggml does. Each batch is one
 //! `gemm.sgemm` call made by every thread with the same arguments; sgemm splits the work itself
@@ -23,7 +23,7 @@ const assert = common.assert;
 const Tensor = common.Tensor;
 
 pub fn mul_mat(n: *const common.Node, work: *const common.Work) common.Status {
-    if (quantized_src0(n)) return mul_mat_quant.mul_mat(n, work);
+    if (quantized_src0(n) and !mul_mat_quant.use_gemm(n)) return mul_mat_quant.mul_mat(n, work);
     const a = Tensor.from(&n.src[0]);
     const b = Tensor.from(&n.src[1]);
     const c = Tensor.from(&n.dst);
@@ -53,7 +53,9 @@ pub fn mul_mat(n: *const common.Node, work: *const common.Work) common.Status {
     return .ok;
 }
 
-/// bf16 and block-quantized weights take mul_mat_quant.zig's path (never prepacked).
+/// bf16 and block-quantized weights: mul_mat_quant.zig's kernels for a few columns of src1, else
+/// the GEMM below, which dequantizes them while packing (never prepacked: that would keep an f32
+/// copy of the weights).
 fn quantized_src0(n: *const common.Node) bool {
     return Tensor.from(&n.src[0]).dtype.dequantizes();
 }
@@ -180,7 +182,7 @@ fn batch_args(
 
 /// Every batch has the same sizes and strides, so batch 0's arguments size the scratch.
 pub fn work_size(n: *const common.Node, thread_count: u32) u64 {
-    if (quantized_src0(n)) return mul_mat_quant.work_size(n, thread_count);
+    if (quantized_src0(n) and !mul_mat_quant.use_gemm(n)) return mul_mat_quant.work_size(n, thread_count);
     const a = Tensor.from(&n.src[0]);
     const b = Tensor.from(&n.src[1]);
     const c = Tensor.from(&n.dst);

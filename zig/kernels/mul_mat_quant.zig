@@ -14,6 +14,17 @@ const lanes = common.lanes;
 const F32x = common.F32x;
 const Tensor = common.Tensor;
 
+/// From this many src1 columns on, mul_mat.zig hands the product to the f32 GEMM, which
+/// dequantizes the weights block by block into its packed panels (gemm.zig's packQuantPanel):
+/// there the dequantizing is paid once per weight and the register-tiled micro-kernel does the
+/// rest, while these kernels redo per-block integer work for every column.
+pub const gemm_columns_min = 32;
+
+/// True when mul_mat.zig runs the node through the GEMM instead of this file's kernels.
+pub fn use_gemm(n: *const common.Node) bool {
+    return Tensor.from(&n.src[1]).ne[1] >= gemm_columns_min;
+}
+
 /// Rows of src0 dequantized together; each src1 row is then read once per group.
 const rows_per_group = 4;
 

@@ -8,6 +8,7 @@
 const std = @import("std");
 const common = @import("common.zig");
 const quant = @import("../quant.zig");
+const gemv = @import("gemv_quant.zig");
 
 const assert = common.assert;
 const lanes = common.lanes;
@@ -25,8 +26,8 @@ pub fn use_gemm(n: *const common.Node) bool {
     return Tensor.from(&n.src[1]).ne[1] >= gemm_columns_min;
 }
 
-/// Rows of src0 dequantized together; each src1 row is then read once per group.
-const rows_per_group = 4;
+/// Rows of src0 read together; each src1 row is then read once per group.
+const rows_per_group = gemv.rows_max;
 
 /// f32s one dequantized row takes in the work buffer (whole cache lines).
 fn row_floats(k: usize) usize {
@@ -37,31 +38,21 @@ fn slice_bytes(k: usize) u64 {
     return @as(u64, rows_per_group) * row_floats(k) * @sizeOf(f32);
 }
 
-/// q8_0 and q4_0 weights with src1 rows of adjacent f32s take the fused path: src1 is quantized
-/// to q8_0 (ggml's quantize_row_q8_0_ref, per block of 32) into the work buffer once, then each
-/// dot multiplies blocks of integers and scales them by both blocks' f16 scales, as ggml's
-/// ggml_vec_dot_q4_0_q8_0 and ggml_vec_dot_q8_0_q8_0 do.
+/// q8_0, q4_0 and q4_1 weights with src1 rows of adjacent f32s take gemv_quant.zig's kernels:
+/// src1 is quantized per block (q8_0, or q8_1 for q4_1) into the work buffer once, then each
+/// dot multiplies blocks of integers and scales them, as ggml's ggml_vec_dot_*_q8_* do.
 fn fused(a: Tensor, b: Tensor) bool {
-    return (a.dtype == .q8_0 or a.dtype == .q4_0) and b.nb[0] == @sizeOf(f32);
-}
-
-/// A thread's slice for q4_0 rows unpacked to q8_0 blocks (same scale, values nibble - 8), so a
-/// group's rows are unpacked once and dotted with every src1 row; q8_0 rows are read in place.
-fn unpacked_bytes(a: Tensor) u64 {
-    if (a.dtype != .q4_0) return 0;
-    const size = quant.row_bytes(.q8_0, a.ne[0]) * rows_per_group;
-    return (size + 63) / 64 * 64;
+    return gemv.takes(a.dtype) and b.nb[0] == @sizeOf(f32);
 }
 
 fn quantized_b_bytes(b: Tensor) u64 {
-    const size = quant.row_bytes(.q8_0, b.ne[0]) * b.rows();
-    return (size + 63) / 64 * 64;
+    return gemv.Activation.bytes(b.ne[0]) * b.rows();
 }
 
 pub fn work_size(n: *const common.Node, thread_count: u32) u64 {
     const a = Tensor.from(&n.src[0]);
     const b = Tensor.from(&n.src[1]);
-    if (fused(a, b)) return quantized_b_bytes(b) + unpacked_bytes(a) * thread_count;
+    if (fused(a, b)) return quantized_b_bytes(b);
     return slice_bytes(a.ne[0]) * thread_count;
 }
 
@@ -153,106 +144,29 @@ fn dot(x: [*]const f32, y: common.Strided, k: usize) f32 {
 
 fn mul_mat_fused(a: Tensor, b: Tensor, c: Tensor, work: *const common.Work) common.Status {
     const k = a.ne[0];
-    const b_row_bytes: usize = @intCast(quant.row_bytes(.q8_0, k));
-    const quantized: [*]u8 = work.scratch;
+    const y_bytes = gemv.Activation.bytes(k);
+    const scratch: [*]align(64) u8 = @alignCast(work.scratch);
     const b_range = common.thread_range(b.rows(), work);
     for (b_range.begin..b_range.end) |row| {
         const values: [*]align(1) const f32 = @ptrFromInt(b.row(row).base);
-        quant.quantize_row(.q8_0, values[0..k], quantized[row * b_row_bytes ..][0..b_row_bytes]);
+        gemv.quantize_activation(a.dtype, values[0..k], @alignCast(scratch + row * y_bytes));
     }
     work.sync(); // every row of src1 is quantized before any thread reads one
-    const a_row_bytes: usize = @intCast(quant.row_bytes(a.dtype, k));
-    const slice_offset: usize = @intCast(quantized_b_bytes(b) + unpacked_bytes(a) * work.thread_index);
-    const unpacked: [*]u8 = work.scratch + slice_offset;
+    const blocks = k / gemv.qk;
     const range = common.thread_range(group_count(a, b), work);
     for (range.begin..range.end) |item| {
         const g = group_of(item, a, b);
-        const m0 = g.m0;
-        const count = g.count;
-        const batch2 = g.batch2;
-        const batch3 = g.batch3;
-        var x_rows: [rows_per_group][]const u8 = undefined;
-        for (0..count) |r| {
-            const x: [*]const u8 = @ptrFromInt(g.weight_row(a, r).base);
-            if (a.dtype == .q4_0) {
-                const into = unpacked[r * b_row_bytes ..][0..b_row_bytes];
-                unpack_q4_0(x[0..a_row_bytes], into);
-                x_rows[r] = into;
-            } else {
-                x_rows[r] = x[0..a_row_bytes];
-            }
-        }
+        var x_rows: [gemv.rows_max][*]const u8 = undefined;
+        for (0..g.count) |r| x_rows[r] = @ptrFromInt(g.weight_row(a, r).base);
         for (0..b.ne[1]) |column| {
-            const index: common.RowIndex = .{ .i1 = column, .i2 = batch2, .i3 = batch3 };
-            const flat = column + b.ne[1] * (batch2 + b.ne[2] * batch3);
-            const y = quantized[flat * b_row_bytes ..][0..b_row_bytes];
+            const index: common.RowIndex = .{ .i1 = column, .i2 = g.batch2, .i3 = g.batch3 };
+            const flat = column + b.ne[1] * (g.batch2 + b.ne[2] * g.batch3);
+            const y = gemv.Activation.at(@alignCast(scratch + flat * y_bytes), k);
+            var sums: [gemv.rows_max]f32 = undefined;
+            gemv.dot_rows(a.dtype, &x_rows, g.count, y, blocks, &sums);
             const c_row = c.row_at(index);
-            for (0..count) |r| common.store_f32(c_row.at(m0 + r), dot_q8_0_q8_0(x_rows[r], y));
+            for (0..g.count) |r| common.store_f32(c_row.at(g.m0 + r), sums[r]);
         }
     }
     return .ok;
-}
-
-const I16x32 = @Vector(32, i16);
-const I32x8 = @Vector(8, i32);
-const F32x8 = @Vector(8, f32);
-
-fn scale_of(bytes: *const [2]u8) f32 {
-    return quant.fp16_to_fp32(std.mem.readInt(u16, bytes, .little));
-}
-
-/// Integer dot of one block in 8 i32 lanes: products in i16 (|x| <= 128 and |y| <= 127, since y
-/// is always quantized here, so |x * y| <= 16256), widened to i32 and summed in four quarters.
-fn block_dot(x: I16x32, y: I16x32) I32x8 {
-    const products: @Vector(32, i32) = x * y;
-    const lanes_of: [4][8]i32 = @bitCast(products);
-    const q0: I32x8 = lanes_of[0];
-    const q1: I32x8 = lanes_of[1];
-    const q2: I32x8 = lanes_of[2];
-    const q3: I32x8 = lanes_of[3];
-    return (q0 + q1) + (q2 + q3);
-}
-
-/// A q8_0 block's 32 values.
-fn q8_values(block: *const [34]u8) I16x32 {
-    const bytes: @Vector(32, i8) = @bitCast(block[2..34].*);
-    return bytes;
-}
-
-/// Adds one block's scaled integer dot to the 8 f32 lanes of `sum`, as ggml's AVX2 path does.
-fn accumulate(sum: F32x8, integers: I32x8, scale: f32) F32x8 {
-    const value: F32x8 = @floatFromInt(integers);
-    return @mulAdd(F32x8, value, @splat(scale), sum);
-}
-
-/// A q4_0 row as q8_0 blocks: the same f16 scale, values nibble - 8 (low nibbles are elements
-/// 0-15, high nibbles 16-31). Its q8_0 dot is ggml_vec_dot_q4_0_q8_0's, integer for integer.
-fn unpack_q4_0(x: []const u8, out: []u8) void {
-    const blocks = x.len / 18;
-    assert(out.len == blocks * 34);
-    for (0..blocks) |block| {
-        const xb = x[block * 18 ..][0..18];
-        const ob = out[block * 34 ..][0..34];
-        ob[0..2].* = xb[0..2].*;
-        const nibbles: @Vector(16, u8) = xb[2..18].*;
-        const low: @Vector(16, u8) = nibbles & @as(@Vector(16, u8), @splat(0x0f));
-        const high: @Vector(16, u8) = nibbles >> @as(@Vector(16, u3), @splat(4));
-        const both: @Vector(32, u8) = std.simd.join(low, high);
-        const values: @Vector(32, i8) = @intCast(@as(I16x32, both) - @as(I16x32, @splat(8)));
-        ob[2..34].* = @bitCast(values);
-    }
-}
-
-/// ggml_vec_dot_q8_0_q8_0 (and, on unpacked rows, ggml_vec_dot_q4_0_q8_0): per block,
-/// (integer dot) * d_x * d_y, summed in 8 f32 lanes.
-fn dot_q8_0_q8_0(x: []const u8, y: []const u8) f32 {
-    const blocks = x.len / 34;
-    assert(y.len == x.len);
-    var sum: F32x8 = @splat(0);
-    for (0..blocks) |block| {
-        const xb = x[block * 34 ..][0..34];
-        const yb = y[block * 34 ..][0..34];
-        sum = accumulate(sum, block_dot(q8_values(xb), q8_values(yb)), scale_of(xb[0..2]) * scale_of(yb[0..2]));
-    }
-    return @reduce(.Add, sum);
 }

@@ -189,11 +189,12 @@ export class WebGpuBackend implements Backend {
   /**
    * Whether a WGSL kernel computes `tensor`: an op this backend has a shader for, elements
    * naturally aligned (shaders address words and half words), and every operand within the
-   * device's maxStorageBufferBindingSize. Views need no kernel.
+   * device's maxStorageBufferBindingSize. bf16 and block-quantized tensors (q8_0, q4_0, q4_1,
+   * q5_0, q5_1, q4_K, q5_K, q6_K) are taken as getRows' table and mulMat's weights, with
+   * adjacent blocks in a row; shaders decode them in place, from any byte offset. Views need
+   * no kernel.
    */
   supportsOp(tensor: Tensor): boolean {
-    // No WGSL kernel reads bf16 or block-quantized tensors yet: the scheduler falls back.
-    if ([tensor, ...tensor.src].some((t) => holdsRawBytes(t.dtype))) return false;
     if (isViewOp(tensor.op)) return true;
     try {
       kernelFor(tensor);
@@ -202,7 +203,8 @@ export class WebGpuBackend implements Backend {
     }
     const limit = this.device.limits.maxStorageBufferBindingSize;
     for (const t of [tensor, ...tensor.src]) {
-      const size = dtypeSize[t.dtype];
+      // Raw bytes are fetched byte by byte from words: any stride will do.
+      const size = holdsRawBytes(t.dtype) ? 1 : dtypeSize[t.dtype];
       if (t.nb.some((stride) => stride % size !== 0)) return false;
       // The binding starts up to one alignment before the tensor and ends on a word.
       if (this.alignment + Math.ceil(t.nbytes / 4) * 4 > limit) return false;

@@ -6,7 +6,7 @@
  * @module
  */
 
-import { dtypeSize } from "../../dtype.ts";
+import { dtypeSize, holdsRawBytes } from "../../dtype.ts";
 import { LimitError, PlacementError, Status } from "../../errors.ts";
 import type { Tensor } from "../../tensor.ts";
 import type { WebGpuBuffer } from "./buffer.ts";
@@ -24,7 +24,9 @@ export interface TensorBinding {
 
 /**
  * The binding of a tensor placed at `offset` of `buffer`. Elements must be naturally aligned
- * (f32 and i32 on 4 bytes, f16 on 2), since shaders address words and half words.
+ * (f32 and i32 on 4 bytes, f16 on 2), since shaders address words and half words; bf16 and
+ * block-quantized tensors may start at any byte (their shaders fetch bytes from words), so a
+ * view of row r of a q4_0 matrix, r * 18 bytes in per block of its rows, binds as it is.
  */
 export function tensorBinding(
   tensor: Tensor,
@@ -34,7 +36,7 @@ export function tensorBinding(
   maxSize: number,
   verb: string,
 ): TensorBinding {
-  const size = dtypeSize[tensor.dtype];
+  const size = holdsRawBytes(tensor.dtype) ? 1 : dtypeSize[tensor.dtype];
   if (offset % size !== 0 || tensor.nb.some((stride) => stride % size !== 0)) {
     throw new PlacementError(
       `${verb}: ${tensor.label} at byte ${offset} with strides ${tensor.nb.join(",")} is not ` +

@@ -4,6 +4,7 @@
  * @module
  */
 
+import { DTYPES, holdsRawBytes } from "../../dtype.ts";
 import { GraftError, LimitError, Status } from "../../errors.ts";
 import { Op, opName } from "../../op.ts";
 import type { Tensor } from "../../tensor.ts";
@@ -18,6 +19,13 @@ import {
 } from "./shader_elementwise.ts";
 import { MATMUL_TILE, matmulShader } from "./shader_matmul.ts";
 import { type RowKind, rowShader, sumShader } from "./shader_rows.ts";
+import {
+  isWeightDType,
+  MATVEC_COLS,
+  MATVEC_MAX_N,
+  MATVEC_ROWS,
+  matvecShader,
+} from "./shader_quant.ts";
 import { WORKGROUP_SIZE } from "./wgsl_common.ts";
 
 /** Workgroups per grid dimension (WebGPU's default maxComputeWorkgroupsPerDimension). */
@@ -94,20 +102,25 @@ function rows(kind: RowKind, node: Tensor, sources: readonly Tensor[], eps: numb
   };
 }
 
+// bf16 and quantized weights with few src1 columns (token generation) take the matrix-vector
+// kernel, which decodes each weight once per column tile; more columns take the tiles.
 function matmul(node: Tensor): Kernel {
   const [a, b] = node.src as [Tensor, Tensor];
   const batches = b.ne[2] * b.ne[3];
-  const x = Math.ceil(a.ne[1] / MATMUL_TILE);
-  const y = Math.ceil(b.ne[1] / MATMUL_TILE);
+  const vector = isWeightDType(a.dtype) && b.ne[1] <= MATVEC_MAX_N;
+  const [rows, cols] = vector ? [MATVEC_ROWS, MATVEC_COLS] : [MATMUL_TILE, MATMUL_TILE];
+  const x = Math.ceil(a.ne[1] / rows);
+  const y = Math.ceil(b.ne[1] / cols);
   if (x > GROUPS_MAX || y > GROUPS_MAX || batches > GROUPS_MAX) {
     throw new LimitError(
       Status.limitReached,
       `webgpu: mulMat ${node.label} needs a ${x}x${y}x${batches} workgroup grid`,
     );
   }
+  const dtype = a.dtype;
   return {
-    key: `mulMat:${a.dtype}`,
-    source: () => matmulShader(a.dtype),
+    key: vector ? `mulMatVec:${dtype}` : `mulMat:${dtype}`,
+    source: vector && isWeightDType(dtype) ? () => matvecShader(dtype) : () => matmulShader(dtype),
     tensors: [node, a, b],
     status: false,
     count: 0,
@@ -116,8 +129,31 @@ function matmul(node: Tensor): Kernel {
   };
 }
 
+/**
+ * bf16 and block-quantized tensors enter shaders only as getRows' table and mulMat's weights
+ * (src0) of a dtype `shader_quant.ts` decodes, each row's blocks adjacent (nb[0] one block).
+ */
+function requireDecodable(node: Tensor): void {
+  for (const t of [node, ...node.src]) {
+    if (!holdsRawBytes(t.dtype)) continue;
+    const weights = (node.op === Op.getRows || node.op === Op.mulMat) && t === node.src[0];
+    if (!weights || !isWeightDType(t.dtype)) {
+      throw new GraftError(
+        `webgpu: ${opName(node.op)} ${node.label} does not take ${t.dtype} ${t.label}`,
+      );
+    }
+    if (t.nb[0] !== DTYPES[t.dtype].blockBytes) {
+      throw new GraftError(
+        `webgpu: ${opName(node.op)} ${node.label} needs the blocks of ${t.label} adjacent ` +
+          `(nb[0] = ${DTYPES[t.dtype].blockBytes}, not ${t.nb[0]})`,
+      );
+    }
+  }
+}
+
 /** The kernel computing `node` (a compute node: not a view). */
 export function kernelFor(node: Tensor): Kernel {
+  requireDecodable(node);
   const src = node.src;
   const binary = binaryKinds[node.op];
   if (binary) return flat(`binary:${binary}`, () => binaryShader(binary), node, src.slice(0, 2));

@@ -6,6 +6,7 @@
  */
 
 import type { DType } from "../../dtype.ts";
+import { isWeightDType, weightBindings, weightLoad } from "./shader_quant.ts";
 import { bindingWgsl, flatKernel, PARAMS_WGSL, tensorBindings } from "./wgsl_common.ts";
 
 /** cpy from `from` to `to`: bit copies for one dtype, f32 <-> f16 conversions otherwise. */
@@ -21,10 +22,17 @@ ${flatKernel(`  ${move}`)}`;
 /**
  * getRows: D[i0, n, b, c] = S0[i0, S1[n, b, c], b, c]. An index outside [0, rows) writes 0 and
  * sets word 0 of the status binding to 1, which the backend reports on its next synchronize.
+ * bf16 and block-quantized tables are decoded element by element (`shader_quant.ts`).
  */
 export function getRowsShader(table: DType): string {
+  const bindings = isWeightDType(table)
+    ? weightBindings(table, ["i32"])
+    : tensorBindings("f32", [table, "i32"]);
+  const load = isWeightDType(table)
+    ? weightLoad(table, "c.x", "u32(row), c.z, c.w")
+    : "S0_f32(at(1u, vec4<u32>(c.x, u32(row), c.z, c.w)))";
   return `${PARAMS_WGSL}
-${tensorBindings("f32", [table, "i32"])}
+${bindings}
 ${bindingWgsl("STATUS", 4, "i32", true)}
 ${
     flatKernel(`  let c = coords(0u, i);
@@ -34,7 +42,7 @@ ${
     STATUS_set_bits(0u, 1u);
     return;
   }
-  D_set_f32(at(0u, c), S0_f32(at(1u, vec4<u32>(c.x, u32(row), c.z, c.w))));`)
+  D_set_f32(at(0u, c), ${load});`)
   }`;
 }
 

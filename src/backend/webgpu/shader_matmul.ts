@@ -3,11 +3,13 @@
  * ggml does. A 16x16 workgroup computes a 64x64 tile of D, each thread a 4x4 block held in
  * registers; K advances 16 at a time through tiles of S0 and S1 in workgroup memory. Loads go
  * through the sources' strides, so transposed and permuted views work, and f16 S0 is widened
- * on load.
+ * on load; bf16 and block-quantized S0 are decoded element by element as the tile is loaded
+ * (`shader_quant.ts`), so each weight is decoded once per workgroup that reads it.
  * @module
  */
 
 import type { DType } from "../../dtype.ts";
+import { isWeightDType, weightBindings, weightLoad } from "./shader_quant.ts";
 import { PARAMS_WGSL, tensorBindings } from "./wgsl_common.ts";
 
 /** Output tile edge (M and N) of one workgroup. */
@@ -16,8 +18,14 @@ const TK = 16;
 
 /** The kernel for an S0 of dtype `a` (S1 and D are f32). */
 export function matmulShader(a: DType): string {
+  const bindings = isWeightDType(a)
+    ? weightBindings(a, ["f32"])
+    : tensorBindings("f32", [a, "f32"]);
+  const load = isWeightDType(a)
+    ? weightLoad(a, "k", "m0 + rr, a2, a3")
+    : "S0_f32(at(1u, vec4<u32>(k, m0 + rr, a2, a3)))";
   return `${PARAMS_WGSL}
-${tensorBindings("f32", [a, "f32"])}
+${bindings}
 var<workgroup> As: array<f32, ${TK * MATMUL_TILE}>;
 var<workgroup> Bs: array<f32, ${TK * MATMUL_TILE}>;
 
@@ -50,7 +58,7 @@ fn main(
       let k = k0 + kk;
       var va = 0.0;
       if (k < K && m0 + rr < M) {
-        va = S0_f32(at(1u, vec4<u32>(k, m0 + rr, a2, a3)));
+        va = ${load};
       }
       As[kk * ${MATMUL_TILE}u + rr] = va;
       var vb = 0.0;

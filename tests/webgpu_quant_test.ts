@@ -21,7 +21,6 @@ import {
   CpuBackend,
   cpy,
   dequantize,
-  DTypeError,
   getRows,
   Graph,
   mulMat,
@@ -89,40 +88,10 @@ function nmse(got: Float32Array, want: ArrayLike<number>): number {
   return error / norm;
 }
 
-/**
- * `mulMat(a, b)`, or where its builder does not take `a`'s dtype yet (the k-quants, until the
- * CPU has kernels for them) the same node made directly; `cpu` is false then.
- */
-function mulMatNode(a: Tensor, b: Tensor): { node: Tensor; cpu: boolean } {
-  try {
-    return { node: mulMat(a, b), cpu: true };
-  } catch (error) {
-    if (!(error instanceof DTypeError)) throw error;
-    const ne = [a.ne[1], b.ne[1], b.ne[2], b.ne[3]] as const;
-    return {
-      node: new Tensor({ dtype: "f32", ne: [...ne], op: Op.mulMat, src: [a, b] }),
-      cpu: false,
-    };
-  }
-}
-
-/** `getRows(a, indices)`, or the same node made directly (see {@link mulMatNode}). */
-function getRowsNode(a: Tensor, indices: Tensor): { node: Tensor; cpu: boolean } {
-  try {
-    return { node: getRows(a, indices), cpu: true };
-  } catch (error) {
-    if (!(error instanceof DTypeError)) throw error;
-    const ne = [a.ne[0], indices.ne[0], a.ne[2], 1] as const;
-    const node = new Tensor({ dtype: "f32", ne: [...ne], op: Op.getRows, src: [a, indices] });
-    return { node, cpu: false };
-  }
-}
-
 interface Built {
   ctx: Context;
   inputs: [Tensor, ArrayBufferView][];
   output: Tensor;
-  cpu: boolean;
 }
 
 /** Computes `built` on the GPU, first asserting that WebGPU says it runs its node. */
@@ -151,11 +120,11 @@ function onCpu(built: Built): Float32Array {
 }
 
 /** NMSE ranges seen per dtype, printed at the end. */
-const seen = new Map<string, { gpuF64: number[]; gpuCpu: number[]; cpuSkipped: number }>();
+const seen = new Map<string, { gpuF64: number[]; gpuCpu: number[] }>();
 
-function record(dtype: string): { gpuF64: number[]; gpuCpu: number[]; cpuSkipped: number } {
+function record(dtype: string): { gpuF64: number[]; gpuCpu: number[] } {
   let entry = seen.get(dtype);
-  if (!entry) seen.set(dtype, entry = { gpuF64: [], gpuCpu: [], cpuSkipped: 0 });
+  if (!entry) seen.set(dtype, entry = { gpuF64: [], gpuCpu: [] });
   return entry;
 }
 
@@ -171,8 +140,8 @@ for (const dtype of WEIGHT_DTYPES) {
         const ctx = new Context();
         const table = ctx.newTensor(dtype, [ne0, rows, batches]);
         const indices = ctx.newTensor("i32", [picks, batches]);
-        const { node, cpu } = getRowsNode(table, indices);
-        return { ctx, inputs: [[table, bytes], [indices, chosen]], output: node, cpu };
+        const output = getRows(table, indices);
+        return { ctx, inputs: [[table, bytes], [indices, chosen]], output };
       };
       const got = await onGpu(gpu, build());
       const all = dequantize(bytes, dtype);
@@ -203,12 +172,10 @@ test("getRows reads a quantized table that starts at no word boundary", async (g
     const full = ctx.newTensor(dtype, [ne0, rows + 1]);
     const table = view(full, [ne0, rows], { offset });
     const indices = ctx.newTensor("i32", [chosen.length]);
-    const { node } = getRowsNode(table, indices);
     const got = await onGpu(gpu, {
       ctx,
       inputs: [[full, bytes], [indices, chosen]],
-      output: node,
-      cpu: false,
+      output: getRows(table, indices),
     });
     const all = dequantize(bytes, dtype);
     const want = new Float32Array(ne0 * chosen.length);
@@ -221,7 +188,7 @@ test("getRows with an index outside a quantized table reports OutOfBoundsError",
   const ctx = new Context();
   const table = ctx.newTensor("q4_K", [256, 3]);
   const indices = ctx.newTensor("i32", [2]);
-  const { node } = getRowsNode(table, indices);
+  const node = getRows(table, indices);
   const graph = Graph.build(node);
   using _memory = allocTensors(gpu, [...ctx.tensors, ...graph.nodes]);
   gpu.setTensor(table, quantize(randoms(new Rng(5), 256 * 3), "q4_K"));
@@ -309,8 +276,7 @@ for (const dtype of WEIGHT_DTYPES) {
           ? ctx.newTensor("f32", [c.n, c.k])
           : ctx.newTensor("f32", [c.k, c.n, b2, b3]);
         const b = c.transposedB ? transpose(bInput) : bInput;
-        const { node, cpu } = mulMatNode(a, b);
-        return { ctx, inputs: [[full, aBytes], [bInput, bData]], output: node, cpu };
+        return { ctx, inputs: [[full, aBytes], [bInput, bData]], output: mulMat(a, b) };
       };
       const built = build();
       const got = await onGpu(gpu, built);
@@ -318,10 +284,6 @@ for (const dtype of WEIGHT_DTYPES) {
       const error = nmse(got, reference(w, bValues, c));
       stats.gpuF64.push(error);
       assert.ok(error <= NMSE_MAX, `${label}: NMSE ${error} against f64 > ${NMSE_MAX}`);
-      if (!built.cpu) {
-        stats.cpuSkipped++;
-        continue;
-      }
       const onCpuResult = onCpu(build());
       const againstCpu = nmse(got, onCpuResult);
       stats.gpuCpu.push(againstCpu);
@@ -338,8 +300,8 @@ test("supportsOp: quantized weights in getRows and mulMat only, blocks adjacent"
   const x = ctx.newTensor("f32", [256, 2]);
   for (const dtype of WEIGHT_DTYPES) {
     const w = ctx.newTensor(dtype, [256, 4]);
-    assert.ok(gpu.supportsOp(mulMatNode(w, x).node), `mulMat ${dtype}`);
-    assert.ok(gpu.supportsOp(getRowsNode(w, ctx.newTensor("i32", [2])).node), `getRows ${dtype}`);
+    assert.ok(gpu.supportsOp(mulMat(w, x)), `mulMat ${dtype}`);
+    assert.ok(gpu.supportsOp(getRows(w, ctx.newTensor("i32", [2]))), `getRows ${dtype}`);
   }
   // q8_1 and q8_K only feed ggml's dot products: no decoder.
   for (const dtype of ["q8_1", "q8_K"] as const) {
@@ -353,7 +315,7 @@ test("supportsOp: quantized weights in getRows and mulMat only, blocks adjacent"
   // Rows whose blocks are not adjacent (every other block of a row).
   const q = ctx.newTensor("q4_0", [512, 4]);
   const strided = view(q, [256, 4], { nb: [36, 288, 1152, 1152] });
-  assert.equal(gpu.supportsOp(mulMatNode(strided, x).node), false);
+  assert.equal(gpu.supportsOp(mulMat(strided, x)), false);
 });
 
 test("the scheduler keeps mulMat and getRows of quantized weights on WebGPU", async (gpu) => {
@@ -390,8 +352,7 @@ test("NMSE ranges per dtype", () => {
       : `${Math.min(...xs).toExponential(2)} .. ${Math.max(...xs).toExponential(2)}`;
   for (const [dtype, s] of seen) {
     console.log(
-      `${dtype.padEnd(5)} vs f64 ${range(s.gpuF64)}; vs cpu ${range(s.gpuCpu)}` +
-        (s.cpuSkipped ? ` (${s.cpuSkipped} cases: no CPU kernel for ${dtype} yet)` : ""),
+      `${dtype.padEnd(5)} vs f64 ${range(s.gpuF64)}; vs cpu ${range(s.gpuCpu)}`,
     );
   }
 });

@@ -5,10 +5,12 @@
 //! runs on any x86-64 machine with AVX2 and uses AVX-512 where the CPU has it.
 const std = @import("std");
 
-/// Kernel builds: symbol prefix and the CPU model it is compiled for.
+/// Kernel builds: symbol prefix, the CPU model it is compiled for, and features on top of it.
+/// The AVX-512 build also takes VNNI (vpdpbusd, for the quantized dot products): every AVX-512
+/// CPU since Ice Lake and Zen 4 has it, and cpu.zig picks this build only where it is there.
 const variants = .{
-    .{ "avx2", &std.Target.x86.cpu.x86_64_v3 },
-    .{ "avx512", &std.Target.x86.cpu.x86_64_v4 },
+    .{ "avx2", &std.Target.x86.cpu.x86_64_v3, &[_]std.Target.x86.Feature{} },
+    .{ "avx512", &std.Target.x86.cpu.x86_64_v4, &[_]std.Target.x86.Feature{.avx512vnni} },
 };
 
 const baseline: std.Target.Query = .{
@@ -45,6 +47,7 @@ fn addCore(b: *std.Build, name: []const u8, optimize: std.builtin.OptimizeMode) 
     inline for (variants) |variant| {
         var query = baseline;
         query.cpu_model = .{ .explicit = variant[1] };
+        query.cpu_features_add = std.Target.x86.featureSet(variant[2]);
         const options = b.addOptions();
         options.addOption([]const u8, "variant", variant[0]);
         const module = b.createModule(.{

@@ -37,8 +37,10 @@ fn bit(value: u32, index: u5) bool {
     return (value >> index) & 1 == 1;
 }
 
-/// The best kernel build the CPU and the OS (saved vector state) support: x86-64-v4 needs
-/// AVX-512 F/CD/BW/DQ/VL, x86-64-v3 needs AVX2, FMA, F16C, BMI1/2, MOVBE and LZCNT.
+/// The best kernel build the CPU and the OS (saved vector state) support: the AVX-512 build
+/// needs x86-64-v4 (AVX-512 F/CD/BW/DQ/VL) and AVX512-VNNI, the AVX2 build x86-64-v3 (AVX2,
+/// FMA, F16C, BMI1/2, MOVBE and LZCNT). An AVX-512 CPU without VNNI (Skylake-SP) runs the AVX2
+/// build.
 pub fn detect() SimdLevel {
     const basic = cpuid(1, 0);
     if (!bit(basic.ecx, 27)) return .none; // OSXSAVE: xgetbv is usable
@@ -51,6 +53,7 @@ pub fn detect() SimdLevel {
     if (!v3) return .none;
     const zmm_state = xcr0 & 0b1110_0000 == 0b1110_0000;
     const v4 = zmm_state and bit(extended.ebx, 16) and bit(extended.ebx, 17) and
-        bit(extended.ebx, 28) and bit(extended.ebx, 30) and bit(extended.ebx, 31);
+        bit(extended.ebx, 28) and bit(extended.ebx, 30) and bit(extended.ebx, 31) and
+        bit(extended.ecx, 11); // AVX512_VNNI
     return if (v4) .avx512 else .avx2;
 }

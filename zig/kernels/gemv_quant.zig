@@ -12,9 +12,10 @@
 //! rows are read in place, `rows_max` at a time, so each activation block loaded serves several
 //! rows and several independent streams keep the memory system busy.
 //!
-//! The integer products use vpmaddubsw (u8 x i8 -> pairs summed in i16) and vpmaddwd (-> i32),
-//! as ggml's AVX2 code does; both kernel builds (AVX2, AVX-512) run the same 256-bit code, as
-//! ggml's AVX-512 builds do for these types: the loop is bound by memory, not by vector width.
+//! The integer products use vpdpbusd (u8 x i8, groups of 4 summed into i32) in the AVX-512 build,
+//! which has VNNI, and vpmaddubsw + vpmaddwd (the same sums through i16) in the AVX2 build, as
+//! ggml's AVX2 code does. Both run 256-bit vectors (one block per vector), as ggml's AVX-512
+//! builds do for these types: the loop is bound by memory, not by vector width.
 
 const std = @import("std");
 const builtin = @import("builtin");
@@ -97,47 +98,45 @@ inline fn f16_at(bytes: *const [2]u8) f32 {
 }
 
 const is_x86 = builtin.cpu.arch == .x86_64;
+const has_avx2 = is_x86 and builtin.cpu.has(.x86, .avx2);
+/// vpdpbusd on ymm registers: the AVX-512 build has VNNI (build.zig), the AVX2 build does not.
+const has_vnni = is_x86 and builtin.cpu.has(.x86, .avx512vnni) and builtin.cpu.has(.x86, .avx512vl);
 
-/// u8 x i8 products summed in adjacent pairs to i16 (vpmaddubsw; never saturates here: at most
-/// 2 * 255 * 127 only for q8_0's |x|, which the sign trick keeps <= 128, so <= 32512).
+// LLVM's own names for the x86 instructions (Zig passes `llvm.*` externs to LLVM as intrinsics),
+// so the compiler schedules and allocates registers around them, unlike inline assembly.
+extern fn @"llvm.x86.avx2.pmadd.ub.sw"(a: U8x32, b: I8x32) I16x16;
+extern fn @"llvm.x86.avx2.pmadd.wd"(a: I16x16, b: I16x16) I32x8;
+extern fn @"llvm.x86.avx512.vpdpbusd.256"(acc: I32x8, a: I32x8, b: I32x8) I32x8;
+extern fn @"llvm.x86.avx2.psign.b"(a: I8x32, b: I8x32) I8x32;
+
+/// u8 x i8 products summed in adjacent pairs to i16, saturating (vpmaddubsw). Never saturates
+/// here: nibbles give at most 2 * 15 * 127, and q8_0's |x| <= 127 at most 2 * 127 * 128.
 inline fn maddubs(a: U8x32, b: I8x32) I16x16 {
-    if (comptime is_x86) {
-        return asm ("vpmaddubsw %[b], %[a], %[out]"
-            : [out] "=x" (-> I16x16),
-            : [a] "x" (a),
-              [b] "x" (b),
-        );
-    }
+    if (comptime has_avx2) return @"llvm.x86.avx2.pmadd.ub.sw"(a, b);
     const wide_a: @Vector(32, i16) = a;
     const wide_b: @Vector(32, i16) = b;
-    const products: [2][16]i16 = @bitCast(std.simd.deinterlace(2, wide_a * wide_b));
-    return @as(I16x16, products[0]) +| @as(I16x16, products[1]);
+    const products = std.simd.deinterlace(2, wide_a * wide_b);
+    return products[0] +| products[1];
 }
 
 /// i16 pairs summed to i32 (vpmaddwd with ones).
 inline fn pairs(a: I16x16) I32x8 {
-    if (comptime is_x86) {
-        const ones: I16x16 = @splat(1);
-        return asm ("vpmaddwd %[b], %[a], %[out]"
-            : [out] "=x" (-> I32x8),
-            : [a] "x" (a),
-              [b] "x" (ones),
-        );
-    }
+    if (comptime has_avx2) return @"llvm.x86.avx2.pmadd.wd"(a, @splat(1));
     const wide: @Vector(16, i32) = a;
     const halves = std.simd.deinterlace(2, wide);
     return halves[0] + halves[1];
 }
 
+/// acc + the u8 x i8 products of each group of 4 adjacent bytes, in 8 i32 lanes: one vpdpbusd
+/// with VNNI, vpmaddubsw + vpmaddwd + vpaddd without (the same integers: no saturation here).
+inline fn dot_add(acc: I32x8, a: U8x32, b: I8x32) I32x8 {
+    if (comptime has_vnni) return @"llvm.x86.avx512.vpdpbusd.256"(acc, @bitCast(a), @bitCast(b));
+    return acc + pairs(maddubs(a, b));
+}
+
 /// b with its sign flipped where a is negative and zeroed where a is zero (vpsignb).
 inline fn sign(b: I8x32, a: I8x32) I8x32 {
-    if (comptime is_x86) {
-        return asm ("vpsignb %[a], %[b], %[out]"
-            : [out] "=x" (-> I8x32),
-            : [a] "x" (a),
-              [b] "x" (b),
-        );
-    }
+    if (comptime has_avx2) return @"llvm.x86.avx2.psign.b"(b, a);
     const zero: I8x32 = @splat(0);
     return @select(i8, a < zero, zero -% b, @select(i8, a == zero, zero, b));
 }
@@ -187,11 +186,12 @@ fn dot_q4_0(comptime R: usize, rows: *const [rows_max][*]const u8, y: Activation
     const eights: U8x32 = @splat(8);
     for (0..blocks) |b| {
         const yq = y.qs[b];
-        const offset = pairs(maddubs(eights, yq));
+        const zero: I32x8 = @splat(0);
+        const offset = zero - dot_add(zero, eights, yq);
         const dy = y.d[b];
         inline for (0..R) |r| {
             const block = rows[r] + b * 18;
-            const dot = pairs(maddubs(nibbles(block[2..18]), yq)) - offset;
+            const dot = dot_add(offset, nibbles(block[2..18]), yq);
             const scale: F32x8 = @splat(f16_at(block[0..2]) * dy);
             acc[r] = @mulAdd(F32x8, @floatFromInt(dot), scale, acc[r]);
         }
@@ -210,7 +210,7 @@ fn dot_q4_1(comptime R: usize, rows: *const [rows_max][*]const u8, y: Activation
         const sy = y.s[b];
         inline for (0..R) |r| {
             const block = rows[r] + b * 20;
-            const dot = pairs(maddubs(nibbles(block[4..20]), yq));
+            const dot = dot_add(@splat(0), nibbles(block[4..20]), yq);
             const scale: F32x8 = @splat(f16_at(block[0..2]) * dy);
             acc[r] = @mulAdd(F32x8, @floatFromInt(dot), scale, acc[r]);
             mins[r] = @mulAdd(f32, f16_at(block[2..4]), sy, mins[r]);
@@ -229,7 +229,7 @@ fn dot_q8_0(comptime R: usize, rows: *const [rows_max][*]const u8, y: Activation
         inline for (0..R) |r| {
             const block = rows[r] + b * 34;
             const xq: I8x32 = @bitCast(block[2..34].*);
-            const dot = pairs(maddubs(@bitCast(@abs(xq)), sign(yq, xq)));
+            const dot = dot_add(@splat(0), @bitCast(@abs(xq)), sign(yq, xq));
             const scale: F32x8 = @splat(f16_at(block[0..2]) * dy);
             acc[r] = @mulAdd(F32x8, @floatFromInt(dot), scale, acc[r]);
         }

@@ -44,7 +44,7 @@ export const DTYPES = {
     blockSize: 1,
     blockBytes: 2,
     quantized: false,
-    convertsTo: ["f32", "f16"],
+    convertsTo: ["f32", "f16", "q8_0", "q4_0"],
     ggmlType: 1,
   },
   i32: {
@@ -61,7 +61,7 @@ export const DTYPES = {
     blockSize: 32,
     blockBytes: 34,
     quantized: true,
-    convertsTo: ["f32"],
+    convertsTo: ["f32", "f16"],
     ggmlType: 8,
   },
   q4_0: {
@@ -69,7 +69,7 @@ export const DTYPES = {
     blockSize: 32,
     blockBytes: 18,
     quantized: true,
-    convertsTo: ["f32"],
+    convertsTo: ["f32", "f16"],
     ggmlType: 2,
   },
   q4_1: { code: 6, blockSize: 32, blockBytes: 20, quantized: true, convertsTo: [], ggmlType: 3 },

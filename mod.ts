@@ -152,6 +152,7 @@ export {
   type QuantizeType,
   type TensorQuantization,
 } from "./src/gguf/quantize.ts";
+export { type TensorsGGUFInput, writeTensorsGGUF } from "./src/gguf/tensors.ts";
 export { type ByteSource, FileSource, MemorySource } from "./src/gguf/source.ts";
 export {
   type GgmlType,

@@ -436,7 +436,7 @@ Deno.test({
     try {
       const input = `${dir}/in.gguf`;
       await Deno.writeFile(input, sourceFile());
-      const ok = await cli("quantize", input, `${dir}/out.gguf`, "--type", "q4_K");
+      const ok = await cli("quantize", input, `${dir}/out.gguf`, "--type", "Q4_K");
       assert.equal(ok.code, 0, ok.stderr);
       assert.equal(ok.stderr, "");
       assert.match(ok.stdout, /q4_K, general\.file_type 14/);

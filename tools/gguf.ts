@@ -96,8 +96,10 @@ function countsText(counts: Record<string, number>): string {
 
 async function quantizeCommand(input: string, output: string, rest: string[]): Promise<void> {
   const at = rest.indexOf("--type");
-  const type = at >= 0 ? rest[at + 1] : undefined;
-  if (type === undefined) usage();
+  const given = at >= 0 ? rest[at + 1] : undefined;
+  if (given === undefined) usage();
+  // llama-quantize's upper-case names (Q4_K_M) are taken too.
+  const type = QUANTIZE_TYPES.find((t) => t.toLowerCase() === given.toLowerCase()) ?? given;
   if (!isQuantizeType(type)) {
     throw new ArgumentError(
       `--type ${JSON.stringify(type)} is not a type Graft quantizes to; use one of ` +

@@ -131,7 +131,29 @@ export {
   metadataValue,
   readGGUF,
 } from "./src/gguf/reader.ts";
-export { type GGUFWriteInput, layoutTensors, writeGGUF } from "./src/gguf/writer.ts";
+export {
+  fileSink,
+  type GGUFSink,
+  type GGUFStreamInput,
+  type GGUFWriteInput,
+  layoutTensors,
+  writeGGUF,
+  writeGGUFStream,
+} from "./src/gguf/writer.ts";
+export {
+  GGML_QNT_VERSION,
+  isQuantizeType,
+  LLAMA_FTYPES,
+  planQuantization,
+  QUANTIZE_TYPES,
+  quantizeGGUF,
+  type QuantizeOptions,
+  type QuantizePlanOptions,
+  type QuantizeSummary,
+  type QuantizeType,
+  type TensorQuantization,
+} from "./src/gguf/quantize.ts";
+export { type TensorsGGUFInput, writeTensorsGGUF } from "./src/gguf/tensors.ts";
 export { type ByteSource, FileSource, MemorySource } from "./src/gguf/source.ts";
 export {
   type GgmlType,

@@ -23,6 +23,7 @@ import {
 import { sampleFile, sampleMetadata, sampleTensors } from "./gguf_sample.ts";
 import { seededRandom } from "./random_dag.ts";
 import { assertNothingLive } from "./leaks.ts";
+import { graftView, pythonDequantHashes, pythonView } from "./gguf_python.ts";
 
 const baseline = liveAllocations();
 
@@ -70,26 +71,6 @@ Deno.test("the writer warns once when it writes a nested array (llama.cpp reject
   assert.match(warnings[0]!, /nested array.*llama\.cpp/);
 });
 
-/** The gguf package's view of a file, or null when python3 or the package is missing. */
-async function pythonView(path: string): Promise<unknown | null> {
-  try {
-    const output = await new Deno.Command("python3", {
-      args: [new URL("../tools/gguf_dump.py", import.meta.url).pathname, path],
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    if (!output.success) {
-      const stderr = new TextDecoder().decode(output.stderr);
-      if (/No module named 'gguf'|PackageNotFoundError/.test(stderr)) return null;
-      throw new Error(stderr);
-    }
-    return JSON.parse(new TextDecoder().decode(output.stdout));
-  } catch (error) {
-    if (error instanceof Deno.errors.NotFound) return null;
-    throw error;
-  }
-}
-
 const python = Deno.permissions.querySync({ name: "run" }).state === "granted"
   ? await pythonView(await sampleOnDisk())
   : null;
@@ -101,49 +82,6 @@ async function sampleOnDisk(): Promise<string> {
   const path = await Deno.makeTempFile({ suffix: ".gguf" });
   await Deno.writeFile(path, sampleFile(false));
   return path;
-}
-
-/** Graft's view in the dump's shape: integers as strings, type names as the package's. */
-function graftView(bytes: Uint8Array): unknown {
-  const header = readGGUF(new MemorySource(bytes));
-  const plain = (v: unknown): unknown =>
-    typeof v === "bigint" || (typeof v === "number" && Number.isInteger(v) && !Number.isNaN(v))
-      ? String(v)
-      : (v as { items?: unknown[] })?.items
-      ? (v as { items: unknown[] }).items.map(plain)
-      : v;
-  const typeName: Record<string, string> = {
-    u8: "UINT8",
-    i8: "INT8",
-    u16: "UINT16",
-    i16: "INT16",
-    u32: "UINT32",
-    i32: "INT32",
-    f32: "FLOAT32",
-    bool: "BOOL",
-    string: "STRING",
-    array: "ARRAY",
-    u64: "UINT64",
-    i64: "INT64",
-    f64: "FLOAT64",
-  };
-  return {
-    fields: header.metadata.map((m) => {
-      const items = (m.value as { items?: unknown[]; itemType?: string }).items;
-      const types = m.type === "array" && items && items.length > 0
-        ? ["ARRAY", typeName[(m.value as { itemType: string }).itemType]!]
-        : [typeName[m.type]!];
-      const isFloat = m.type === "f32" || m.type === "f64";
-      return { key: m.key, types, value: isFloat ? m.value : plain(m.value) };
-    }),
-    tensors: header.tensors.map((t) => ({
-      name: t.name,
-      type: t.type.name.toUpperCase(),
-      shape: [...t.dims],
-      data_offset: header.dataOffset + t.offset,
-      n_bytes: t.nbytes,
-    })),
-  };
 }
 
 Deno.test({
@@ -343,18 +281,6 @@ Deno.test({
   },
 });
 
-/** The gguf package's sha256 of each tensor dequantized to f32, or null without python/gguf. */
-async function pythonDequantHashes(path: string): Promise<Record<string, string> | null> {
-  if (python === null) return null;
-  const output = await new Deno.Command("python3", {
-    args: [new URL("../tools/gguf_dequant_hashes.py", import.meta.url).pathname, path],
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  if (!output.success) throw new Error(new TextDecoder().decode(output.stderr));
-  return JSON.parse(new TextDecoder().decode(output.stdout));
-}
-
 async function sha256(values: Float32Array): Promise<string> {
   const bytes = new Uint8Array(values.byteLength);
   bytes.set(new Uint8Array(values.buffer, values.byteOffset, values.byteLength));
@@ -366,7 +292,7 @@ Deno.test({
   name: "SmolLM2 Q4_1: every tensor dequantizes bit-identical to gguf.quants.dequantize",
   ignore: !haveModel || python === null,
   fn: async () => {
-    const expected = (await pythonDequantHashes(MODEL))!;
+    const expected = (await pythonDequantHashes([MODEL]))![0]!;
     using file = GGUFFile.open(MODEL);
     assert.equal(Object.keys(expected).length, file.header.tensors.length);
     for (const info of file.header.tensors) {

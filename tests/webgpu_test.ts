@@ -14,6 +14,7 @@ import {
   CpuBackend,
   DisposedError,
   getRows,
+  GGUFFile,
   GraftError,
   Graph,
   mean,
@@ -31,6 +32,7 @@ import {
   StalePlanError,
   transpose,
   view,
+  writeTensorsGGUF,
 } from "../mod.ts";
 import { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { grid } from "../src/backend/webgpu/kernels.ts";
@@ -320,4 +322,24 @@ test("the buffer type and supportsOp say what the device takes", (gpu) => {
   const rows = Math.ceil(limit / (4 * 1024)) + 1;
   const big = ctx.newTensor("f32", [1024, rows]);
   assert.equal(gpu.supportsOp(scale(big, 2)), false);
+});
+
+test("writeTensorsGGUF reads tensors from device buffers into a GGUF file", async (gpu) => {
+  const ctx = new Context();
+  const w = ctx.newTensor("f32", [64, 3], "w");
+  const h = ctx.newTensor("f16", [33], "h"); // odd byte count: not whole words
+  using _memory = allocTensors(gpu, [w, h]);
+  const values = Float32Array.from({ length: 192 }, (_, i) => i / 3 - 7);
+  const halves = Float16Array.from({ length: 33 }, (_, i) => i - 0.5);
+  gpu.setTensor(w, values);
+  gpu.setTensor(h, halves);
+  const path = await Deno.makeTempFile({ suffix: ".gguf" });
+  try {
+    await writeTensorsGGUF(path, { tensors: [w, h] });
+    using file = GGUFFile.open(path);
+    assert.deepEqual(file.dequantizeTensor(file.tensor("w")), values);
+    assert.deepEqual(file.readTensorData(file.tensor("h")), new Uint8Array(halves.buffer));
+  } finally {
+    await Deno.remove(path);
+  }
 });

@@ -3,7 +3,8 @@
 Python package (PyPI gguf==0.19.0, gguf.quants.dequantize), as JSON {name: hex}. Graft's
 dequantized values are checked against these (tests/gguf_test.ts).
 
-Usage: python3 tools/gguf_dequant_hashes.py FILE
+Usage: python3 tools/gguf_dequant_hashes.py FILE [FILE...]
+One JSON document per file, one per line.
 """
 import hashlib
 import json
@@ -20,12 +21,14 @@ PINNED = "0.19.0"
 def main() -> None:
     if installed_version("gguf") != PINNED:
         sys.exit(f"this script is pinned to gguf=={PINNED}")
-    reader = GGUFReader(sys.argv[1])
-    hashes = {}
-    for t in reader.tensors:
-        values = dequantize(t.data, t.tensor_type).astype(np.float32, copy=False)
-        hashes[t.name] = hashlib.sha256(np.ascontiguousarray(values).tobytes()).hexdigest()
-    json.dump(hashes, sys.stdout)
+    for path in sys.argv[1:]:
+        reader = GGUFReader(path)
+        hashes = {}
+        for t in reader.tensors:
+            values = dequantize(t.data, t.tensor_type).astype(np.float32, copy=False)
+            hashes[t.name] = hashlib.sha256(np.ascontiguousarray(values).tobytes()).hexdigest()
+        json.dump(hashes, sys.stdout)
+        sys.stdout.write("\n")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 """Dumps a GGUF file as JSON with llama.cpp's own Python reader (PyPI gguf==0.19.0), the
 independent view Graft's reader is checked against (tests/gguf_test.ts).
 
-Usage: python3 tools/gguf_dump.py FILE   (pip install gguf==0.19.0)
-Integers are written as strings (u64 does not fit a JSON number); floats as numbers.
+Usage: python3 tools/gguf_dump.py FILE [FILE...]   (pip install gguf==0.19.0)
+One JSON document per file, one per line. Integers are written as strings (u64 does not fit a
+JSON number); floats as numbers.
 """
 import json
 import sys
@@ -26,11 +27,8 @@ def plain(value):
     return value
 
 
-def main() -> None:
-    version = installed_version("gguf")
-    if version != PINNED:
-        sys.exit(f"gguf {version} installed; this script is pinned to gguf=={PINNED}")
-    reader = GGUFReader(sys.argv[1])
+def dump(path: str) -> dict:
+    reader = GGUFReader(path)
     fields = []
     for key, field in reader.fields.items():
         if key.startswith("GGUF."):
@@ -47,7 +45,16 @@ def main() -> None:
         }
         for t in reader.tensors
     ]
-    json.dump({"fields": fields, "tensors": tensors}, sys.stdout)
+    return {"fields": fields, "tensors": tensors}
+
+
+def main() -> None:
+    version = installed_version("gguf")
+    if version != PINNED:
+        sys.exit(f"gguf {version} installed; this script is pinned to gguf=={PINNED}")
+    for path in sys.argv[1:]:
+        json.dump(dump(path), sys.stdout)
+        sys.stdout.write("\n")
 
 
 if __name__ == "__main__":

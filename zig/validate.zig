@@ -233,17 +233,21 @@ fn check_cpy(n: *const Node) Verdict {
     const from = dtype_of(&n.src[0]);
     const to = dtype_of(&n.dst);
     const float_pair = (from == .f32 or from == .f16) and (to == .f32 or to == .f16);
-    // Quantized caches: f32 rows quantized into q8_0/q4_0 blocks, and back.
-    const quant_pair = (from == .f32 and (to == .q8_0 or to == .q4_0)) or
-        ((from == .q8_0 or from == .q4_0) and to == .f32);
+    // Quantized caches: f32/f16 rows quantized into q8_0/q4_0 blocks, and back.
+    const float_from = from == .f32 or from == .f16;
+    const float_to = to == .f32 or to == .f16;
+    const quant_pair = (float_from and (to == .q8_0 or to == .q4_0)) or
+        ((from == .q8_0 or from == .q4_0) and float_to);
     if (!float_pair and !quant_pair and !(from == .i32 and to == .i32)) {
-        return fail(.unsupported, "cpy: dtype pair must be f32/f16 -> f32/f16, f32 <-> q8_0/q4_0 or i32 -> i32");
+        return fail(.unsupported, "cpy: dtype pair must be f32/f16 -> f32/f16, f32/f16 <-> q8_0/q4_0 or i32 -> i32");
     }
     if (quant_pair) {
         if (n.dst.ne[0] != n.src[0].ne[0]) return fail(.shape_mismatch, "cpy: a quantizing copy needs equal row lengths");
-        const f32_side = if (from == .f32) &n.src[0] else &n.dst;
-        const block_side = if (from == .f32) &n.dst else &n.src[0];
-        if (f32_side.nb[0] != 4) return fail(.unsupported, "cpy: a quantizing copy needs contiguous f32 rows");
+        const float_side = if (float_from) &n.src[0] else &n.dst;
+        const block_side = if (float_from) &n.dst else &n.src[0];
+        if (float_side.nb[0] != @as(i64, @intCast(dtype_of(float_side).size_bytes()))) {
+            return fail(.unsupported, "cpy: a quantizing copy needs contiguous f32/f16 rows");
+        }
         if (block_side.nb[0] != @as(i64, @intCast(dtype_of(block_side).block_bytes()))) {
             return fail(.unsupported, "cpy: a quantizing copy needs nb[0] == one block");
         }

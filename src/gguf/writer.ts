@@ -1,7 +1,8 @@
 /**
  * The GGUF v3 writer. It writes the metadata in the order given and the tensor infos with
  * their offsets, pads the data section to the alignment with zeros, and asks for each tensor's
- * bytes: so a file read with `readGGUF` is written back byte for byte.
+ * bytes: so a file read with `readGGUF` is written back byte for byte. `writeGGUF` builds the
+ * file in memory; `writeGGUFStream` sends it to a file or sink a tensor at a time.
  * @module
  */
 
@@ -119,29 +120,25 @@ function alignmentOf(metadata: readonly GGUFMetadataEntry[]): number {
   return typeof entry?.value === "number" ? entry.value : GGUF_DEFAULT_ALIGNMENT;
 }
 
-/**
- * Writes a GGUF v3 file into memory and returns its bytes.
- *
- * @example
- * ```ts
- * import { ggmlTypeByName, readGGUF, MemorySource, writeGGUF } from "../../mod.ts";
- * const f32 = ggmlTypeByName("f32")!;
- * const bytes = writeGGUF({
- *   metadata: [{ key: "general.name", type: "string", value: "tiny" }],
- *   tensors: [{ name: "w", dims: [4], type: f32, offset: 0, nbytes: 16 }],
- *   data: () => new Uint8Array(new Float32Array([1, 2, 3, 4]).buffer),
- * });
- * console.log(readGGUF(new MemorySource(bytes)).tensors[0]!.name); // "w"
- * ```
- */
-export function writeGGUF(input: GGUFWriteInput): Uint8Array {
-  const out = new Output();
+/** Warns once per file, through `onWarning` or console.warn. */
+function warnOnce(onWarning: ((message: string) => void) | undefined): (m: string) => void {
   let warned = false;
-  const warn = (message: string): void => {
+  return (message: string): void => {
     if (warned) return;
     warned = true;
-    (input.onWarning ?? ((m: string) => console.warn(`graft gguf: ${m}`)))(message);
+    (onWarning ?? ((m: string) => console.warn(`graft gguf: ${m}`)))(message);
   };
+}
+
+/**
+ * The header (magic, version, counts), metadata and tensor infos, padded with zeros to the
+ * start of the data section; and the tensors in data order.
+ */
+function encodeHeader(
+  input: Omit<GGUFWriteInput, "data">,
+): { out: Output; alignment: number; order: { t: GGUFTensorInfo; i: number }[] } {
+  const out = new Output();
+  const warn = warnOnce(input.onWarning);
   out.u32(GGUF_MAGIC);
   out.u32(3);
   out.u64(input.tensors.length);
@@ -159,19 +156,50 @@ export function writeGGUF(input: GGUFWriteInput): Uint8Array {
     out.u64(t.offset);
   }
   const alignment = alignmentOf(input.metadata);
-  const dataOffset = Math.ceil(out.length / alignment) * alignment;
-  out.reserve(dataOffset - out.length);
+  out.reserve(Math.ceil(out.length / alignment) * alignment - out.length);
   const order = input.tensors.map((t, i) => ({ t, i })).sort((a, b) => a.t.offset - b.t.offset);
+  return { out, alignment, order };
+}
+
+/** A tensor's data must start after the tensor before it ends. */
+function checkPlace(t: GGUFTensorInfo, at: number, written: number): void {
+  if (at < written) {
+    throw new GGUFError(`tensor ${t.name}.offset`, at, "overlaps the tensor before it");
+  }
+}
+
+/** A tensor's data must be as many bytes as its info says. */
+function checkData(t: GGUFTensorInfo, at: number, data: Uint8Array): void {
+  if (!(data instanceof Uint8Array) || data.length !== t.nbytes) {
+    const what = data instanceof Uint8Array ? `${data.length} bytes` : "no Uint8Array";
+    throw new GGUFError(`tensor ${t.name}`, at, `has ${what}, not ${t.nbytes}`);
+  }
+}
+
+/**
+ * Writes a GGUF v3 file into memory and returns its bytes.
+ *
+ * @example
+ * ```ts
+ * import { ggmlTypeByName, readGGUF, MemorySource, writeGGUF } from "../../mod.ts";
+ * const f32 = ggmlTypeByName("f32")!;
+ * const bytes = writeGGUF({
+ *   metadata: [{ key: "general.name", type: "string", value: "tiny" }],
+ *   tensors: [{ name: "w", dims: [4], type: f32, offset: 0, nbytes: 16 }],
+ *   data: () => new Uint8Array(new Float32Array([1, 2, 3, 4]).buffer),
+ * });
+ * console.log(readGGUF(new MemorySource(bytes)).tensors[0]!.name); // "w"
+ * ```
+ */
+export function writeGGUF(input: GGUFWriteInput): Uint8Array {
+  const { out, alignment, order } = encodeHeader(input);
+  const dataOffset = out.length;
   for (const { t, i } of order) {
     const at = dataOffset + t.offset;
-    if (at < out.length) {
-      throw new GGUFError(`tensor ${t.name}.offset`, at, "overlaps the tensor before it");
-    }
+    checkPlace(t, at, out.length);
     out.reserve(at - out.length);
     const data = input.data(i);
-    if (data.length !== t.nbytes) {
-      throw new GGUFError(`tensor ${t.name}`, at, `has ${data.length} bytes, not ${t.nbytes}`);
-    }
+    checkData(t, at, data);
     out.raw(data);
   }
   // The file ends on an alignment boundary, as llama.cpp's writer leaves it.
@@ -179,6 +207,80 @@ export function writeGGUF(input: GGUFWriteInput): Uint8Array {
     out.reserve(Math.ceil(out.length / alignment) * alignment - out.length);
   }
   return out.bytes.slice(0, out.length);
+}
+
+/** Where {@link writeGGUFStream} writes: anything that takes bytes, in order. */
+export interface GGUFSink {
+  /** Takes the next bytes of the file (they may be reused once the call returns or settles). */
+  write(bytes: Uint8Array): void | Promise<void>;
+}
+
+/** What {@link writeGGUFStream} writes: as {@link GGUFWriteInput}, data may come later. */
+export interface GGUFStreamInput extends Omit<GGUFWriteInput, "data"> {
+  /** Bytes of each tensor's data (`nbytes`), by index into `tensors`; asked for in data order. */
+  readonly data: (index: number) => Uint8Array | Promise<Uint8Array>;
+}
+
+/** A sink writing every byte to an open file, in order. */
+export function fileSink(file: Deno.FsFile): GGUFSink {
+  return {
+    async write(bytes: Uint8Array): Promise<void> {
+      for (let done = 0; done < bytes.length;) done += await file.write(bytes.subarray(done));
+    },
+  };
+}
+
+const zeros = new Uint8Array(4096);
+
+async function writeZeros(sink: GGUFSink, n: number): Promise<void> {
+  for (let left = n; left > 0; left -= zeros.length) {
+    await sink.write(zeros.subarray(0, Math.min(left, zeros.length)));
+  }
+}
+
+/**
+ * Writes a GGUF v3 file to `target` (a path, created or truncated; or a {@link GGUFSink}) a
+ * tensor at a time: it holds the header and one tensor's bytes, never the whole file. The bytes
+ * are those {@link writeGGUF} returns. Resolves to the number of bytes written.
+ *
+ * @example
+ * ```ts ignore
+ * import { ggmlTypeByName, writeGGUFStream } from "../../mod.ts";
+ * const f32 = ggmlTypeByName("f32")!;
+ * await writeGGUFStream("tiny.gguf", {
+ *   metadata: [{ key: "general.name", type: "string", value: "tiny" }],
+ *   tensors: [{ name: "w", dims: [4], type: f32, offset: 0, nbytes: 16 }],
+ *   data: async () => new Uint8Array(new Float32Array([1, 2, 3, 4]).buffer),
+ * });
+ * ```
+ */
+export async function writeGGUFStream(
+  target: string | URL | GGUFSink,
+  input: GGUFStreamInput,
+): Promise<number> {
+  if (typeof target === "string" || target instanceof URL) {
+    using file = await Deno.open(target, { write: true, create: true, truncate: true });
+    return await writeGGUFStream(fileSink(file), input);
+  }
+  const { out, alignment, order } = encodeHeader(input);
+  const dataOffset = out.length;
+  await target.write(out.bytes.subarray(0, out.length));
+  let written = dataOffset;
+  for (const { t, i } of order) {
+    const at = dataOffset + t.offset;
+    checkPlace(t, at, written);
+    await writeZeros(target, at - written);
+    const data = await input.data(i);
+    checkData(t, at, data);
+    await target.write(data);
+    written = at + data.length;
+  }
+  if (input.padEnd !== false) {
+    const end = Math.ceil(written / alignment) * alignment;
+    await writeZeros(target, end - written);
+    written = end;
+  }
+  return written;
 }
 
 /**

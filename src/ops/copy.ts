@@ -1,6 +1,6 @@
 /**
  * Copies and gathers: `cont` (a contiguous copy), `cpy` (into an existing tensor, converting
- * f32 <-> f16) and `getRows` (an embedding lookup).
+ * f32 <-> f16, f32/f16 <-> q8_0/q4_0) and `getRows` (an embedding lookup).
  * @module
  */
 
@@ -40,7 +40,10 @@ export function cont(a: Tensor): Tensor {
 
 /**
  * Copies `a` into `b` (same element count; elements in row-major order), converting between
- * f32 and f16. The result is a view of `b`: computing it writes `b`'s memory.
+ * f32 and f16, or (on the CPU) quantizing f32/f16 rows into q8_0/q4_0 blocks and back, bit for
+ * bit as `quantize`/`dequantize` (f16 through f32, as ggml does); a quantizing copy needs equal
+ * row lengths and adjacent elements in a row. The result is a view of `b`: computing it writes
+ * `b`'s memory.
  *
  * @example
  * ```ts

@@ -3,7 +3,7 @@
 //! cpy: dst <- src0 converted, element counts equal but shapes free (ggml): elements are read in
 //! row-major logical order of src0 and written in row-major logical order of dst. Pairs f32->f32,
 //! f32->f16, f16->f32, f16->f16, i32->i32; same-dtype copies are bit exact, f32->f16 rounds to
-//! nearest even. Three paths: both contiguous with one dtype (a byte copy split across threads),
+//! nearest even. f32/f16 <-> q8_0/q4_0 (quantized KV caches) go row to row through quant.zig. Three paths: both contiguous with one dtype (a byte copy split across threads),
 //! equal row length (row to row, vectorized), and otherwise an element walk per dst row.
 //!
 //! get_rows: src0 [ne0, R, B, C] f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 (rows of
@@ -30,19 +30,18 @@ pub fn cpy(n: *const common.Node, work: *const common.Work) common.Status {
     assert(dst.element_count() == src.element_count());
     if (!pair_supported(src.dtype, dst.dtype)) return .unsupported;
     if (dst.dtype.block_size() > 1 or src.dtype.block_size() > 1) {
-        // f32 rows to or from q8_0/q4_0 blocks (validate: equal row lengths, contiguous rows),
-        // with quant.zig's row functions: bit for bit what `quantize`/`dequantize` give.
+        // f32/f16 rows to or from q8_0/q4_0 blocks (validate: equal row lengths, contiguous
+        // rows), with quant.zig's row functions: bit for bit what `quantize`/`dequantize` give
+        // (f16 goes through f32 a block at a time, as ggml converts it).
         const count = dst.ne[0];
         const range = common.thread_range(dst.rows(), work);
         for (range.begin..range.end) |row| {
-            if (dst.dtype == .f32) {
+            if (src.dtype.block_size() > 1) {
                 const bytes: [*]const u8 = @ptrFromInt(src.row(row).base);
-                const floats: [*]align(1) f32 = @ptrFromInt(dst.row(row).base);
-                quant.dequantize_row(src.dtype, bytes[0..quant.row_bytes(src.dtype, count)], floats[0..count]);
+                dequantize_row_to(dst.dtype, dst.row(row).base, src.dtype, bytes[0..quant.row_bytes(src.dtype, count)], count);
             } else {
-                const floats: [*]align(1) const f32 = @ptrFromInt(src.row(row).base);
                 const bytes: [*]u8 = @ptrFromInt(dst.row(row).base);
-                quant.quantize_row(dst.dtype, floats[0..count], bytes[0..quant.row_bytes(dst.dtype, count)]);
+                quantize_row_from(src.dtype, src.row(row).base, dst.dtype, bytes[0..quant.row_bytes(dst.dtype, count)], count);
             }
         }
         return .ok;
@@ -62,11 +61,50 @@ pub fn cpy(n: *const common.Node, work: *const common.Work) common.Status {
     return .ok;
 }
 
+/// `count` f32 or f16 values at `from` (adjacent) quantized into `bytes`: f32 rows whole, f16
+/// rows a block at a time through f32 (ggml's cpy converts f16 rows to f32, then quantizes).
+fn quantize_row_from(from: DType, address: usize, to: DType, bytes: []u8, count: usize) void {
+    if (from == .f32) {
+        const floats: [*]align(1) const f32 = @ptrFromInt(address);
+        return quant.quantize_row(to, floats[0..count], bytes);
+    }
+    assert(from == .f16);
+    const halves: [*]align(1) const u16 = @ptrFromInt(address);
+    const block_size = to.block_size();
+    const block_bytes = to.block_bytes();
+    var block: [quant.qk_k]f32 = undefined;
+    var index: usize = 0;
+    while (index < count) : (index += block_size) {
+        for (block[0..block_size], halves[index..][0..block_size]) |*x, h| x.* = quant.fp16_to_fp32(h);
+        const at = index / block_size * block_bytes;
+        quant.quantize_row(to, block[0..block_size], bytes[at..][0..block_bytes]);
+    }
+}
+
+/// `bytes` (`count` values of blocks) dequantized into f32 or f16 values at `address`
+/// (adjacent): f16 values are the f32 ones rounded to nearest even (GGML_FP32_TO_FP16).
+fn dequantize_row_to(to: DType, address: usize, from: DType, bytes: []const u8, count: usize) void {
+    if (to == .f32) {
+        const floats: [*]align(1) f32 = @ptrFromInt(address);
+        return quant.dequantize_row(from, bytes, floats[0..count]);
+    }
+    assert(to == .f16);
+    const halves: [*]align(1) u16 = @ptrFromInt(address);
+    const block_size = from.block_size();
+    const block_bytes = from.block_bytes();
+    var block: [quant.qk_k]f32 = undefined;
+    var index: usize = 0;
+    while (index < count) : (index += block_size) {
+        const at = index / block_size * block_bytes;
+        quant.dequantize_row(from, bytes[at..][0..block_bytes], block[0..block_size]);
+        for (halves[index..][0..block_size], block[0..block_size]) |*h, x| h.* = quant.fp32_to_fp16(x);
+    }
+}
+
 pub fn pair_supported(from: DType, to: DType) bool {
     return switch (from) {
-        .f32 => to == .f32 or to == .f16 or to == .q8_0 or to == .q4_0,
-        .f16 => to == .f32 or to == .f16,
-        .q8_0, .q4_0 => to == .f32,
+        .f32, .f16 => to == .f32 or to == .f16 or to == .q8_0 or to == .q4_0,
+        .q8_0, .q4_0 => to == .f32 or to == .f16,
         .i32 => to == .i32,
         else => false, // bf16 and the block types: no cpy kernel yet (validate refuses them)
     };

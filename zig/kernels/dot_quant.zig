@@ -12,20 +12,26 @@
 //!   dot_q6_K_q8_K   x: n/256 q6_K blocks (210 bytes) y: n/256 q8_K blocks (292 bytes)
 //!
 //! y is the activation row of the same n elements as quant.zig's quantize_row writes it (ggml's
-//! quantize_row_q8_*_ref): its quants lie in -127..127, which keeps every pair of u8 x i8
-//! products below i16 saturation (the largest, q6_K's 63 * 127 * 2 = 16002), so the integer sums
-//! are exact and equal ggml's generic code's. Any alignment; n may be 0 (the result is 0).
+//! quantize_row_q8_*_ref), so its quants lie in -127..127. Every pair of u8 x i8 products then
+//! stays below pmaddubsw's i16 saturation (the largest, q6_K's 63 * 127 * 2 = 16002; even -128
+//! would be safe), so the integer sums are exact and equal those of ggml's generic code. q5_0's
+//! signed values go through ggml's sign trick (|x| times y with x's sign), which like ggml's
+//! needs y != -128. Any alignment; n may be 0 (the result is 0).
 //!
-//! The vector code is portable @Vector code written in the shapes LLVM turns into pmaddubsw
-//! (u8 x i8 pairs to i16) and pmaddwd (i16 x i16 pairs to i32): 32-byte vectors per 32-element
-//! block, 64-byte vectors per 64 elements of a k-quant, so the AVX2 build gets ggml's ymm code
-//! and the AVX-512 build one zmm instruction where AVX2 takes two.
+//! pmaddubsw (u8 x i8 pairs into i16) and pmaddwd (i16 x i16 pairs into i32) are LLVM's x86
+//! intrinsics in the x86 builds with AVX2 (LLVM does not keep the portable pattern: once it
+//! knows an operand is a nibble it drops the saturation, then the match, and multiplies in i16
+//! instead); other targets and backends get the portable @Vector form, which a test checks
+//! against the intrinsics. Everything else is plain @Vector code: 32-byte vectors per 32-element
+//! block and 64-byte vectors per 64 elements of a k-quant, so the AVX2 build gets ggml's ymm
+//! code and the AVX-512 build one zmm instruction where AVX2 takes two.
 //!
 //! Float order: the 32-element blocks accumulate (integer sum) * (d_x * d_y) in 8 f32 lanes
-//! (two accumulators, even and odd blocks) and add the minimum terms m_x * s_y in a scalar, as
-//! ggml's AVX2 code; the k-quants accumulate d_y * d_x * (integer sums) in f32 lanes per super-
-//! block and -d_y * dmin_x * (bsums x mins) in 8 more lanes. Results therefore differ from
-//! ggml's generic (scalar) code and from its AVX2 code by float rounding only.
+//! (two accumulators, even and odd blocks) and add the minimum terms m_x * s_y one after
+//! another, as ggml's AVX2 code does; the k-quants accumulate d_y * d_x * (integer sums) in 16
+//! f32 lanes (q6_K: 8) per super-block and -d_y * dmin_x * (bsums x mins) in 8 more lanes.
+//! Results therefore differ from ggml's generic (scalar) code and from its AVX2 code by float
+//! rounding only.
 
 const std = @import("std");
 const builtin = @import("builtin");
@@ -134,26 +140,19 @@ inline fn shl(comptime n: usize, v: @Vector(n, u8), comptime bits: u3) @Vector(n
 }
 
 /// A 32-element block's 16 bytes of nibbles as 32 values: low nibbles (elements 0-15), then
-/// high nibbles (16-31).
+/// high nibbles (16-31). The 16 bytes go to both halves (a broadcast load) and the upper half
+/// shifts right by 4 in 32-bit lanes (the mask drops what crosses bytes): no lane-crossing
+/// shuffle, which would compete with the rest for the one shuffle port.
 inline fn nibbles32(qs: *const [16]u8) U8x32 {
     const v: @Vector(16, u8) = qs.*;
-    return std.simd.join(v, shr(16, v, 4)) & splat8(32, 0x0f);
+    const both: @Vector(8, u32) = @bitCast(std.simd.join(v, v));
+    const shifted = both >> @Vector(8, u5){ 0, 0, 0, 0, 4, 4, 4, 4 };
+    return @as(U8x32, @bitCast(shifted)) & splat8(32, 0x0f);
 }
 
 /// Bit j of the little-endian u32 at `qh` as lane j: true where set.
 inline fn bits32(qh: *const [4]u8) @Vector(32, bool) {
-    const bytes: @Vector(4, u8) = qh.*;
-    const spread: U8x32 = @shuffle(u8, bytes, undefined, blk: {
-        var mask: [32]i32 = undefined;
-        for (&mask, 0..) |*m, i| m.* = @intCast(i / 8);
-        break :blk mask;
-    });
-    const bit: U8x32 = comptime blk: {
-        var mask: [32]u8 = undefined;
-        for (&mask, 0..) |*m, i| m.* = @as(u8, 1) << @intCast(i % 8);
-        break :blk mask;
-    };
-    return (spread & bit) == bit;
+    return @bitCast(std.mem.readInt(u32, qh, .little));
 }
 
 /// Sum of the 32 products of a u8 and an i8 block, in 8 i32 lanes.
@@ -208,33 +207,34 @@ fn yBytes(comptime kind: Small) usize {
     return if (kind == .q5_0) q8_0_bytes else q8_1_bytes;
 }
 
-/// One block's integer dot (8 i32 lanes), its scale d_x * d_y and its minimum term m_x * s_y.
-const BlockDot = struct { ints: I32x8, scale: f32, min: f32 };
+/// One block's integer dot (8 i32 lanes) and its scales: lane 0 of `scales` is d_x * d_y, lane 1
+/// m_x * s_y (q4_1, q5_1; lanes 2 and 3 are their mirror images and unused).
+const BlockDot = struct { ints: I32x8, scales: @Vector(4, f32) };
+
+/// The two f16 pairs heading an x and a y block ({d, m} and {d, s}; q5_0 and q8_0 use only the
+/// first), converted together and multiplied crosswise: {d_x * d_y, m_x * s_y, ...}.
+inline fn blockScales(xb: *const [4]u8, yb: *const [4]u8) @Vector(4, f32) {
+    const bits = @as(u64, std.mem.readInt(u32, xb, .little)) | @as(u64, std.mem.readInt(u32, yb, .little)) << 32;
+    const halves: @Vector(4, f16) = @bitCast(bits);
+    const values: @Vector(4, f32) = halves;
+    return values * @shuffle(f32, values, undefined, [4]i32{ 2, 3, 0, 1 });
+}
 
 inline fn blockDot(comptime kind: Small, xb: *const [xBytes(kind)]u8, yb: *const [yBytes(kind)]u8) BlockDot {
     const qy: I8x32 = @bitCast(yb[yBytes(kind) - 32 ..][0..32].*);
-    const dy = f16At(yb[0..2]);
-    const dx = f16At(xb[0..2]);
+    const scales = blockScales(xb[0..4], yb[0..4]);
     switch (kind) {
-        .q4_1 => return .{
-            .ints = dotUnsigned32(nibbles32(xb[4..20]), qy),
-            .scale = dx * dy,
-            .min = f16At(xb[2..4]) * f16At(yb[2..4]),
-        },
+        .q4_1 => return .{ .ints = dotUnsigned32(nibbles32(xb[4..20]), qy), .scales = scales },
         .q5_0 => {
             // (nibble | fifth bit << 4) - 16: the nibble where the bit is set, nibble - 16
             // (0xf0 | nibble as i8) where it is clear.
             const high = @select(u8, bits32(xb[2..6]), splat8(32, 0), splat8(32, 0xf0));
             const qx: I8x32 = @bitCast(nibbles32(xb[6..22]) | high);
-            return .{ .ints = dotSigned32(qx, qy), .scale = dx * dy, .min = 0 };
+            return .{ .ints = dotSigned32(qx, qy), .scales = scales };
         },
         .q5_1 => {
             const high = @select(u8, bits32(xb[4..8]), splat8(32, 0x10), splat8(32, 0));
-            return .{
-                .ints = dotUnsigned32(nibbles32(xb[8..24]) | high, qy),
-                .scale = dx * dy,
-                .min = f16At(xb[2..4]) * f16At(yb[2..4]),
-            };
+            return .{ .ints = dotUnsigned32(nibbles32(xb[8..24]) | high, qy), .scales = scales };
         },
     }
 }
@@ -247,21 +247,21 @@ fn dotSmall(comptime kind: Small, x: []const u8, y: []const u8) f32 {
     assert(y.len == blocks * ys);
     var acc0: F32x8 = @splat(0);
     var acc1: F32x8 = @splat(0);
-    var mins: f32 = 0;
+    var mins: @Vector(4, f32) = @splat(0); // lane 1: sum of m_x * s_y, block after block
     var i: usize = 0;
     while (i + 2 <= blocks) : (i += 2) {
         const a = blockDot(kind, x[i * xs ..][0..xs], y[i * ys ..][0..ys]);
         const b = blockDot(kind, x[(i + 1) * xs ..][0..xs], y[(i + 1) * ys ..][0..ys]);
-        acc0 = @mulAdd(F32x8, @splat(a.scale), @floatFromInt(a.ints), acc0);
-        acc1 = @mulAdd(F32x8, @splat(b.scale), @floatFromInt(b.ints), acc1);
-        if (kind != .q5_0) mins += a.min + b.min;
+        acc0 = @mulAdd(F32x8, @splat(a.scales[0]), @floatFromInt(a.ints), acc0);
+        acc1 = @mulAdd(F32x8, @splat(b.scales[0]), @floatFromInt(b.ints), acc1);
+        if (kind != .q5_0) mins = mins + a.scales + b.scales;
     }
     if (i < blocks) {
         const a = blockDot(kind, x[i * xs ..][0..xs], y[i * ys ..][0..ys]);
-        acc0 = @mulAdd(F32x8, @splat(a.scale), @floatFromInt(a.ints), acc0);
-        if (kind != .q5_0) mins += a.min;
+        acc0 = @mulAdd(F32x8, @splat(a.scales[0]), @floatFromInt(a.ints), acc0);
+        if (kind != .q5_0) mins += a.scales;
     }
-    return hsum8(acc0 + acc1) + mins;
+    return hsum8(acc0 + acc1) + mins[1];
 }
 
 /// ggml_vec_dot_q4_1_q8_1: x is n/32 q4_1 blocks, y n/32 q8_1 blocks of the same n elements.
@@ -328,6 +328,20 @@ inline fn minProducts(sm: I16x16, yb: *const [q8_K_bytes]u8) I32x8 {
 
 const KKind = enum { q4_K, q5_K };
 
+/// 32 bytes in both halves of a 64-byte vector (one broadcast load on AVX-512).
+inline fn duplicate(bytes: *const [32]u8) U8x64 {
+    const v: U8x32 = bytes.*;
+    return std.simd.join(v, v);
+}
+
+/// The halves of `v` shifted by `low` and `high` bits in 32-bit lanes (bits cross into the
+/// neighbouring byte; callers mask them off): one variable shift, no shuffle.
+inline fn shiftHalves(v: U8x64, comptime direction: enum { left, right }, comptime low: u5, comptime high: u5) U8x64 {
+    const words: @Vector(16, u32) = @bitCast(v);
+    const counts: @Vector(16, u5) = [_]u5{low} ** 8 ++ [_]u5{high} ** 8;
+    return @bitCast(if (direction == .right) words >> counts else words << counts);
+}
+
 fn dot45K(comptime kind: KKind, x: []const u8, y: []const u8) f32 {
     const xs = if (kind == .q4_K) q4_K_bytes else q5_K_bytes;
     assert(x.len % xs == 0);
@@ -346,22 +360,18 @@ fn dot45K(comptime kind: KKind, x: []const u8, y: []const u8) f32 {
 
         const qs_at = if (kind == .q4_K) 16 else 48;
         var sumi: I32x16 = @splat(0);
+        const qh: U8x64 = if (kind == .q5_K) duplicate(xb[16..48]) else undefined;
         inline for (0..4) |j| {
-            // Sub-blocks 2j (low nibbles) and 2j+1 (high nibbles) of qs[32j..32j+32].
-            const q4: U8x32 = xb[qs_at + 32 * j ..][0..32].*;
-            var lo = q4 & splat8(32, 0x0f);
-            var hi = shr(32, q4, 4);
+            // Sub-blocks 2j (low nibbles) and 2j+1 (high nibbles) of qs[32j..32j+32], side by
+            // side: the 32 bytes in both halves, the upper half shifted right by 4.
+            var values = duplicate(xb[qs_at + 32 * j ..][0..32]);
+            values = shiftHalves(values, .right, 0, 4) & splat8(64, 0x0f);
             if (kind == .q5_K) {
-                // Fifth bits: bit 2j (low) and 2j+1 (high) of qh[l], moved to bit 4.
-                const qh: U8x32 = xb[16..48].*;
-                const b0 = 2 * j;
-                const b1 = 2 * j + 1;
-                lo |= (if (b0 <= 4) shl(32, qh, 4 - b0) else shr(32, qh, b0 - 4)) & splat8(32, 0x10);
-                hi |= (if (b1 <= 4) shl(32, qh, 4 - b1) else shr(32, qh, b1 - 4)) & splat8(32, 0x10);
+                // Fifth bits: bit 2j (low half) and 2j+1 (upper half) of qh[l], moved to bit 4.
+                values |= shiftHalves(shiftHalves(qh, .right, 2 * j, 2 * j + 1), .left, 4, 4) & splat8(64, 0x10);
             }
             const q8: I8x64 = @bitCast(yb[4 + 64 * j ..][0..64].*);
-            const products = maddubs(64, std.simd.join(lo, hi), q8);
-            sumi += madd(32, products, spreadScales(sm, 2 * j, 16));
+            sumi += madd(32, maddubs(64, values, q8), spreadScales(sm, 2 * j, 16));
         }
         acc = @mulAdd(F32x16, @splat(d), @floatFromInt(sumi), acc);
     }
@@ -687,9 +697,9 @@ fn checkCase(case: Case, n: usize, random: std.Random, distribution: Distributio
         want += @as(f64, a) * b;
         abs_products += @abs(@as(f64, a) * b);
     }
-    // q8_1's s is sum(qs) * d rounded to f16 (ggml's format): the minimum term m * s differs
-    // from m times the dequantized block's sum by exactly m * (s - d * sum(qs)).
-    var stored_sum_error: f64 = 0;
+    // q8_1's s is sum(qs) * d rounded to f16 (ggml's format, up to 2^-11 off): the minimum term
+    // m * s of q4_1 and q5_1 differs from m times the dequantized block's sum (exactly
+    // d * sum(qs)) by m * (s - d * sum(qs)), which the reference adds, computed exactly.
     if (case.activations == .q8_1) {
         const xs = case.weights.block_bytes();
         for (0..n / 32) |b| {
@@ -697,12 +707,12 @@ fn checkCase(case: Case, n: usize, random: std.Random, distribution: Distributio
             var sum: i32 = 0;
             for (yb[4..36]) |q| sum += @as(i8, @bitCast(q));
             const exact = @as(f64, f16At(yb[0..2])) * @as(f64, @floatFromInt(sum));
-            stored_sum_error += @abs(@as(f64, f16At(x[b * xs + 2 ..][0..2])) * (@as(f64, f16At(yb[2..4])) - exact));
+            want += @as(f64, f16At(x[b * xs + 2 ..][0..2])) * (@as(f64, f16At(yb[2..4])) - exact);
         }
     }
     const err_a = @abs(@as(f64, got) - want);
-    if (!(err_a <= 1e-5 * abs_products + stored_sum_error)) {
-        std.debug.print("{s} n={d} {s}: got {e}, dequantized f64 {e}, error {e} > 1e-5 * {e} + {e}\n", .{ @tagName(case.weights), n, @tagName(distribution), got, want, err_a, abs_products, stored_sum_error });
+    if (!(err_a <= 1e-5 * abs_products)) {
+        std.debug.print("{s} n={d} {s}: got {e}, dequantized f64 {e}, error {e} > 1e-5 * {e}\n", .{ @tagName(case.weights), n, @tagName(distribution), got, want, err_a, abs_products });
         return error.TestUnexpectedResult;
     }
 

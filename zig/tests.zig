@@ -6,4 +6,5 @@ test {
     _ = @import("kernels/tests.zig");
     _ = @import("quant.zig");
     _ = @import("kernels/gemv_quant.zig");
+    _ = @import("kernels/dot_quant.zig");
 }

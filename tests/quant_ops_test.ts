@@ -219,13 +219,29 @@ for (const dtype of QUANT_WEIGHTS) {
   });
 }
 
-for (const dtype of ["q8_0", "q4_0"] as const) {
-  Deno.test(`mulMat with ${dtype} weights quantizes src1 to q8_0 per block as ggml does`, () => {
-    // ggml_vec_dot_${dtype}_q8_0: src1 rows become q8_0 blocks, each block's integer dot is
-    // scaled by both f16 scales. Dequantized values of both are exact in f32, so their f64 dot
-    // is the model; the kernel sums per-block f32 products, within a few ulps of the row's size.
+/**
+ * Weight types whose decode path quantizes src1 to ggml's vec_dot_type and whose dot is, per
+ * block, exact integers times scales: the f64 dot of both dequantized rows is the model. (q4_1
+ * and q5_1 pair with q8_1, whose f16-rounded block sums enter their min terms: NMSE above.)
+ */
+const ACTIVATION_OF = [
+  ["q8_0", "q8_0"],
+  ["q4_0", "q8_0"],
+  ["q5_0", "q8_0"],
+  ["q4_K", "q8_K"],
+  ["q5_K", "q8_K"],
+  ["q6_K", "q8_K"],
+] as const;
+
+for (const [dtype, activation] of ACTIVATION_OF) {
+  Deno.test(`mulMat with ${dtype} weights quantizes src1 to ${activation} as ggml does`, () => {
+    // ggml_vec_dot_${dtype}_${activation}: src1 rows become ${activation} blocks, each block's
+    // integer dot is scaled by both blocks' scales. Dequantized values of both are exact in f32,
+    // so their f64 dot is the model; the kernel sums per-block f32 products, within a few ulps
+    // of the row's size.
     const rng = new Rng(0x5eed);
-    for (const c of MUL_MAT_CASES.filter((c) => !c.transposedB && c.n < GEMM_COLUMNS_MIN)) {
+    const decode = MUL_MAT_CASES.filter((c) => !c.transposedB && c.n < GEMM_COLUMNS_MIN);
+    for (const c of decode.map((c) => ({ ...c, k: c.k * rowUnit(dtype) }))) {
       const [a2, a3] = c.batchA, [b2, b3] = c.batchB;
       const aBytes = quantize(randoms(rng, c.k * c.m * a2 * a3), dtype);
       const bValues = randoms(rng, c.k * c.n * b2 * b3);
@@ -236,7 +252,7 @@ for (const dtype of ["q8_0", "q4_0"] as const) {
         return { ctx, inputs: [[a, aBytes], [b, bValues]], output: mulMat(a, b) };
       });
       const w = dequantize(aBytes, dtype);
-      const y = dequantize(quantize(bValues, "q8_0"), "q8_0");
+      const y = dequantize(quantize(bValues, activation), activation);
       for (const [simd, got] of results) {
         for (let i3 = 0; i3 < b3; i3++) {
           for (let i2 = 0; i2 < b2; i2++) {

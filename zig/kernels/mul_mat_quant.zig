@@ -1,14 +1,22 @@
-//! mul_mat with a bf16 or block-quantized src0 (q8_0, q4_0, q4_1, q5_0, q5_1: weights) and an f32
-//! src1: each thread dequantizes a few rows of src0 (quant.zig's dequantize_row, exactly what
-//! `dequantize` gives) into its slice of the work buffer and dots them with every row of src1 in
-//! f32. Work items are (group of src0 rows, src1 batch) pairs, split evenly across threads; each
-//! dst element is written by one thread, from one dot product, so the result does not depend on
-//! the thread count. Shapes and batch broadcasting as in mul_mat.zig.
+//! mul_mat with a bf16 or block-quantized src0 (the weights) and an f32 src1 with few columns
+//! (decode; from `gemm_columns_min` columns on mul_mat.zig runs the f32 GEMM instead). Three
+//! paths, each as ggml computes it:
+//! - q8_0, q4_0, q4_1 (src1 rows of adjacent f32s): gemv_quant.zig's kernels, src1 quantized
+//!   per block into their own layout once per node;
+//! - q5_0, q5_1, q4_K, q5_K, q6_K: src1 rows quantized to the activation type ggml pairs with
+//!   the weights (q8_0, q8_1, q8_K) and dot_quant.zig's fused dot of each weight row with them;
+//! - otherwise (bf16, strided src1 rows): each thread dequantizes a few rows of src0 (quant.zig's
+//!   dequantize_row, exactly what `dequantize` gives) into its slice of the work buffer and dots
+//!   them with every row of src1 in f32.
+//! Work items are (group of src0 rows, src1 batch) pairs, split evenly across threads; each dst
+//! element is written by one thread, from one dot product, so the result does not depend on the
+//! thread count. Shapes and batch broadcasting as in mul_mat.zig.
 
 const std = @import("std");
 const common = @import("common.zig");
 const quant = @import("../quant.zig");
 const gemv = @import("gemv_quant.zig");
+const dots = @import("dot_quant.zig");
 
 const assert = common.assert;
 const lanes = common.lanes;
@@ -49,10 +57,35 @@ fn quantized_b_bytes(b: Tensor) u64 {
     return gemv.Activation.bytes(b.ne[0]) * b.rows();
 }
 
+/// A weight type dotted a row at a time with src1 rows quantized to `activation` (ggml's
+/// vec_dot_type for it), by dot_quant.zig.
+const RowDot = struct {
+    activation: common.DType,
+    dot: *const fn (x: []const u8, y: []const u8) f32,
+
+    /// Bytes of one quantized src1 row in the work buffer (whole cache lines).
+    fn row_bytes(self: RowDot, k: usize) usize {
+        return std.mem.alignForward(usize, @intCast(quant.row_bytes(self.activation, k)), 64);
+    }
+};
+
+fn row_dot(a: Tensor, b: Tensor) ?RowDot {
+    if (b.nb[0] != @sizeOf(f32)) return null;
+    return switch (a.dtype) {
+        .q5_0 => .{ .activation = .q8_0, .dot = dots.dot_q5_0_q8_0 },
+        .q5_1 => .{ .activation = .q8_1, .dot = dots.dot_q5_1_q8_1 },
+        .q4_K => .{ .activation = .q8_K, .dot = dots.dot_q4_K_q8_K },
+        .q5_K => .{ .activation = .q8_K, .dot = dots.dot_q5_K_q8_K },
+        .q6_K => .{ .activation = .q8_K, .dot = dots.dot_q6_K_q8_K },
+        else => null,
+    };
+}
+
 pub fn work_size(n: *const common.Node, thread_count: u32) u64 {
     const a = Tensor.from(&n.src[0]);
     const b = Tensor.from(&n.src[1]);
     if (fused(a, b)) return quantized_b_bytes(b);
+    if (row_dot(a, b)) |rd| return rd.row_bytes(b.ne[0]) * b.rows();
     return slice_bytes(a.ne[0]) * thread_count;
 }
 
@@ -64,6 +97,7 @@ pub fn mul_mat(n: *const common.Node, work: *const common.Work) common.Status {
     assert(a.ne[0] == b.ne[0]);
     if (work.scratch_size_bytes < work_size(n, work.thread_count)) return .out_of_space;
     if (fused(a, b)) return mul_mat_fused(a, b, c, work);
+    if (row_dot(a, b)) |rd| return mul_mat_row_dots(a, b, c, rd, work);
     const k = a.ne[0];
     const stride = row_floats(k);
     const offset: usize = @intCast(slice_bytes(k) * work.thread_index);
@@ -166,6 +200,34 @@ fn mul_mat_fused(a: Tensor, b: Tensor, c: Tensor, work: *const common.Work) comm
             gemv.dot_rows(a.dtype, &x_rows, g.count, y, blocks, &sums);
             const c_row = c.row_at(index);
             for (0..g.count) |r| common.store_f32(c_row.at(g.m0 + r), sums[r]);
+        }
+    }
+    return .ok;
+}
+
+fn mul_mat_row_dots(a: Tensor, b: Tensor, c: Tensor, rd: RowDot, work: *const common.Work) common.Status {
+    const k = a.ne[0];
+    const y_bytes = rd.row_bytes(k);
+    const y_len: usize = @intCast(quant.row_bytes(rd.activation, k));
+    const x_len: usize = @intCast(quant.row_bytes(a.dtype, k));
+    const b_range = common.thread_range(b.rows(), work);
+    for (b_range.begin..b_range.end) |row| {
+        const values: [*]align(1) const f32 = @ptrFromInt(b.row(row).base);
+        quant.quantize_row(rd.activation, values[0..k], work.scratch[row * y_bytes ..][0..y_len]);
+    }
+    work.sync(); // every row of src1 is quantized before any thread reads one
+    const range = common.thread_range(group_count(a, b), work);
+    for (range.begin..range.end) |item| {
+        const g = group_of(item, a, b);
+        for (0..b.ne[1]) |column| {
+            const index: common.RowIndex = .{ .i1 = column, .i2 = g.batch2, .i3 = g.batch3 };
+            const flat = column + b.ne[1] * (g.batch2 + b.ne[2] * g.batch3);
+            const y = work.scratch[flat * y_bytes ..][0..y_len];
+            const c_row = c.row_at(index);
+            for (0..g.count) |r| {
+                const x: [*]const u8 = @ptrFromInt(g.weight_row(a, r).base);
+                common.store_f32(c_row.at(g.m0 + r), rd.dot(x[0..x_len], y));
+            }
         }
     }
     return .ok;

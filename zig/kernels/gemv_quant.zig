@@ -27,6 +27,9 @@ const DType = node.DType;
 
 /// Elements per block of the 32-element types.
 pub const qk = 32;
+/// Bytes ahead of the block being read that each weight row is prefetched.
+const prefetch_distance = 1024;
+
 /// Weight rows one call of `dot_rows` reads together.
 pub const rows_max = 4;
 
@@ -191,6 +194,7 @@ fn dot_q4_0(comptime R: usize, rows: *const [rows_max][*]const u8, y: Activation
         const dy = y.d[b];
         inline for (0..R) |r| {
             const block = rows[r] + b * 18;
+            @prefetch(block + prefetch_distance, .{});
             const dot = dot_add(offset, nibbles(block[2..18]), yq);
             const scale: F32x8 = @splat(f16_at(block[0..2]) * dy);
             acc[r] = @mulAdd(F32x8, @floatFromInt(dot), scale, acc[r]);

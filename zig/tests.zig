@@ -5,4 +5,5 @@ test {
     _ = @import("pool.zig");
     _ = @import("kernels/tests.zig");
     _ = @import("quant.zig");
+    _ = @import("mapping.zig");
 }

@@ -74,13 +74,20 @@ export { mulMat } from "./src/ops/matmul.ts";
 export { permute, reshape, transpose, view } from "./src/ops/view.ts";
 export { cont, cpy, getRows } from "./src/ops/copy.ts";
 export { dequantize, isQuantDType, QUANT_DTYPES, type QuantDType, quantize } from "./src/quant.ts";
-export type { Backend, BackendBuffer, BufferType, GraphPlan } from "./src/backend/backend.ts";
+export type {
+  Backend,
+  BackendBuffer,
+  BufferType,
+  GraphPlan,
+  MappedBuffer,
+  MappedFile,
+} from "./src/backend/backend.ts";
 export {
   CPU_MAX_BUFFER_SIZE,
   CpuBackend,
   type CpuBackendOptions,
 } from "./src/backend/cpu/backend.ts";
-export { CpuBuffer } from "./src/backend/cpu/buffer.ts";
+export { CpuBuffer, CpuMappedBuffer, mappedAlignment } from "./src/backend/cpu/buffer.ts";
 export { PlanIdentity } from "./src/backend/plan_identity.ts";
 export { type SimdChoice, type SimdLevel, simdLevels } from "./src/backend/cpu/simd.ts";
 export { CpuPlan, type CpuPlanOptions } from "./src/backend/cpu/plan.ts";
@@ -162,4 +169,9 @@ export {
   ValueType,
   type ValueTypeName,
 } from "./src/gguf/types.ts";
-export { GGUFFile, type LoadedWeights, type LoadProgress } from "./src/gguf/file.ts";
+export {
+  GGUFFile,
+  type GGUFLoadOptions,
+  type LoadedWeights,
+  type LoadProgress,
+} from "./src/gguf/file.ts";

@@ -84,6 +84,25 @@ export class GGUFError extends GraftError {
   }
 }
 
+/**
+ * A write into read-only memory: a tensor whose memory is a file mapped read-only (weights
+ * loaded with `GGUFFile.load(cpu)`, mapped by default) cannot be set, copied into or computed
+ * into. Load with `{ mmap: false }` for weights of your own to change.
+ */
+export class ReadOnlyError extends GraftError {
+  /** The error class name. */
+  override name = "ReadOnlyError";
+}
+
+/**
+ * A file could not be opened, examined or mapped by the native core (missing, unreadable, a
+ * directory, empty), or changed since it was opened; the message names the path and the OS error.
+ */
+export class FileError extends GraftError {
+  /** The error class name. */
+  override name = "FileError";
+}
+
 /** The native library could not be found or loaded, or has another ABI version. */
 export class LibraryLoadError extends GraftError {
   /** The error class name. */
@@ -103,6 +122,8 @@ export const Status = {
   limitReached: -8,
   busy: -9,
   stalePlan: -10,
+  ioError: -11,
+  readOnly: -12,
 } as const;
 
 /** An error status returned by the native core. */
@@ -154,6 +175,10 @@ export function nativeError(status: number, message: string): GraftError {
       return new StalePlanError(message);
     case Status.busy:
       return new BusyError(message);
+    case Status.ioError:
+      return new FileError(message);
+    case Status.readOnly:
+      return new ReadOnlyError(message);
     default:
       return new NativeError(status, message);
   }

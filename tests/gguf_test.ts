@@ -182,7 +182,7 @@ Deno.test("fuzz: 10,000 mutated headers and tensor tables never crash the reader
   assert.ok(refused > 1000 && parsed > 100, `parsed ${parsed}, refused ${refused}`);
 });
 
-Deno.test("GGUFFile: open reads a prefix, load streams tensors into CPU buffers", async () => {
+Deno.test("GGUFFile: open reads a prefix, load with mmap: false streams into CPU buffers", async () => {
   const f32 = ggmlTypeByName("f32")!;
   // A 4 MiB tensor after the metadata: opening must not read it.
   const big = 1 << 20;
@@ -206,7 +206,7 @@ Deno.test("GGUFFile: open reads a prefix, load streams tensors into CPU buffers"
     assert.deepEqual(file.header.tensors.map((t) => t.name), ["small", "big"]);
     using cpu = new CpuBackend({ threads: 1, maxBufferSize: 4 << 20 });
     const progress: number[] = [];
-    using weights = file.load(cpu, { onProgress: (done) => progress.push(done) });
+    using weights = file.load(cpu, { mmap: false, onProgress: (done) => progress.push(done) });
     assert.equal(weights.buffers.buffers.length, 2, "two buffers: both need 4 MiB + 64 > 4 MiB");
     assert.equal(progress.at(-1), 32 + 4 * big);
     assert.deepEqual(cpu.getTensor(weights.tensors.get("small")!), values[0]);
@@ -331,7 +331,7 @@ Deno.test("k-quant tensors (q4_K, q5_K, q6_K, q8_K) dequantize as ggml does", as
 
 Deno.test({
   name:
-    "SmolLM2 Q4_1: all weights load into CPU buffers; getRows of the q8_0 embedding dequantizes",
+    "SmolLM2 Q4_1: all weights load (mapped) on the CPU; getRows of the q8_0 embedding dequantizes",
   ignore: !haveModel,
   fn: () => {
     using file = GGUFFile.open(MODEL);

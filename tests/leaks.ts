@@ -11,6 +11,8 @@ export const NOTHING_LIVE: LiveAllocations = {
   pools: 0,
   plans: 0,
   planBytes: 0,
+  mappings: 0,
+  mappedBytes: 0,
 };
 
 /** Asserts the counts are back to `baseline`, and that the baseline was empty. */

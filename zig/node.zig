@@ -142,6 +142,8 @@ pub const Status = enum(c_int) {
     limit_reached = -8, // a named fixed limit (see the message)
     busy = -9, // a pool or plan is already computing
     stale_plan = -10, // a plan refers to a buffer that was freed since it was made
+    io_error = -11, // a file could not be opened, examined or mapped (the message names the OS error)
+    read_only = -12, // a write into a read-only file mapping, refused (it would fault)
 };
 
 /// What a kernel is handed: this thread's index and count, the plan's whole work buffer (at least

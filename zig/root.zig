@@ -15,6 +15,7 @@ const cpu = @import("cpu.zig");
 const pin = @import("pin.zig");
 const tables = @import("tables.zig");
 const quant = @import("quant.zig");
+const mapping = @import("mapping.zig");
 const DType = @import("dtype.zig").DType;
 
 const Node = node_abi.Node;
@@ -22,7 +23,7 @@ const Status = node_abi.Status;
 const fail = status_module.fail;
 
 /// Bumped whenever an export, the node table or a status code changes meaning.
-pub const abi_version: u32 = 6;
+pub const abi_version: u32 = 7;
 
 pub const buffers_max = 4096;
 pub const allocators_max = 4096;
@@ -39,6 +40,9 @@ const gpa = std.heap.c_allocator;
 
 const Buffer = struct {
     memory: []align(buffer_alignment) u8,
+    /// A read-only file mapping (graft_file_map), not an allocation: released with munmap,
+    /// and every write into it is refused (read_only) instead of faulting.
+    mapped: bool = false,
 };
 
 const AllocatorObject = struct {
@@ -51,6 +55,8 @@ var pools: registry_module.Registry(pool_module.Pool, .pool, pools_max) = .{};
 var plans: registry_module.Registry(plan_module.Plan, .plan, plans_max) = .{};
 var live_buffer_bytes = std.atomic.Value(u64).init(0);
 var live_plan_bytes = std.atomic.Value(u64).init(0);
+var live_mappings = std.atomic.Value(u64).init(0);
+var live_mapped_bytes = std.atomic.Value(u64).init(0);
 
 extern fn graft_avx2_compute_node(node: *const Node, work: *const node_abi.Work) callconv(.c) c_int;
 extern fn graft_avx2_work_size(node: *const Node, thread_count: u32) callconv(.c) u64;
@@ -133,8 +139,9 @@ export fn graft_simd_supported() u32 {
     return @intFromEnum(cpu.detect());
 }
 
-/// Live native objects, for leak checks: buffers, buffer bytes, allocators, pools, plans, plan bytes.
-export fn graft_live(out: *[6]u64) c_int {
+/// Live native objects, for leak checks: buffers (file mappings included), bytes allocated
+/// for buffers, allocators, pools, plans, plan bytes, file mappings, bytes mapped.
+export fn graft_live(out: *[8]u64) c_int {
     out.* = .{
         buffers.live_count,
         live_buffer_bytes.load(.monotonic),
@@ -142,6 +149,8 @@ export fn graft_live(out: *[6]u64) c_int {
         pools.live_count,
         plans.live_count,
         live_plan_bytes.load(.monotonic),
+        live_mappings.load(.monotonic),
+        live_mapped_bytes.load(.monotonic),
     };
     return 0;
 }
@@ -259,46 +268,123 @@ export fn graft_buffer_alloc(size_bytes: u64, out_handle: *u32, out_address: *u6
     return 0;
 }
 
+/// Frees a buffer, or unmaps a file mapping (graft_file_map). Refused (busy) while a compute
+/// that uses it runs.
 export fn graft_buffer_free(handle: u32) c_int {
     const buffer = buffers.remove(handle) catch |err| return status_code(remove_failed(err, "buffer", handle));
-    _ = live_buffer_bytes.fetchSub(buffer.memory.len, .monotonic);
-    gpa.free(buffer.memory);
+    if (buffer.mapped) {
+        mapping.unmap(@alignCast(buffer.memory));
+        _ = live_mappings.fetchSub(1, .monotonic);
+        _ = live_mapped_bytes.fetchSub(buffer.memory.len, .monotonic);
+    } else {
+        _ = live_buffer_bytes.fetchSub(buffer.memory.len, .monotonic);
+        gpa.free(buffer.memory);
+    }
     gpa.destroy(buffer);
     return 0;
+}
+
+/// Maps the file at `path` (`path_length` bytes, no NUL terminator needed) read-only
+/// (PROT_READ, MAP_PRIVATE) and returns a buffer handle whose memory is the whole file: read
+/// like any buffer, by kernels included, and never written (writes are refused with read_only;
+/// a plan whose nodes would write into it is refused at creation). `out` receives the address,
+/// the length (the file's size), and the file's device and inode numbers, so the caller can
+/// check that it mapped the file it opened. A missing or unreadable file, a directory, an empty
+/// file or a failed mmap is a status (io_error or invalid_argument) naming the path and the OS
+/// error; nothing is allocated on the heap but the buffer record. graft_buffer_free unmaps.
+export fn graft_file_map(path: ?[*]const u8, path_length: u64, out_handle: *u32, out: *[4]u64) c_int {
+    const start = path orelse return status_code(fail(.invalid_argument, "map file: path is null", .{}));
+    if (path_length >= mapping.path_bytes_max) {
+        return status_code(fail(.invalid_argument, "map file: a path of {d} bytes exceeds the OS limit ({d})", .{ path_length, mapping.path_bytes_max - 1 }));
+    }
+    const bytes = start[0..@intCast(path_length)];
+    var file: mapping.Mapping = undefined;
+    switch (mapping.map(bytes, buffer_bytes_max, &file)) {
+        .ok => {},
+        .failed => |failure| return status_code(failure.report(bytes)),
+    }
+    const buffer = gpa.create(Buffer) catch {
+        mapping.unmap(file.memory);
+        return status_code(fail(.out_of_memory, "cannot allocate a buffer record", .{}));
+    };
+    buffer.* = .{ .memory = file.memory, .mapped = true };
+    const handle = buffers.insert(buffer) catch |err| {
+        mapping.unmap(file.memory);
+        gpa.destroy(buffer);
+        return status_code(insert_failed(err, "buffers", buffers_max));
+    };
+    _ = live_mappings.fetchAdd(1, .monotonic);
+    _ = live_mapped_bytes.fetchAdd(file.memory.len, .monotonic);
+    out_handle.* = handle;
+    out.* = .{ @intFromPtr(file.memory.ptr), file.memory.len, file.device, file.inode };
+    return 0;
+}
+
+/// Advice on how a file mapping's range [offset, offset + length) will be read (madvise):
+/// 0 normal, 1 random, 2 sequential, 3 will need (start reading it in now). The range is
+/// widened to whole pages. Only for mappings (invalid_argument for an allocated buffer); a
+/// hint the OS refuses is io_error.
+export fn graft_buffer_advise(handle: u32, offset: u64, length: u64, advice: u32) c_int {
+    const buffer = buffers.get(handle) orelse return status_code(stale_buffer(handle));
+    if (!buffer.mapped) {
+        return status_code(fail(.invalid_argument, "advise: buffer 0x{x} is not a file mapping", .{handle}));
+    }
+    const size = buffer.memory.len;
+    if (offset > size or length > size - offset) {
+        return status_code(fail(.out_of_bounds, "advise: range [{d}, {d}) is outside the mapping of {d} bytes", .{ offset, offset +| length, size }));
+    }
+    return status_code(mapping.advise(@alignCast(buffer.memory), offset, length, advice));
 }
 
 fn stale_buffer(handle: u32) Status {
     return fail(.invalid_handle, "buffer handle 0x{x} is not live (freed, or never a buffer)", .{handle});
 }
 
-fn buffer_range(handle: u32, offset: u64, length: u64) error{Failed}![]u8 {
-    const buffer = buffers.get(handle) orelse {
-        _ = stale_buffer(handle);
-        return error.Failed;
-    };
+const Access = enum { read, write };
+
+/// A checked byte range of a live buffer, or the failure (recorded).
+const Range = union(enum) { ok: []u8, failed: Status };
+
+fn buffer_range(handle: u32, offset: u64, length: u64, access: Access) Range {
+    const buffer = buffers.get(handle) orelse return .{ .failed = stale_buffer(handle) };
+    if (access == .write and buffer.mapped) {
+        // PROT_READ memory: a write would be SIGSEGV, so it is refused here.
+        return .{ .failed = fail(.read_only, "buffer 0x{x} is a read-only file mapping; it cannot be written", .{handle}) };
+    }
     const size = buffer.memory.len;
     if (offset > size or length > size - offset) {
-        _ = fail(.out_of_bounds, "range [{d}, {d}) is outside the buffer of {d} bytes", .{ offset, offset +| length, size });
-        return error.Failed;
+        return .{ .failed = fail(.out_of_bounds, "range [{d}, {d}) is outside the buffer of {d} bytes", .{ offset, offset +| length, size }) };
     }
-    return buffer.memory[@intCast(offset)..][0..@intCast(length)];
+    return .{ .ok = buffer.memory[@intCast(offset)..][0..@intCast(length)] };
 }
 
 export fn graft_buffer_write(handle: u32, offset: u64, source: [*]const u8, length: u64) c_int {
-    const range = buffer_range(handle, offset, length) catch return range_error(handle);
+    const range = switch (buffer_range(handle, offset, length, .write)) {
+        .ok => |range| range,
+        .failed => |status| return status_code(status),
+    };
     @memcpy(range, source[0..range.len]);
     return 0;
 }
 
 export fn graft_buffer_read(handle: u32, offset: u64, destination: [*]u8, length: u64) c_int {
-    const range = buffer_range(handle, offset, length) catch return range_error(handle);
+    const range = switch (buffer_range(handle, offset, length, .read)) {
+        .ok => |range| range,
+        .failed => |status| return status_code(status),
+    };
     @memcpy(destination[0..range.len], range);
     return 0;
 }
 
 export fn graft_buffer_copy(source_handle: u32, source_offset: u64, destination_handle: u32, destination_offset: u64, length: u64) c_int {
-    const source = buffer_range(source_handle, source_offset, length) catch return range_error(source_handle);
-    const destination = buffer_range(destination_handle, destination_offset, length) catch return range_error(destination_handle);
+    const source = switch (buffer_range(source_handle, source_offset, length, .read)) {
+        .ok => |range| range,
+        .failed => |status| return status_code(status),
+    };
+    const destination = switch (buffer_range(destination_handle, destination_offset, length, .write)) {
+        .ok => |range| range,
+        .failed => |status| return status_code(status),
+    };
     // memmove semantics: the ranges may overlap within one buffer.
     if (@intFromPtr(destination.ptr) <= @intFromPtr(source.ptr)) {
         std.mem.copyForwards(u8, destination, source);
@@ -309,13 +395,12 @@ export fn graft_buffer_copy(source_handle: u32, source_offset: u64, destination_
 }
 
 export fn graft_buffer_fill(handle: u32, offset: u64, length: u64, value: u32) c_int {
-    const range = buffer_range(handle, offset, length) catch return range_error(handle);
+    const range = switch (buffer_range(handle, offset, length, .write)) {
+        .ok => |range| range,
+        .failed => |status| return status_code(status),
+    };
     @memset(range, @truncate(value));
     return 0;
-}
-
-fn range_error(handle: u32) c_int {
-    return status_code(if (buffers.get(handle) == null) .invalid_handle else .out_of_bounds);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -576,17 +661,17 @@ fn free_plan(plan: *plan_module.Plan) void {
 /// Every tensor a node reads or writes must lie wholly inside one live buffer, so no kernel
 /// can touch memory the core did not hand out.
 fn check_node_memory(node: *const Node, index: usize, handles: *std.AutoArrayHashMap(u32, void)) Status {
-    const status = check_tensor_memory(&node.dst, index, "dst", handles);
+    const status = check_tensor_memory(&node.dst, index, "dst", .write, handles);
     if (status != .ok) return status;
     for (node.src[0..node.src_count], 0..) |*tensor, source_index| {
         const names = [_][]const u8{ "src0", "src1", "src2" };
-        const source_status = check_tensor_memory(tensor, index, names[source_index], handles);
+        const source_status = check_tensor_memory(tensor, index, names[source_index], .read, handles);
         if (source_status != .ok) return source_status;
     }
     return .ok;
 }
 
-fn check_tensor_memory(tensor: *const node_abi.TensorDesc, index: usize, role: []const u8, handles: *std.AutoArrayHashMap(u32, void)) Status {
+fn check_tensor_memory(tensor: *const node_abi.TensorDesc, index: usize, role: []const u8, access: Access, handles: *std.AutoArrayHashMap(u32, void)) Status {
     const begin = tensor.data;
     const extent = tensor.extent_bytes();
     buffers.mutex.lock();
@@ -598,6 +683,9 @@ fn check_tensor_memory(tensor: *const node_abi.TensorDesc, index: usize, role: [
         if (begin < base or begin - base >= buffer.memory.len) continue;
         if (extent > buffer.memory.len - (begin - base)) {
             return fail(.out_of_bounds, "node {d}: {s} spans {d} bytes from offset {d}, past the end of its buffer ({d} bytes)", .{ index, role, extent, begin - base, buffer.memory.len });
+        }
+        if (access == .write and buffer.mapped) {
+            return fail(.read_only, "node {d}: {s} lies in a read-only file mapping; a graph cannot write into it", .{ index, role });
         }
         const handle = buffers.handle_at(@intCast(slot));
         handles.put(handle, {}) catch return fail(.out_of_memory, "buffer list", .{});

@@ -7,4 +7,5 @@ test {
     _ = @import("quant.zig");
     _ = @import("kernels/gemv_quant.zig");
     _ = @import("kernels/dot_quant.zig");
+    _ = @import("mapping.zig");
 }

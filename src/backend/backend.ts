@@ -4,7 +4,7 @@
  * @module
  */
 
-import type { TensorData } from "../dtype.ts";
+import type { DType, TensorData } from "../dtype.ts";
 import type { Graph } from "../graph.ts";
 import type { Tensor } from "../tensor.ts";
 
@@ -46,6 +46,39 @@ export interface BackendBuffer extends Disposable {
   dispose(): void;
 }
 
+/** The file behind a {@link MappedBuffer}, as the OS reported it when mapping. */
+export interface MappedFile {
+  /** The path mapped. */
+  readonly path: string;
+  /** The file's size in bytes (the buffer's size). */
+  readonly size: number;
+  /** Device number, as `Deno.FileInfo.dev`. */
+  readonly dev: number;
+  /** Inode number, as `Deno.FileInfo.ino`. */
+  readonly ino: number;
+}
+
+/**
+ * A read-only buffer whose memory is a whole file mapped into memory (see
+ * {@link Backend.mapFile}): tensors are placed at their byte offsets in the file, nothing is
+ * copied, and pages are read from the file (or the page cache) as they are first used. Writing
+ * into it is a `ReadOnlyError`.
+ */
+export interface MappedBuffer extends BackendBuffer {
+  /** Always true: the memory is the file's, mapped read-only. */
+  readonly readOnly: true;
+  /** The file mapped. */
+  readonly file: MappedFile;
+  /**
+   * The alignment a tensor of `dtype` needs at its offset in this buffer for the backend's
+   * kernels to read it in place; a tensor that misses it must be copied into a buffer of its
+   * own instead.
+   */
+  alignmentFor(dtype: DType): number;
+  /** Asks the OS to start reading bytes [offset, offset + length) in now (madvise WILLNEED). */
+  prefetch(offset?: number, length?: number): void;
+}
+
 /** A graph prepared for repeated computation on one backend. */
 export interface GraphPlan extends Disposable {
   /** The graph it was made for (computes check its identity: structure and placement). */
@@ -64,6 +97,11 @@ export interface Backend extends Disposable {
   readonly bufferType: BufferType;
   /** Allocates `size` bytes (at most `bufferType.maxSize`) of this backend's memory. */
   allocBuffer(size: number): BackendBuffer;
+  /**
+   * Optional: maps the file at `path` read-only as a buffer of this backend, with no copy (host
+   * backends: the CPU). Backends without it have weights streamed into their buffers.
+   */
+  mapFile?(path: string | URL): MappedBuffer;
   /** Alignment of tensor offsets within this backend's buffers. */
   readonly alignment: number;
   /** Writes `data` into the tensor's memory, starting `offset` bytes in. */

@@ -9,7 +9,7 @@
  */
 
 /** The ABI version this binding speaks; `graft_abi_version()` must return it. */
-export const ABI_VERSION = 6;
+export const ABI_VERSION = 7;
 
 /** Native symbols of the Graft core (the C ABI of `zig/root.zig`). */
 export const symbols = {
@@ -22,12 +22,22 @@ export const symbols = {
   graft_last_error: { parameters: ["buffer", "u32"], result: "u32" },
   /** The best kernel build this CPU runs: 0 none, 1 AVX2, 2 AVX-512. */
   graft_simd_supported: { parameters: [], result: "u32" },
-  /** (out: u64[6]) buffers, buffer bytes, allocators, pools, plans, plan bytes */
+  /**
+   * (out: u64[8]) buffers (file mappings included), bytes allocated for buffers, allocators,
+   * pools, plans, plan bytes, file mappings, bytes mapped
+   */
   graft_live: { parameters: ["buffer"], result: "i32" },
   /** (size_bytes, out_handle: u32*, out_address: u64*) */
   graft_buffer_alloc: { parameters: ["u64", "buffer", "buffer"], result: "i32" },
-  /** (handle) */
+  /** (handle): frees a buffer, or unmaps a file mapping */
   graft_buffer_free: { parameters: ["u32"], result: "i32" },
+  /**
+   * (path: bytes, path_length, out_handle: u32*, out: u64[4] address, length, device, inode):
+   * the whole file mapped read-only (PROT_READ, MAP_PRIVATE) as a buffer that refuses writes
+   */
+  graft_file_map: { parameters: ["buffer", "u64", "buffer", "buffer"], result: "i32" },
+  /** (handle, offset, length, advice): madvise on a mapping; 0 normal 1 random 2 sequential 3 will need */
+  graft_buffer_advise: { parameters: ["u32", "u64", "u64", "u32"], result: "i32" },
   /** (handle, offset, source, length) */
   graft_buffer_write: { parameters: ["u32", "u64", "buffer", "u64"], result: "i32" },
   /** (handle, offset, destination, length) */

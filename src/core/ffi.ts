@@ -160,13 +160,14 @@ export function loadLibrary(options: LoadOptions = {}): GraftSymbols {
  */
 export function closeLibrary(): void {
   if (!library) return;
-  const live = new BigUint64Array(6);
+  const live = new BigUint64Array(8);
   library.symbols.graft_live(live);
-  const [buffers, , allocators, pools, plans] = Array.from(live, Number);
+  const [buffers, , allocators, pools, plans, , mappings] = Array.from(live, Number);
   if (buffers! + allocators! + pools! + plans! > 0) {
     throw new GraftError(
-      `closeLibrary: native objects are alive (${pools} thread pool(s), ${buffers} buffer(s), ` +
-        `${plans} plan(s), ${allocators} allocator(s)); dispose them first`,
+      `closeLibrary: native objects are alive (${pools} thread pool(s), ${buffers} buffer(s) ` +
+        `(${mappings} of them file mappings), ${plans} plan(s), ${allocators} allocator(s)); ` +
+        `dispose them first`,
     );
   }
   library.close();

@@ -7,9 +7,9 @@ import { loadCore } from "./core.ts";
 
 /** Native objects alive now. */
 export interface LiveAllocations {
-  /** Live buffers. */
+  /** Live buffers, file mappings included. */
   buffers: number;
-  /** Bytes in live buffers. */
+  /** Bytes allocated for live buffers (mapped files are in {@link mappedBytes}). */
   bufferBytes: number;
   /** Live allocators. */
   allocators: number;
@@ -19,11 +19,15 @@ export interface LiveAllocations {
   plans: number;
   /** Bytes held by live plans (node tables and work buffers). */
   planBytes: number;
+  /** Live read-only file mappings (buffers made by `CpuBackend.mapFile`). */
+  mappings: number;
+  /** Bytes of the live file mappings (address space: resident only as pages are read). */
+  mappedBytes: number;
 }
 
 /**
- * Counts the native buffers, allocators, pools and plans alive; all zero once everything
- * is disposed.
+ * Counts the native buffers, file mappings, allocators, pools and plans alive; all zero once
+ * everything is disposed.
  *
  * @example
  * ```ts
@@ -33,9 +37,10 @@ export interface LiveAllocations {
  * ```
  */
 export function liveAllocations(): LiveAllocations {
-  const out = new BigUint64Array(6);
+  const out = new BigUint64Array(8);
   loadCore().graft_live(out);
-  const [buffers, bufferBytes, allocators, pools, plans, planBytes] = Array.from(out, Number);
+  const [buffers, bufferBytes, allocators, pools, plans, planBytes, mappings, mappedBytes] = Array
+    .from(out, Number);
   return {
     buffers: buffers!,
     bufferBytes: bufferBytes!,
@@ -43,5 +48,7 @@ export function liveAllocations(): LiveAllocations {
     pools: pools!,
     plans: plans!,
     planBytes: planBytes!,
+    mappings: mappings!,
+    mappedBytes: mappedBytes!,
   };
 }

@@ -1,14 +1,16 @@
 /**
  * A GGUF file on disk: opening it parses the metadata from a small prefix (never the whole file
- * into the JS heap); tensor data is read per tensor, or streamed straight into backend buffers
- * (spread over several where a buffer type's maximum size asks for it) with progress reports.
+ * into the JS heap); tensor data is read per tensor, or loaded into a backend: mapped in place
+ * where the backend can map files (the CPU: no copy), else streamed straight into backend
+ * buffers (spread over several where a buffer type's maximum size asks for it), with progress
+ * reports.
  * @module
  */
 
-import { allocWeights, type BufferSet } from "../alloc/alloc_tensors.ts";
-import type { Backend } from "../backend/backend.ts";
+import { allocWeights, BufferSet } from "../alloc/alloc_tensors.ts";
+import type { Backend, BackendBuffer, MappedBuffer } from "../backend/backend.ts";
 import { Context } from "../context.ts";
-import { GGUFError } from "../errors.ts";
+import { ArgumentError, FileError, GGUFError } from "../errors.ts";
 import type { Tensor } from "../tensor.ts";
 import { type GGUFHeader, type GGUFTensorInfo, readGGUF } from "./reader.ts";
 import { FileSource } from "./source.ts";
@@ -23,14 +25,54 @@ export const LOAD_CHUNK_BYTES = 8 << 20;
 /** Progress of {@link GGUFFile.load}: bytes of tensor data done of the total. */
 export type LoadProgress = (done: number, total: number) => void;
 
+/** Options of {@link GGUFFile.load}. */
+export interface GGUFLoadOptions {
+  /** Only these tensors (default: all). */
+  readonly names?: readonly string[];
+  /** Called as tensor data is placed: bytes done of the total. */
+  readonly onProgress?: LoadProgress;
+  /**
+   * Map the file instead of copying it (default: true on a backend that can map files, the
+   * CPU, as llama.cpp's `--mmap`; false elsewhere). Mapped weights are read in place from the
+   * page cache, cost no memory of their own and are read-only (writing into one is a
+   * ReadOnlyError); `false` streams the data into buffers of the backend, writable. `true` on a
+   * backend without {@link Backend.mapFile} is an ArgumentError.
+   */
+  readonly mmap?: boolean;
+  /**
+   * With mmap: ask the OS to read the tensor data in now, in the background (madvise
+   * WILLNEED), instead of page by page on first use (default false).
+   */
+  readonly prefetch?: boolean;
+}
+
 /** Weights loaded from a file: the tensors by name and the buffers that hold them. */
 export interface LoadedWeights extends Disposable {
   /** Each tensor, by its name in the file. */
   readonly tensors: ReadonlyMap<string, Tensor>;
-  /** The buffers holding them; disposing the weights disposes these. */
+  /**
+   * The buffers holding them; disposing the weights disposes these. Mapped weights: the
+   * read-only mapping of the file, and a buffer for any tensor that had to be copied.
+   */
   readonly buffers: BufferSet;
+  /** The file mapping the weights are read from, or null when they were streamed. */
+  readonly mapping: MappedBuffer | null;
   /** Frees the buffers. */
   dispose(): void;
+}
+
+function weights(
+  tensors: ReadonlyMap<string, Tensor>,
+  buffers: BufferSet,
+  mapping: MappedBuffer | null,
+): LoadedWeights {
+  return {
+    tensors,
+    buffers,
+    mapping,
+    dispose: () => buffers.dispose(),
+    [Symbol.dispose]: () => buffers.dispose(),
+  };
 }
 
 /**
@@ -48,9 +90,12 @@ export interface LoadedWeights extends Disposable {
 export class GGUFFile implements Disposable {
   /** The parsed header, metadata and tensor infos. */
   readonly header: GGUFHeader;
+  /** The path opened. */
+  readonly path: string | URL;
   readonly #source: FileSource;
 
-  private constructor(source: FileSource, header: GGUFHeader) {
+  private constructor(path: string | URL, source: FileSource, header: GGUFHeader) {
+    this.path = path;
     this.#source = source;
     this.header = header;
   }
@@ -59,7 +104,7 @@ export class GGUFFile implements Disposable {
   static open(path: string | URL): GGUFFile {
     const source = new FileSource(path);
     try {
-      return new GGUFFile(source, readGGUF(source));
+      return new GGUFFile(path, source, readGGUF(source));
     } catch (error) {
       source.close();
       throw error;
@@ -103,15 +148,25 @@ export class GGUFFile implements Disposable {
   }
 
   /**
-   * Places every tensor (or those `names` lists) in buffers of `backend` and streams their data
-   * from the file in chunks of {@link LOAD_CHUNK_BYTES}. A tensor type Graft has no dtype for is
-   * a GGUFError naming the tensor and the type.
+   * Places every tensor (or those `names` lists) on `backend`. On a backend that maps files (the
+   * CPU) the file is mapped read-only and each tensor sits at its offset in the mapping: nothing
+   * is read into memory until a kernel or `getTensor` reads it, and the weights are read-only
+   * (see {@link GGUFLoadOptions.mmap}). A tensor whose offset misses the backend's alignment need
+   * (only in files with a `general.alignment` below 4) is copied into a buffer of its own.
+   * Otherwise, and with `mmap: false`, the data is streamed from the file into buffers of
+   * `backend` in chunks of {@link LOAD_CHUNK_BYTES}. A tensor type Graft has no dtype for is a
+   * GGUFError naming the tensor and the type; a file removed or changed since it was opened is
+   * a FileError.
    */
-  load(
-    backend: Backend,
-    options: { names?: readonly string[]; onProgress?: LoadProgress } = {},
-  ): LoadedWeights {
+  load(backend: Backend, options: GGUFLoadOptions = {}): LoadedWeights {
     const wanted = options.names ? options.names.map((n) => this.tensor(n)) : this.header.tensors;
+    const mmap = options.mmap ?? backend.mapFile !== undefined;
+    if (mmap && !backend.mapFile) {
+      throw new ArgumentError(
+        `GGUFFile.load: ${backend.name} cannot map files; load with { mmap: false } (or no ` +
+          `mmap option) to stream the weights into its buffers`,
+      );
+    }
     const ctx = new Context();
     const tensors = new Map<string, Tensor>();
     for (const info of wanted) {
@@ -125,35 +180,98 @@ export class GGUFFile implements Disposable {
       }
       tensors.set(info.name, ctx.newTensor(dtype, info.dims as unknown as Shape, info.name));
     }
-    const buffers = allocWeights(backend, [...tensors.values()]);
+    const total = wanted.reduce((sum, t) => sum + t.nbytes, 0);
+    const progress = { done: 0, total, report: options.onProgress };
+    if (!mmap) {
+      const buffers = allocWeights(backend, [...tensors.values()]);
+      try {
+        this.#stream(backend, wanted, tensors, progress);
+      } catch (error) {
+        buffers.dispose();
+        throw error;
+      }
+      return weights(tensors, buffers, null);
+    }
+    const mapping = this.#map(backend);
+    const buffers: BackendBuffer[] = [mapping];
+    const placed: Tensor[] = [];
     try {
-      const total = wanted.reduce((sum, t) => sum + t.nbytes, 0);
-      let done = 0;
-      const chunk = new Uint8Array(Math.min(LOAD_CHUNK_BYTES, Math.max(1, total)));
+      const copied: GGUFTensorInfo[] = [];
       for (const info of wanted) {
         const tensor = tensors.get(info.name)!;
-        for (let at = 0; at < info.nbytes; at += chunk.length) {
-          const length = Math.min(chunk.length, info.nbytes - at);
-          const bytes = this.#source.readAt(
-            this.header.dataOffset + info.offset + at,
-            length,
-            chunk,
-          );
-          backend.setTensor(tensor, bytes, at);
-          done += length;
-          options.onProgress?.(done, total);
+        const offset = this.header.dataOffset + info.offset;
+        if (offset % mapping.alignmentFor(tensor.dtype) !== 0) {
+          copied.push(info);
+          continue;
         }
+        tensor.place(mapping, offset);
+        placed.push(tensor);
+        progress.done += info.nbytes;
+        progress.report?.(progress.done, total);
+      }
+      if (options.prefetch && wanted.length > 0) {
+        const begin = Math.min(...wanted.map((t) => t.offset));
+        const end = Math.max(...wanted.map((t) => t.offset + t.nbytes));
+        mapping.prefetch(this.header.dataOffset + begin, end - begin);
+      }
+      if (copied.length > 0) {
+        const set = allocWeights(backend, copied.map((info) => tensors.get(info.name)!));
+        buffers.push(...set.buffers);
+        this.#stream(backend, copied, tensors, progress);
       }
     } catch (error) {
-      buffers.dispose();
+      for (const tensor of placed) tensor.unplace();
+      for (const buffer of buffers) if (!buffer.disposed) buffer.dispose();
       throw error;
     }
-    return {
-      tensors,
-      buffers,
-      dispose: () => buffers.dispose(),
-      [Symbol.dispose]: () => buffers.dispose(),
-    };
+    return weights(tensors, new BufferSet(buffers), mapping);
+  }
+
+  /** The file mapped on `backend`, checked to be the file this object opened. */
+  #map(backend: Backend): MappedBuffer {
+    let mapping: MappedBuffer;
+    try {
+      mapping = backend.mapFile!(this.path);
+    } catch (error) {
+      if (!(error instanceof FileError)) throw error;
+      throw new FileError(
+        `GGUFFile.load: ${String(this.path)} cannot be mapped (removed since it was opened?): ` +
+          error.message,
+        { cause: error },
+      );
+    }
+    const { dev, ino } = this.#source.identity;
+    const file = mapping.file;
+    if (file.dev !== dev || (ino !== null && file.ino !== ino) || file.size !== this.#source.size) {
+      mapping.dispose();
+      throw new FileError(
+        `GGUFFile.load: ${String(this.path)} changed since it was opened (opened: ` +
+          `${this.#source.size} bytes, device ${dev}, inode ${ino}; mapped: ${file.size} bytes, ` +
+          `device ${file.dev}, inode ${file.ino}); open it again`,
+      );
+    }
+    return mapping;
+  }
+
+  /** Streams the data of `infos` from the file into their tensors' buffers, in chunks. */
+  #stream(
+    backend: Backend,
+    infos: readonly GGUFTensorInfo[],
+    tensors: ReadonlyMap<string, Tensor>,
+    progress: { done: number; total: number; report: LoadProgress | undefined },
+  ): void {
+    const largest = infos.reduce((most, t) => Math.max(most, t.nbytes), 0);
+    const chunk = new Uint8Array(Math.min(LOAD_CHUNK_BYTES, Math.max(1, largest)));
+    for (const info of infos) {
+      const tensor = tensors.get(info.name)!;
+      for (let at = 0; at < info.nbytes; at += chunk.length) {
+        const length = Math.min(chunk.length, info.nbytes - at);
+        const bytes = this.#source.readAt(this.header.dataOffset + info.offset + at, length, chunk);
+        backend.setTensor(tensor, bytes, at);
+        progress.done += length;
+        progress.report?.(progress.done, progress.total);
+      }
+    }
   }
 
   /** Writes the file back (metadata, infos, data) as GGUF v3: byte for byte for a v3 file. */

@@ -39,11 +39,20 @@ export class FileSource implements ByteSource, Disposable {
   #window: Uint8Array = new Uint8Array(0);
   /** Bytes read from the file so far (to show that opening reads only a prefix). */
   bytesRead = 0;
+  /** The open file's device and inode numbers (to check a later mapping is of this file). */
+  readonly identity: { readonly dev: number; readonly ino: number | null };
 
   /** Opens `path` for reading. */
   constructor(path: string | URL) {
     this.#file = Deno.openSync(path, { read: true });
-    this.size = this.#file.statSync().size;
+    try {
+      const info = this.#file.statSync();
+      this.size = info.size;
+      this.identity = { dev: info.dev, ino: info.ino };
+    } catch (error) {
+      this.#file.close();
+      throw error;
+    }
   }
 
   read(offset: number, length: number): Uint8Array {

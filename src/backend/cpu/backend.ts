@@ -20,7 +20,7 @@ import { isViewOp, opInfo } from "../../op.ts";
 import { requireByteCount, showValue } from "../../args.ts";
 import { requireSameLayout, requireTensorData, requireTensorRange } from "../checks.ts";
 import { requireReadable } from "../../alloc/reuse.ts";
-import { CPU_ALIGNMENT, CpuBuffer } from "./buffer.ts";
+import { CPU_ALIGNMENT, CpuBuffer, CpuMappedBuffer } from "./buffer.ts";
 import { CpuPlan, type CpuPlanOptions } from "./plan.ts";
 import { resolveSimd, type SimdChoice, type SimdLevel } from "./simd.ts";
 
@@ -171,6 +171,29 @@ export class CpuBackend implements Backend {
   }
 
   /**
+   * Maps the whole file at `path` read-only (mmap PROT_READ, MAP_PRIVATE) as a buffer of this
+   * backend: no copy and no memory of its own, the OS pages the file in as kernels read it.
+   * Tensors placed in it at their byte offsets in the file are read in place; writing into
+   * them is a ReadOnlyError. Disposing the buffer unmaps the file. `maxBufferSize` does not
+   * apply (nothing is allocated). A file that cannot be mapped is a FileError naming the OS
+   * error.
+   *
+   * @example
+   * ```ts
+   * import { CpuBackend } from "../../../mod.ts";
+   * const path = Deno.makeTempFileSync();
+   * Deno.writeFileSync(path, new Uint8Array([1, 2, 3, 4]));
+   * using cpu = new CpuBackend({ threads: 1 });
+   * using mapped = cpu.mapFile(path);
+   * console.log(mapped.size, mapped.readOnly); // 4 true
+   * ```
+   */
+  mapFile(path: string | URL): CpuMappedBuffer {
+    this.#alive("mapFile");
+    return new CpuMappedBuffer(this, this.#lib, path);
+  }
+
+  /**
    * The CPU runs every op of the op table that the core computes, with the dtypes the op
    * builders accept (the core validates each node again when a plan is made).
    */
@@ -205,6 +228,7 @@ export class CpuBackend implements Backend {
     this.#alive("setTensor");
     this.#idle("setTensor");
     const buffer = this.bufferOf(tensor, "setTensor");
+    buffer.requireWritable("setTensor", tensor);
     requireTensorRange("setTensor", tensor, offset, data.byteLength);
     const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
     const at = BigInt(tensor.placement!.offset + offset);
@@ -251,6 +275,8 @@ export class CpuBackend implements Backend {
   setTensorAsync(tensor: Tensor, data: ArrayBufferView, offset = 0): Promise<void> {
     try {
       requireTensorData("setTensorAsync", tensor, data);
+      const buffer = tensor.placement?.buffer;
+      if (buffer instanceof CpuBuffer) buffer.requireWritable("setTensorAsync", tensor);
     } catch (error) {
       return Promise.reject(error);
     }
@@ -309,6 +335,7 @@ export class CpuBackend implements Backend {
     this.#idle("cpyTensor");
     const from = this.bufferOf(src, "cpyTensor");
     const to = this.bufferOf(dst, "cpyTensor");
+    to.requireWritable("cpyTensor", dst);
     check(
       this.#lib,
       this.#lib.graft_buffer_copy(

@@ -123,6 +123,13 @@ export class CpuPlan implements GraphPlan {
     for (const tensor of [...graph.leafs, ...graph.nodes]) {
       backend.bufferOf(tensor, "graphPlanCreate");
     }
+    // A node that writes into read-only memory (a mapped weight, as a cpy into it) would fault.
+    for (const node of nodes) {
+      backend.bufferOf(node.memoryOwner, "graphPlanCreate").requireWritable(
+        "graphPlanCreate",
+        node,
+      );
+    }
     const prepacked = options.prepackWeights ? prepackedProducts(backend, nodes) : [];
     const entries = options.fuse === false ? nodes.map(tensorEntry) : fuseNodes(graph, {
       overlaps: (a, b) => overlaps(ownerRange(backend, a), ownerRange(backend, b)),

@@ -34,6 +34,19 @@ pub fn build(b: *std.Build) void {
         .link_libc = true,
     }) });
     test_step.dependOn(&b.addRunArtifact(unit).step);
+    // The AVX-512 kernel build's own code paths (two blocks per vector), where this CPU runs them.
+    const host = b.graph.host.result.cpu;
+    if (host.arch == .x86_64 and host.has(.x86, .avx512bw) and host.has(.x86, .avx512vnni)) {
+        var query: std.Target.Query = .{ .cpu_model = .{ .explicit = &std.Target.x86.cpu.x86_64_v4 } };
+        query.cpu_features_add = std.Target.x86.featureSet(&.{.avx512vnni});
+        const unit512 = b.addTest(.{ .name = "test-avx512", .root_module = b.createModule(.{
+            .root_source_file = b.path("zig/tests.zig"),
+            .target = b.resolveTargetQuery(query),
+            .optimize = .ReleaseSafe,
+            .link_libc = true,
+        }) });
+        test_step.dependOn(&b.addRunArtifact(unit512).step);
+    }
 }
 
 fn addCore(b: *std.Build, name: []const u8, optimize: std.builtin.OptimizeMode) *std.Build.Step.Compile {

@@ -151,6 +151,8 @@ const MUL_MAT_CASES: MulMatCase[] = [
   { k: 288, m: 13, n: 1, batchA: [1, 1], batchB: [1, 1] },
   { k: 288, m: 11, n: 6, batchA: [1, 2], batchB: [3, 2] },
   { k: 64, m: 9, n: 5, batchA: [1, 1], batchB: [1, 1], transposedB: true },
+  // Long rows: the mat-vec kernels' chunks of 16 blocks, then a tail of pairs and one block.
+  { k: 1056, m: 9, n: 2, batchA: [1, 1], batchB: [1, 1] },
   // From 32 columns on the weights are dequantized into the f32 GEMM's panels (m past one panel).
   { k: 64, m: 37, n: 40, batchA: [1, 1], batchB: [2, 1] },
   { k: 288, m: 70, n: 33, batchA: [1, 1], batchB: [1, 1], transposedB: true },

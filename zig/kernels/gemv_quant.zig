@@ -27,17 +27,19 @@ const DType = node.DType;
 
 /// Elements per block of the 32-element types.
 pub const qk = 32;
-/// Bytes ahead of the block being read that each weight row is prefetched.
-const prefetch_distance = 1024;
-
 /// Weight rows one call of `dot_rows` reads together.
-pub const rows_max = 4;
+pub const rows_max = 8;
 
 const U8x32 = @Vector(32, u8);
 const I8x32 = @Vector(32, i8);
 const I16x16 = @Vector(16, i16);
 const I32x8 = @Vector(8, i32);
 const F32x8 = @Vector(8, f32);
+const U8x64 = @Vector(64, u8);
+const I8x64 = @Vector(64, i8);
+const I32x16 = @Vector(16, i32);
+const F32x16 = @Vector(16, f32);
+const F32x2 = @Vector(2, f32);
 
 /// The weight types these kernels take, and the activation type each pairs with.
 pub fn takes(dtype: DType) bool {
@@ -93,6 +95,17 @@ pub fn quantize_activation(weight: DType, values: []align(1) const f32, out: [*]
             qs[b * qk ..][0..qk].* = block[2..34].*;
         }
     }
+    // The q4 kernels read a pair of blocks as one vector: the low nibbles (elements 0-15) of
+    // both blocks, then the high ones (16-31); the activation of each whole pair (pairs of
+    // blocks counted from the row's start: chunks hold an even number) is laid out to match.
+    if (weight != .q8_0) {
+        for (0..blocks / 2) |pair| {
+            const run = qs[pair * 2 * qk ..][0 .. 2 * qk];
+            const original = run[0 .. 2 * qk].*;
+            run[16..32].* = original[32..48].*;
+            run[32..48].* = original[16..32].*;
+        }
+    }
 }
 
 inline fn f16_at(bytes: *const [2]u8) f32 {
@@ -110,6 +123,7 @@ const has_vnni = is_x86 and builtin.cpu.has(.x86, .avx512vnni) and builtin.cpu.h
 extern fn @"llvm.x86.avx2.pmadd.ub.sw"(a: U8x32, b: I8x32) I16x16;
 extern fn @"llvm.x86.avx2.pmadd.wd"(a: I16x16, b: I16x16) I32x8;
 extern fn @"llvm.x86.avx512.vpdpbusd.256"(acc: I32x8, a: I32x8, b: I32x8) I32x8;
+extern fn @"llvm.x86.avx512.vpdpbusd.512"(acc: I32x16, a: I32x16, b: I32x16) I32x16;
 extern fn @"llvm.x86.avx2.psign.b"(a: I8x32, b: I8x32) I8x32;
 
 /// u8 x i8 products summed in adjacent pairs to i16, saturating (vpmaddubsw). Never saturates
@@ -164,81 +178,156 @@ pub fn dot_rows(
 ) void {
     assert(count >= 1 and count <= rows_max);
     switch (dtype) {
-        .q4_0 => switch (count) {
-            inline 1...rows_max => |r| dot_q4_0(r, rows, y, blocks, out),
-            else => unreachable,
-        },
-        .q4_1 => switch (count) {
-            inline 1...rows_max => |r| dot_q4_1(r, rows, y, blocks, out),
-            else => unreachable,
-        },
-        .q8_0 => switch (count) {
-            inline 1...rows_max => |r| dot_q8_0(r, rows, y, blocks, out),
+        inline .q4_0, .q4_1, .q8_0 => |kind| switch (count) {
+            inline 1...rows_max => |r| return dot_chunks(kind, r, rows, y, blocks, out),
             else => unreachable,
         },
         else => unreachable,
     }
 }
 
-/// q4_0 (18 bytes: f16 d, 16 bytes of nibbles; x = (nibble - 8) * d) times q8_0. The nibbles
-/// are used unsigned (0..15) and 8 * sum(y) is taken off per block, which gives ggml's integer
-/// sum_j (nibble_j - 8) * y_j exactly; 8 * sum(y) depends on the activation only, so it is
-/// computed once per block for all rows.
-fn dot_q4_0(comptime R: usize, rows: *const [rows_max][*]const u8, y: Activation, blocks: usize, out: *[rows_max]f32) void {
-    var acc: [R]F32x8 = @splat(@splat(0));
-    const eights: U8x32 = @splat(8);
-    for (0..blocks) |b| {
-        const yq = y.qs[b];
-        const zero: I32x8 = @splat(0);
-        const offset = zero - dot_add(zero, eights, yq);
-        const dy = y.d[b];
-        inline for (0..R) |r| {
-            const block = rows[r] + b * 18;
-            @prefetch(block + prefetch_distance, .{});
-            const dot = dot_add(offset, nibbles(block[2..18]), yq);
-            const scale: F32x8 = @splat(f16_at(block[0..2]) * dy);
-            acc[r] = @mulAdd(F32x8, @floatFromInt(dot), scale, acc[r]);
-        }
-    }
-    inline for (0..R) |r| out[r] = @reduce(.Add, acc[r]);
+/// Bytes of one block of `kind`.
+fn block_bytes(comptime kind: DType) usize {
+    return switch (kind) {
+        .q4_0 => 18,
+        .q4_1 => 20,
+        .q8_0 => 34,
+        else => unreachable,
+    };
 }
 
-/// q4_1 (20 bytes: f16 d, f16 m, 16 bytes of nibbles; x = nibble * d + m) times q8_1:
-/// d_x * d_y * sum(nibble * y) + m_x * s_y per block, as ggml_vec_dot_q4_1_q8_1.
-fn dot_q4_1(comptime R: usize, rows: *const [rows_max][*]const u8, y: Activation, blocks: usize, out: *[rows_max]f32) void {
-    var acc: [R]F32x8 = @splat(@splat(0));
-    var mins: [R]f32 = @splat(0);
-    for (0..blocks) |b| {
-        const yq = y.qs[b];
-        const dy = y.d[b];
-        const sy = y.s[b];
-        inline for (0..R) |r| {
-            const block = rows[r] + b * 20;
-            const dot = dot_add(@splat(0), nibbles(block[4..20]), yq);
-            const scale: F32x8 = @splat(f16_at(block[0..2]) * dy);
-            acc[r] = @mulAdd(F32x8, @floatFromInt(dot), scale, acc[r]);
-            mins[r] = @mulAdd(f32, f16_at(block[2..4]), sy, mins[r]);
-        }
-    }
-    inline for (0..R) |r| out[r] = @reduce(.Add, acc[r]) + mins[r];
+/// Blocks whose scales are read and converted together: one 8-lane gather.
+const chunk = 8;
+
+extern fn @"llvm.x86.avx2.gather.d.d.256"(src: I32x8, base: [*]const u8, index: I32x8, mask: I32x8, scale: i8) I32x8;
+
+/// The first 4 bytes of each of `count` (<= chunk) consecutive blocks of `bb` bytes from `row`
+/// as i32 lanes (lanes past `count` are 0): f16 d in the low half, and for q4_1 f16 m in the
+/// high half. One vpgatherdd instead of a load and an insert per block.
+inline fn gather_heads(comptime bb: usize, row: [*]const u8, count: usize) I32x8 {
+    const index: I32x8 = comptime blk: {
+        var lanes: [8]i32 = undefined;
+        for (0..8) |i| lanes[i] = @intCast(i * bb);
+        break :blk lanes;
+    };
+    const lane: I32x8 = comptime std.simd.iota(i32, 8);
+    const mask: I32x8 = @select(i32, lane < @as(I32x8, @splat(@intCast(count))), @as(I32x8, @splat(-1)), @as(I32x8, @splat(0)));
+    if (comptime has_avx2) return @"llvm.x86.avx2.gather.d.d.256"(@splat(0), row, index, mask, 1);
+    var out: I32x8 = @splat(0);
+    for (0..count) |i| out[i] = std.mem.readInt(i32, row[i * bb ..][0..4], .little);
+    return out;
 }
 
-/// q8_0 (34 bytes: f16 d, 32 i8) times q8_0: ggml's sign trick makes the first factor unsigned
-/// (|x|) and moves x's sign onto y, so vpmaddubsw takes them.
-fn dot_q8_0(comptime R: usize, rows: *const [rows_max][*]const u8, y: Activation, blocks: usize, out: *[rows_max]f32) void {
+/// The low (or high) f16 halves of 8 i32 lanes as f32.
+inline fn halves_to_f32(heads: I32x8, comptime high: bool) F32x8 {
+    const bits: @Vector(8, u32) = @bitCast(heads);
+    const shifted = if (high) bits >> @splat(16) else bits;
+    const h: @Vector(8, f16) = @bitCast(@as(@Vector(8, u16), @truncate(shifted)));
+    return @floatCast(h);
+}
+
+/// Lanes [s[2p] x 4, s[2p+1] x 4]: the scales of pair p for its 8 i32 lanes of sums.
+inline fn pair_lanes(scales: F32x8, p: usize) F32x8 {
+    const base: @Vector(8, i32) = .{ 0, 0, 0, 0, 1, 1, 1, 1 };
+    const index = base + @as(@Vector(8, i32), @splat(@intCast(2 * p)));
+    return permute(scales, index);
+}
+
+extern fn @"llvm.x86.avx2.permps"(a: F32x8, index: @Vector(8, i32)) F32x8;
+
+/// a[index[i]] per lane (vpermps).
+inline fn permute(a: F32x8, index: @Vector(8, i32)) F32x8 {
+    if (comptime has_avx2) return @"llvm.x86.avx2.permps"(a, index);
+    var out: F32x8 = undefined;
+    for (0..8) |i| out[i] = a[@intCast(index[i])];
+    return out;
+}
+
+/// The weight rows' dots, a chunk of 8 blocks at a time: per row, one gather reads the chunk's
+/// 8 scales (and q4_1's mins), converted and multiplied by the activation's scales in one
+/// vector; then each block's (q8_0) or pair's (q4) integer sums take their scale lanes by one
+/// vpermps. Per pair, a q4 row is one 32-byte vector of both blocks' packed nibbles (low
+/// nibbles, then high ones, against the activation's pair layout), its sums in 8 i32 lanes
+/// (4 per block); q8_0 takes one block per vector. Integer sums per block are ggml's.
+fn dot_chunks(comptime kind: DType, comptime R: usize, rows: *const [rows_max][*]const u8, y: Activation, blocks: usize, out: *[rows_max]f32) void {
+    const bb = comptime block_bytes(kind);
+    const ahead = R * blocks * bb;
     var acc: [R]F32x8 = @splat(@splat(0));
-    for (0..blocks) |b| {
-        const yq = y.qs[b];
-        const dy = y.d[b];
+    var mins: [R]F32x8 = @splat(@splat(0));
+    const y_bytes: [*]align(32) const u8 = @ptrCast(y.qs);
+    var first: usize = 0;
+    while (first < blocks) : (first += chunk) {
+        const count = @min(chunk, blocks - first);
+        var dy: F32x8 = @splat(0);
+        var sy: F32x8 = @splat(0);
+        for (0..count) |i| {
+            dy[i] = y.d[first + i];
+            if (kind == .q4_1) sy[i] = y.s[first + i];
+        }
+        var scales: [R]F32x8 = undefined;
         inline for (0..R) |r| {
-            const block = rows[r] + b * 34;
-            const xq: I8x32 = @bitCast(block[2..34].*);
-            const dot = dot_add(@splat(0), @bitCast(@abs(xq)), sign(yq, xq));
-            const scale: F32x8 = @splat(f16_at(block[0..2]) * dy);
-            acc[r] = @mulAdd(F32x8, @floatFromInt(dot), scale, acc[r]);
+            const heads = gather_heads(bb, rows[r] + first * bb, count);
+            scales[r] = halves_to_f32(heads, false) * dy;
+            if (kind == .q4_1) mins[r] = @mulAdd(F32x8, halves_to_f32(heads, true), sy, mins[r]);
+        }
+        if (kind == .q8_0) {
+            for (0..count) |i| {
+                const b = first + i;
+                const yq: I8x32 = @bitCast(y_bytes[b * qk ..][0..32].*);
+                const zero: I32x8 = @splat(0);
+                // x + 128 is unsigned; its products overshoot by 128 * sum(y), taken off first
+                // (VNNI); without VNNI ggml's sign trick keeps vpmaddubsw from saturating.
+                const offset = if (has_vnni) zero - dot_add(zero, @splat(128), yq) else zero;
+                const index: @Vector(8, i32) = @splat(@intCast(i));
+                inline for (0..R) |r| {
+                    const block = rows[r] + b * bb;
+                    @prefetch(block + ahead, .{ .locality = 2 });
+                    const xq: I8x32 = @bitCast(block[2..34].*);
+                    const dot = if (has_vnni)
+                        dot_add(offset, @as(U8x32, @bitCast(xq)) ^ @as(U8x32, @splat(0x80)), yq)
+                    else
+                        dot_add(zero, @bitCast(@abs(xq)), sign(yq, xq));
+                    acc[r] = @mulAdd(F32x8, @floatFromInt(dot), permute(scales[r], index), acc[r]);
+                }
+            }
+        } else {
+            const at: usize = if (kind == .q4_1) 4 else 2;
+            for (0..count / 2) |p| {
+                const b = first + 2 * p;
+                const ylo: I8x32 = @bitCast(y_bytes[b * qk ..][0..32].*);
+                const yhi: I8x32 = @bitCast(y_bytes[b * qk + 32 ..][0..32].*);
+                const zero: I32x8 = @splat(0);
+                const eights: U8x32 = @splat(8);
+                const offset = if (kind == .q4_0) zero - dot_add(dot_add(zero, eights, ylo), eights, yhi) else zero;
+                inline for (0..R) |r| {
+                    const b0 = rows[r] + b * bb;
+                    @prefetch(b0 + ahead, .{ .locality = 2 });
+                    const packed_bytes: U8x32 = std.simd.join(@as(@Vector(16, u8), b0[at..][0..16].*), @as(@Vector(16, u8), b0[bb + at ..][0..16].*));
+                    const mask: U8x32 = @splat(0x0f);
+                    const low = packed_bytes & mask;
+                    // Shifting 16-bit lanes moves each byte's high nibble down; the mask drops
+                    // the bits that crossed over from the next byte.
+                    const high = @as(U8x32, @bitCast(@as(@Vector(16, u16), @bitCast(packed_bytes)) >> @splat(4))) & mask;
+                    const dot = dot_add(dot_add(offset, low, ylo), high, yhi);
+                    acc[r] = @mulAdd(F32x8, @floatFromInt(dot), pair_lanes(scales[r], p), acc[r]);
+                }
+            }
+            if (count % 2 == 1) {
+                // A last block without a partner: laid out as one block (elements 0-31).
+                const b = first + count - 1;
+                const yq: I8x32 = @bitCast(y_bytes[b * qk ..][0..32].*);
+                const zero: I32x8 = @splat(0);
+                const offset = if (kind == .q4_0) zero - dot_add(zero, @splat(8), yq) else zero;
+                const index: @Vector(8, i32) = @splat(@intCast(count - 1));
+                inline for (0..R) |r| {
+                    const block = rows[r] + b * bb;
+                    const dot = dot_add(offset, nibbles(block[at..][0..16]), yq);
+                    acc[r] = @mulAdd(F32x8, @floatFromInt(dot), permute(scales[r], index), acc[r]);
+                }
+            }
         }
     }
-    inline for (0..R) |r| out[r] = @reduce(.Add, acc[r]);
+    inline for (0..R) |r| out[r] = @reduce(.Add, acc[r]) + @reduce(.Add, mins[r]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -262,7 +351,6 @@ fn check(dtype: DType, k: usize, count: usize, seed: u64) !void {
     const activation = try allocator.alignedAlloc(u8, .@"64", Activation.bytes(k));
     defer allocator.free(activation);
     quantize_activation(dtype, values, activation.ptr);
-    // The activation as ggml's dot sees it: its quants times its f16-rounded scale.
     const y = Activation.at(activation.ptr, k);
     var rows: [rows_max][*]const u8 = undefined;
     for (0..rows_max) |r| rows[r] = weights.ptr + r * row_len;
@@ -270,13 +358,21 @@ fn check(dtype: DType, k: usize, count: usize, seed: u64) !void {
     dot_rows(dtype, &rows, count, y, k / qk, &got);
     const w = try allocator.alloc(f32, k);
     defer allocator.free(w);
+    // The activation as ggml's dot sees it: quant.zig's q8_0 (q8_1) row, dequantized (its
+    // quants times its f16 scale), independent of the layout the kernels keep it in.
+    const act_type: DType = if (dtype == .q4_1) .q8_1 else .q8_0;
+    const act_row = try allocator.alloc(u8, @intCast(quant.row_bytes(act_type, k)));
+    defer allocator.free(act_row);
+    quant.quantize_row(act_type, values, act_row);
+    const yv_all = try allocator.alloc(f32, k);
+    defer allocator.free(yv_all);
+    quant.dequantize_row(act_type, act_row, yv_all);
     for (0..count) |r| {
         quant.dequantize_row(dtype, weights[r * row_len ..][0..row_len], w);
         var want: f64 = 0;
         var magnitude: f64 = 0;
         for (0..k) |i| {
-            const yq: [32]i8 = y.qs[i / qk];
-            const yv = @as(f64, @floatFromInt(yq[i % qk])) * y.d[i / qk];
+            const yv: f64 = yv_all[i];
             want += @as(f64, w[i]) * yv;
             magnitude += @abs(@as(f64, w[i]) * yv);
         }
@@ -288,7 +384,8 @@ fn check(dtype: DType, k: usize, count: usize, seed: u64) !void {
 
 test "q8_0, q4_0 and q4_1 mat-vec dots match the f64 dot of the dequantized rows" {
     for ([_]DType{ .q8_0, .q4_0, .q4_1 }) |dtype| {
-        for ([_]usize{ 32, 64, 96, 576, 4096 }) |k| {
+        // Fewer blocks than a chunk, chunks plus an odd tail (33 blocks), whole chunks.
+        for ([_]usize{ 32, 64, 96, 576, 1056, 4096 }) |k| {
             for (1..rows_max + 1) |count| try check(dtype, k, count, k * 31 + count);
         }
     }

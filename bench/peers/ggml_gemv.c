@@ -9,7 +9,8 @@
 //
 // --repack puts the weights in the CPU backend's extra buffer type (interleaved rows, the layout
 // llama.cpp's model loader picks by default on x86/ARM); without it, the plain layout and the kernels
-// that test-backend-ops times.
+// that test-backend-ops times. --copies R overrides the rotation; --copies 1 keeps one matrix hot
+// in cache, as test-backend-ops perf does (it repeats one op on one matrix).
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
@@ -35,7 +36,7 @@ static double now_s(void) {
 static void usage(void) {
   fprintf(stderr,
           "usage: ggml_gemv [--type q4_0|q8_0|q4_1|q4_K|q6_K|f32|...] [--k 4096] [--m 4096] "
-          "[--n 1] [--threads 2] [--seconds 2] [--repack]\n");
+          "[--n 1] [--threads 2] [--seconds 2] [--repack] [--copies R]\n");
   exit(2);
 }
 
@@ -97,6 +98,7 @@ int main(int argc, char **argv) {
   const char *type_name = "q4_0";
   long long k = 4096, m = 4096, n = 1;
   int threads = 2, repack = 0;
+  long long copies = 0;  // 0: enough for 2x the LLC
   double seconds = 2.0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -112,9 +114,10 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--n") == 0) n = atoll(v);
     else if (strcmp(a, "--threads") == 0) threads = atoi(v);
     else if (strcmp(a, "--seconds") == 0) seconds = atof(v);
+    else if (strcmp(a, "--copies") == 0) copies = atoll(v);
     else usage();
   }
-  if (k <= 0 || m <= 0 || n <= 0 || threads <= 0 || seconds <= 0) usage();
+  if (k <= 0 || m <= 0 || n <= 0 || threads <= 0 || seconds <= 0 || copies < 0) usage();
   ggml_log_set(log_quiet, NULL);
   const enum ggml_type type = parse_type(type_name);
   if (k % ggml_blck_size(type) != 0) {
@@ -129,13 +132,13 @@ int main(int argc, char **argv) {
 
   const size_t w_bytes = ggml_row_size(type, k) * (size_t)m;
   const uint64_t llc = llc_bytes();
-  long long r = (long long)((2 * llc + w_bytes - 1) / w_bytes);
+  long long r = copies ? copies : (long long)((2 * llc + w_bytes - 1) / w_bytes);
   if (r < 1) r = 1;
   if ((uint64_t)r * w_bytes > MAX_WEIGHT_BYTES) {
+    const long long wanted = r;
     r = (long long)(MAX_WEIGHT_BYTES / w_bytes);
     if (r < 1) r = 1;
-    fprintf(stderr, "ggml_gemv: capped at %lld copies (%.2f GiB) < 2x LLC (%.0f MiB)\n", r,
-            (double)r * w_bytes / (1 << 30), llc / 1048576.0);
+    fprintf(stderr, "ggml_gemv: capped at %lld copies of the %lld wanted (6 GiB limit)\n", r, wanted);
   }
   fprintf(stderr, "ggml_gemv: LLC %.0f MiB; %lld copies of %.2f MiB = %.0f MiB of %s weights%s\n",
           llc / 1048576.0, r, w_bytes / 1048576.0, r * w_bytes / 1048576.0, type_name,

@@ -111,11 +111,17 @@ function readBound(bytes: number, seconds: number): number {
 /** ggml's mat-vec GB/s on the same shape, or undefined (with the reason) when not built. */
 function ggmlGemv(type: QuantDType, n: number): { gbps: number; gflops: number } | string {
   const script = `${root}bench/peers/ggml_gemv.sh`;
-  try {
-    Deno.statSync(script);
-  } catch {
-    return "no bench/peers/ggml_gemv.sh";
-  }
+  // The harness would start the (minutes-long) llama.cpp build itself: only a cached build runs.
+  const cache = Deno.env.get("GRAFT_CACHE") ?? `${Deno.env.get("HOME")}/.cache/graft`;
+  const built = ["avx512", "avx2", "generic"].some((level) => {
+    try {
+      Deno.statSync(`${cache}/llama.cpp-0.3.36/build-${level}/bin/test-backend-ops`);
+      return true;
+    } catch {
+      return false;
+    }
+  });
+  if (!built) return "no cached llama.cpp build; run `deno task llama:build` (about 10 minutes)";
   const run = new Deno.Command("bash", {
     args: [
       script,

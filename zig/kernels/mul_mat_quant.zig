@@ -226,6 +226,12 @@ fn mul_mat_row_dots(a: Tensor, b: Tensor, c: Tensor, rd: RowDot, work: *const co
             const c_row = c.row_at(index);
             for (0..g.count) |r| {
                 const x: [*]const u8 = @ptrFromInt(g.weight_row(a, r).base);
+                // The row a group later (rows are usually adjacent), a line at a time: the dots
+                // read one row after another, and this keeps the lines ahead of them arriving.
+                if (column == 0) {
+                    var line: usize = 0;
+                    while (line < x_len) : (line += 64) @prefetch(x + rows_per_group * x_len + line, .{});
+                }
                 common.store_f32(c_row.at(g.m0 + r), rd.dot(x[0..x_len], y));
             }
         }

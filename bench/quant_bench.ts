@@ -4,6 +4,7 @@
  *   perf gemv_<type>_4096 graft=<GB/s> read_bound=<GB/s> ratio=<graft/bound>
  *   perf gemv_<type>_4096_vs_ggml graft=<GB/s> ggml=<GB/s> ratio=<graft/ggml>
  *   perf prefill_<type>_4096x4096x512 graft=<GFLOP/s> sgemm_f32=<GFLOP/s> ratio=<graft/sgemm>
+ *   perf gguf_load_smollm2_* ...   (bench/gguf_bench.ts, in a process of its own)
  *
  * Matrix-vector: 4096x4096 weights times one f32 column, in GB/s of weight bytes read, over a
  * rotation of copies whose total is at least twice the last-level cache (so the weights come
@@ -13,6 +14,10 @@
  * llama:build`; skipped with a message when that build is absent). Graft and each peer are
  * measured alternately, best of 3 rounds. Prefill: 4096x4096 weights times 512 columns, against
  * Graft's own f32 sgemm of the same shape.
+ *
+ * Then the GGUF lines of bench/gguf_bench.ts (load time and RSS of the SmolLM2 file) when the model
+ * is cached (`deno task model:fetch`), run in a fresh process so that its RSS figures do not carry
+ * this one's allocations.
  *
  * Usage: deno task bench:quant [--types q4_0,q8_0] [--quick]
  * @module
@@ -251,4 +256,23 @@ if (import.meta.main) {
     set.dispose();
   }
   f32.dispose();
+  const model = `${
+    Deno.env.get("GRAFT_MODEL_CACHE") ?? `${Deno.env.get("HOME")}/.cache/graft/models`
+  }/SmolLM2-135M-Instruct.Q4_1.gguf`;
+  let cached = false;
+  try {
+    cached = Deno.statSync(model).isFile;
+  } catch {
+    // reported below
+  }
+  if (!cached) {
+    console.log(`# gguf_load_smollm2 skipped: ${model} is missing; run \`deno task model:fetch\``);
+  } else if (!quick) {
+    const gguf = new Deno.Command(Deno.execPath(), {
+      args: ["run", "--allow-ffi", "--allow-env", "--allow-read", `${root}bench/gguf_bench.ts`],
+      stdout: "inherit",
+      stderr: "inherit",
+    }).outputSync();
+    if (!gguf.success) throw new Error("bench/gguf_bench.ts failed");
+  }
 }

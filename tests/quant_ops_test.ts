@@ -52,7 +52,7 @@ function rowUnit(dtype: QuantDType): number {
  * From this many columns of src1 on, quantized weights are dequantized into the f32 GEMM
  * (zig/kernels/mul_mat_quant.zig's gemm_columns_min); below it src1 is quantized per block.
  */
-const GEMM_COLUMNS_MIN = 32;
+const GEMM_COLUMNS_MIN = 20;
 
 /** ggml's test-backend-ops bound for mul_mat. */
 const NMSE_MAX = 5e-4;
@@ -153,7 +153,7 @@ const MUL_MAT_CASES: MulMatCase[] = [
   { k: 64, m: 9, n: 5, batchA: [1, 1], batchB: [1, 1], transposedB: true },
   // Long rows: the mat-vec kernels' chunks of 16 blocks, then a tail of pairs and one block.
   { k: 1056, m: 9, n: 2, batchA: [1, 1], batchB: [1, 1] },
-  // From 32 columns on the weights are dequantized into the f32 GEMM's panels (m past one panel).
+  // From 20 columns on the weights are dequantized into the f32 GEMM's panels (m past one panel).
   { k: 64, m: 37, n: 40, batchA: [1, 1], batchB: [2, 1] },
   { k: 288, m: 70, n: 33, batchA: [1, 1], batchB: [1, 1], transposedB: true },
 ];

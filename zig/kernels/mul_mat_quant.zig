@@ -26,8 +26,10 @@ const Tensor = common.Tensor;
 /// From this many src1 columns on, mul_mat.zig hands the product to the f32 GEMM, which
 /// dequantizes the weights block by block into its packed panels (gemm.zig's packQuantPanel):
 /// there the dequantizing is paid once per weight and the register-tiled micro-kernel does the
-/// rest, while these kernels redo per-block integer work for every column.
-pub const gemm_columns_min = 32;
+/// rest, while these kernels redo per-block integer work for every column. Measured crossover
+/// (4096x4096 weights, 2 threads, AVX-512 build): between 16 and 24 columns for q4_0, q8_0 and
+/// q4_K (at 24, GEMM 144-153 GFLOP/s against 113-135 here; at 16, 112-116 against 115-130).
+pub const gemm_columns_min = 20;
 
 /// True when mul_mat.zig runs the node through the GEMM instead of this file's kernels.
 pub fn use_gemm(n: *const common.Node) bool {

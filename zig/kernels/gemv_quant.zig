@@ -81,6 +81,7 @@ pub fn quantize_activation(weight: DType, values: []align(1) const f32, out: [*]
     const s: [*]f32 = @ptrCast(@alignCast(out + blocks * qk + blocks * @sizeOf(f32)));
     for (0..blocks) |b| {
         const x = values[b * qk ..][0..qk];
+        if (quantize_block(weight == .q4_1, x, qs[b * qk ..][0..qk], &d[b], &s[b])) continue;
         if (weight == .q4_1) {
             var block: [36]u8 = undefined;
             quant.quantize_row(.q8_1, x, &block);
@@ -106,6 +107,27 @@ pub fn quantize_activation(weight: DType, values: []align(1) const f32, out: [*]
             run[32..48].* = original[16..32].*;
         }
     }
+}
+
+/// quant.zig's quantize_q8_0 / quantize_q8_1 of one block in vectors, the same f32 operations
+/// (absmax / 127, its inverse, round half away from zero), so the same bytes; false (nothing
+/// written) for a block with an infinity or NaN, which the scalar code handles as ggml does.
+inline fn quantize_block(q8_1: bool, x: *align(1) const [qk]f32, qs: *[qk]u8, d: *f32, s: *f32) bool {
+    const v: @Vector(qk, f32) = x.*;
+    const magnitude = @abs(v);
+    if (!@reduce(.And, magnitude <= @as(@Vector(qk, f32), @splat(std.math.floatMax(f32))))) return false;
+    const scale = @reduce(.Max, magnitude) / 127.0;
+    const inverse: f32 = if (scale != 0) 1.0 / scale else 0.0;
+    const q: @Vector(qk, i32) = @intFromFloat(@round(v * @as(@Vector(qk, f32), @splat(inverse))));
+    qs.* = @bitCast(@as(@Vector(qk, i8), @truncate(q)));
+    d.* = f16_value(quant.fp32_to_fp16(scale));
+    s.* = if (q8_1) f16_value(quant.fp32_to_fp16(@as(f32, @floatFromInt(@reduce(.Add, q))) * scale)) else 0;
+    return true;
+}
+
+inline fn f16_value(h: u16) f32 {
+    const half: f16 = @bitCast(h);
+    return half;
 }
 
 inline fn f16_at(bytes: *const [2]u8) f32 {
@@ -387,6 +409,47 @@ test "q8_0, q4_0 and q4_1 mat-vec dots match the f64 dot of the dequantized rows
         // Fewer blocks than a chunk, chunks plus an odd tail (33 blocks), whole chunks.
         for ([_]usize{ 32, 64, 96, 576, 1056, 4096 }) |k| {
             for (1..rows_max + 1) |count| try check(dtype, k, count, k * 31 + count);
+        }
+    }
+}
+
+test "the activation layout holds quant.zig's q8_0 / q8_1 bytes exactly, special blocks included" {
+    const k = 8 * qk;
+    var prng = std.Random.DefaultPrng.init(7);
+    const random = prng.random();
+    var values: [k]f32 = undefined;
+    for (&values) |*v| v.* = (random.float(f32) * 2 - 1) * 3;
+    @memset(values[qk .. 2 * qk], 0); // an all-zero block: scale 0
+    values[2 * qk + 5] = std.math.inf(f32); // infinities and NaN take the scalar path
+    values[3 * qk + 1] = -std.math.inf(f32);
+    values[4 * qk + 9] = std.math.nan(f32);
+    values[5 * qk + 3] = 1e-30; // tiny values: f16 scales that underflow
+    for (values[6 * qk .. 7 * qk]) |*v| v.* *= 1e-6;
+    var out: [Activation.bytes(k)]u8 align(64) = undefined;
+    for ([_]DType{ .q8_0, .q4_1 }) |weight| {
+        quantize_activation(weight, &values, &out);
+        const y = Activation.at(&out, k);
+        const act_type: DType = if (weight == .q4_1) .q8_1 else .q8_0;
+        const size: usize = @intCast(quant.row_bytes(act_type, qk));
+        for (0..k / qk) |b| {
+            var block: [36]u8 = undefined;
+            quant.quantize_row(act_type, values[b * qk ..][0..qk], block[0..size]);
+            const at: usize = if (weight == .q4_1) 4 else 2;
+            // Whole pairs of a q4 activation swap their middle halves (see quantize_activation).
+            const qs: [*]const u8 = @ptrCast(y.qs);
+            var got: [qk]u8 = undefined;
+            for (0..qk) |j| {
+                var index = b * qk + j;
+                if (weight == .q4_1 and b / 2 < k / qk / 2) {
+                    const in_pair = (b % 2) * qk + j;
+                    const swapped = if (in_pair >= 16 and in_pair < 48) (if (in_pair < 32) in_pair + 16 else in_pair - 16) else in_pair;
+                    index = (b / 2) * 2 * qk + swapped;
+                }
+                got[j] = qs[index];
+            }
+            try std.testing.expectEqualSlices(u8, block[at..][0..qk], &got);
+            try std.testing.expectEqual(@as(u32, @bitCast(f16_at(block[0..2]))), @as(u32, @bitCast(y.d[b])));
+            if (weight == .q4_1) try std.testing.expectEqual(@as(u32, @bitCast(f16_at(block[2..4]))), @as(u32, @bitCast(y.s[b])));
         }
     }
 }

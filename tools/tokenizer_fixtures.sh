@@ -95,3 +95,5 @@ with open(os.environ["OUT"], "w", encoding="utf-8") as f:
     f.write("\n")
 print(f"graft: wrote {len(cases)} cases to {os.environ['OUT']}")
 PY
+# The repository's formatter owns JSON layout: format so a rerun reproduces the committed file.
+"$here/scripts/deno" fmt --quiet "$out"

@@ -15,11 +15,13 @@ const NS = "\\P{White_Space}";
 const GPT2 = `'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^${S}\\p{L}\\p{N}]+|${S}+(?!${NS})`;
 
 /** Llama 3's pattern, with the case-insensitive contractions spelled out as llama.cpp does. */
-const LLAMA3 = `(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|` +
+const LLAMA3 =
+  `(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|` +
   `\\p{N}{1,3}| ?[^${S}\\p{L}\\p{N}]+[\\r\\n]*|${S}*[\\r\\n]+|${S}+(?!${NS})|${S}+`;
 
 /** Qwen2's pattern: Llama 3's with single digits. */
-const QWEN2 = `(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|` +
+const QWEN2 =
+  `(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|` +
   `\\p{N}| ?[^${S}\\p{L}\\p{N}]+[\\r\\n]*|${S}*[\\r\\n]+|${S}+(?!${NS})|${S}+`;
 
 /** One pre-tokenizer: regexes applied in turn (each splits the pieces of the one before). */
@@ -140,7 +142,8 @@ export const BYTE_TO_UNICODE: readonly string[] = (() => {
   const table = new Array<string>(256);
   let n = 0;
   for (let b = 0; b < 256; b++) {
-    const printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+    const printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) ||
+      (b >= 0xae && b <= 0xff);
     table[b] = String.fromCharCode(printable ? b : 256 + n++);
   }
   return table;

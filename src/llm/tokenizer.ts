@@ -9,7 +9,6 @@ import { GraftError } from "../errors.ts";
 import type { GGUFFile } from "../gguf/file.ts";
 import type { GGUFArray, GGUFHeader, GGUFScalar } from "../gguf/reader.ts";
 import {
-  BYTE_TO_UNICODE,
   byteEncode,
   type PreTokenizer,
   preTokenizer,
@@ -220,7 +219,9 @@ export class Tokenizer {
     if (model === undefined) throw new TokenizerError("GGUF metadata has no tokenizer.ggml.model");
     if (model !== "gpt2") {
       throw new TokenizerError(
-        `tokenizer.ggml.model ${JSON.stringify(model)} is not supported (only "gpt2", byte-level BPE)`,
+        `tokenizer.ggml.model ${
+          JSON.stringify(model)
+        } is not supported (only "gpt2", byte-level BPE)`,
       );
     }
     const tokens = stringArray(header, "tokenizer.ggml.tokens", true)!;
@@ -282,7 +283,9 @@ export class Tokenizer {
     const parseSpecial = options.parseSpecial ?? false;
     const out: number[] = [];
     if (addSpecial && this.addBos) {
-      if (this.bosId === undefined) throw new TokenizerError("add_bos is set but there is no BOS id");
+      if (this.bosId === undefined) {
+        throw new TokenizerError("add_bos is set but there is no BOS id");
+      }
       out.push(this.bosId);
     }
     for (const fragment of this.#partition(text, parseSpecial)) {
@@ -290,7 +293,9 @@ export class Tokenizer {
       else this.#tokenizeText(fragment, out);
     }
     if (addSpecial && this.addEos) {
-      if (this.eosId === undefined) throw new TokenizerError("add_eos is set but there is no EOS id");
+      if (this.eosId === undefined) {
+        throw new TokenizerError("add_eos is set but there is no EOS id");
+      }
       out.push(this.eosId);
     }
     return out;
@@ -380,7 +385,9 @@ export class Tokenizer {
   #piece(id: number): Uint8Array | undefined {
     const text = this.tokens[id]!;
     const type = this.tokenTypes[id];
-    if (type === TokenType.control || type === TokenType.unknown || type === TokenType.userDefined) {
+    if (
+      type === TokenType.control || type === TokenType.unknown || type === TokenType.userDefined
+    ) {
       return utf8.encode(text);
     }
     if (type === TokenType.normal) {
@@ -427,7 +434,7 @@ export class Tokenizer {
       }
     }
     const parts = list.map((id) => this.tokenBytes(id, options.unparseSpecial ?? false));
-    let bytes = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+    let bytes: Uint8Array = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
     let o = 0;
     for (const p of parts) {
       bytes.set(p, o);
@@ -504,5 +511,3 @@ function cleanSpaces(input: Uint8Array): Uint8Array {
   }
   return new Uint8Array(out);
 }
-
-export { BYTE_TO_UNICODE };

@@ -110,7 +110,10 @@ Deno.test("a hand-made vocabulary: merges by rank, special partition, streaming 
     BYTE_TO_UNICODE[0xe2]!,
     BYTE_TO_UNICODE[0x82]!,
     BYTE_TO_UNICODE[0xac]!,
-  ]; // ids 0..11; 9, 10, 11 are the bytes of "€" (E2 82 AC)
+    BYTE_TO_UNICODE[0xef]!,
+    BYTE_TO_UNICODE[0xbb]!,
+    BYTE_TO_UNICODE[0xbf]!,
+  ]; // ids 0..14; 9, 10, 11 are the bytes of "€" (E2 82 AC), 12, 13, 14 of U+FEFF
   const types = tokens.map((t) =>
     t === "<s>" ? TokenType.control : t === "<user>" ? TokenType.userDefined : TokenType.normal
   );
@@ -145,6 +148,11 @@ Deno.test("a hand-made vocabulary: merges by rank, special partition, streaming 
   assert.deepStrictEqual(dec.flush(), "");
   assert.deepStrictEqual([dec.push(9), dec.push(10)], ["", ""]);
   assert.deepStrictEqual(dec.flush(), "\ufffd");
+  // A leading U+FEFF is text, not a byte-order mark to drop.
+  const bom = tok.tokenize("\ufeffab", { addSpecial: false });
+  assert.deepStrictEqual(tok.detokenize(bom), "\ufeffab");
+  const dec2 = tok.decoder();
+  assert.deepStrictEqual(bom.map((id) => dec2.push(id)).join("") + dec2.flush(), "\ufeffab");
   throwsTok(() => tok.tokenBytes(99), TokenizerError);
 });
 

@@ -60,6 +60,7 @@ strings = [
     "!!!??? ... --- ___",
     "a\u0301 combining accent",
     "$100 & €50 = ¥?",
+    "\ufeffbyte-order mark, then ſ and İ",
 ]
 
 tok = os.environ["TOKENIZE"]

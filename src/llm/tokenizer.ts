@@ -441,7 +441,7 @@ export class Tokenizer {
       o += p.length;
     }
     if (this.preTokenizer.cleanSpaces) bytes = cleanSpaces(bytes);
-    return new TextDecoder().decode(bytes);
+    return new TextDecoder("utf-8", { ignoreBOM: true }).decode(bytes);
   }
 
   /**
@@ -451,7 +451,7 @@ export class Tokenizer {
    */
   decoder(options: DetokenizeOptions = {}): StreamDecoder {
     const unparse = options.unparseSpecial ?? false;
-    let td = new TextDecoder();
+    let td = new TextDecoder("utf-8", { ignoreBOM: true });
     let first = true;
     return {
       push: (id: number): string => {
@@ -462,7 +462,7 @@ export class Tokenizer {
       },
       flush: (): string => {
         const rest = td.decode();
-        td = new TextDecoder();
+        td = new TextDecoder("utf-8", { ignoreBOM: true });
         first = true;
         return rest;
       },

@@ -348,21 +348,32 @@ export class Tokenizer {
       const id = this.#vocab.get(word);
       if (id !== undefined) return [id];
     }
-    // Every character of a byte-encoded word is one byte, one BMP code unit.
-    const symbols = word.split("");
-    for (;;) {
-      let best = -1;
-      let bestRank = Infinity;
-      for (let i = 0; i + 1 < symbols.length; i++) {
-        const rank = this.#ranks.get(symbols[i] + " " + symbols[i + 1]);
-        if (rank !== undefined && rank < bestRank) {
-          bestRank = rank;
-          best = i;
-        }
-      }
-      if (best < 0) break;
-      symbols.splice(best, 2, symbols[best]! + symbols[best + 1]!);
+    // llama.cpp's algorithm: a linked list of symbols (every character of a byte-encoded word
+    // is one byte, one code unit) and a heap of candidate pairs, lowest rank then leftmost
+    // first; a popped pair whose symbols changed since it was queued is skipped.
+    const n = word.length;
+    const text: string[] = word.split("");
+    const prev = Int32Array.from({ length: n }, (_, i) => i - 1);
+    const next = Int32Array.from({ length: n }, (_, i) => (i + 1 < n ? i + 1 : -1));
+    const heap = new PairHeap();
+    const add = (left: number, right: number): void => {
+      if (left < 0 || right < 0) return;
+      const rank = this.#ranks.get(text[left] + " " + text[right]);
+      if (rank !== undefined) heap.push(rank, left, right, text[left]! + text[right]!);
+    };
+    for (let i = 1; i < n; i++) add(i - 1, i);
+    for (let pair = heap.pop(); pair; pair = heap.pop()) {
+      const { left, right, merged } = pair;
+      const l = text[left]!, r = text[right]!;
+      if (l.length === 0 || r.length === 0 || l + r !== merged) continue;
+      text[left] = merged;
+      text[right] = "";
+      next[left] = next[right]!;
+      if (next[right]! >= 0) prev[next[right]!] = left;
+      add(prev[left]!, left);
+      add(left, next[left]!);
     }
+    const symbols = text.filter((t) => t.length > 0);
     const ids: number[] = [];
     for (const s of symbols) {
       const id = this.#vocab.get(s);
@@ -510,4 +521,52 @@ function cleanSpaces(input: Uint8Array): Uint8Array {
     out.push(x);
   }
   return new Uint8Array(out);
+}
+
+interface Pair {
+  rank: number;
+  left: number;
+  right: number;
+  merged: string;
+}
+
+/** A binary min-heap of merge candidates: lowest rank first, then leftmost (llama.cpp's order). */
+class PairHeap {
+  readonly #items: Pair[] = [];
+
+  static #less(a: Pair, b: Pair): boolean {
+    return a.rank < b.rank || (a.rank === b.rank && a.left < b.left);
+  }
+
+  push(rank: number, left: number, right: number, merged: string): void {
+    const items = this.#items;
+    items.push({ rank, left, right, merged });
+    let i = items.length - 1;
+    while (i > 0) {
+      const parent = (i - 1) >> 1;
+      if (!PairHeap.#less(items[i]!, items[parent]!)) break;
+      [items[i], items[parent]] = [items[parent]!, items[i]!];
+      i = parent;
+    }
+  }
+
+  pop(): Pair | undefined {
+    const items = this.#items;
+    const top = items[0];
+    const last = items.pop();
+    if (items.length > 0 && last) {
+      items[0] = last;
+      let i = 0;
+      for (;;) {
+        const a = 2 * i + 1, b = a + 1;
+        let m = i;
+        if (a < items.length && PairHeap.#less(items[a]!, items[m]!)) m = a;
+        if (b < items.length && PairHeap.#less(items[b]!, items[m]!)) m = b;
+        if (m === i) break;
+        [items[i], items[m]] = [items[m]!, items[i]!];
+        i = m;
+      }
+    }
+    return top;
+  }
 }

@@ -175,3 +175,19 @@ export {
   type LoadedWeights,
   type LoadProgress,
 } from "./src/gguf/file.ts";
+export {
+  type DetokenizeOptions,
+  type StreamDecoder,
+  type TokenizeOptions,
+  Tokenizer,
+  TokenizerError,
+  TokenType,
+} from "./src/llm/tokenizer.ts";
+export {
+  BYTE_TO_UNICODE,
+  PRE_TOKENIZER_NAMES,
+  type PreTokenizer,
+  preTokenizer,
+  splitWithPatterns,
+  UNICODE_TO_BYTE,
+} from "./src/llm/pretokenize.ts";

@@ -191,3 +191,12 @@ export {
   splitWithPatterns,
   UNICODE_TO_BYTE,
 } from "./src/llm/pretokenize.ts";
+export {
+  createSampler,
+  MT19937,
+  Sampler,
+  type SamplerOptions,
+  StopChecker,
+  type StopCheckerOptions,
+  type StopResult,
+} from "./src/llm/sampling.ts";

@@ -428,6 +428,28 @@ export class Sampler {
    * token window for the penalties instead of the accepted tokens (its last penaltyLastN).
    */
   sample(logits: Float32Array, history?: readonly number[]): number {
+    const c = this.#prepare(logits, history);
+    if (this.options.temperature <= 0) {
+      this.#rng.nextDouble();
+      return c.ids[0]!;
+    }
+    return this.#dist(c);
+  }
+
+  /**
+   * The candidates that the draw would choose from for these logits, in the chain's order,
+   * with their logits after penalties and temperature (greedy: only the chosen token). Does
+   * not draw; for inspection and tests.
+   */
+  candidates(
+    logits: Float32Array,
+    history?: readonly number[],
+  ): { ids: Int32Array; logits: Float32Array } {
+    const c = this.#prepare(logits, history);
+    return { ids: c.ids.slice(0, c.size), logits: c.logit.slice(0, c.size) };
+  }
+
+  #prepare(logits: Float32Array, history?: readonly number[]): Candidates {
     if (!(logits instanceof Float32Array)) {
       throw new ArgumentError(
         `Sampler.sample: logits must be a Float32Array, got ${
@@ -461,13 +483,16 @@ export class Sampler {
     minP(c, o.minP, o.minKeep);
 
     if (o.temperature <= 0) {
+      // llama_sampler_temp_impl: the first highest logit in the current order
       let best = 0;
       for (let i = 1; i < c.size; i++) if (c.logit[i]! > c.logit[best]!) best = i;
-      if (c.size > 0) this.#rng.nextDouble();
-      return c.ids[best]!;
+      c.ids[0] = c.ids[best]!;
+      c.logit[0] = c.logit[best]!;
+      c.size = 1;
+      return c;
     }
     for (let i = 0; i < c.size; i++) c.logit[i] = c.logit[i]! / o.temperature;
-    return this.#dist(c);
+    return c;
   }
 
   #penalties(c: Candidates, history: readonly number[]): void {

@@ -70,6 +70,7 @@ export {
 } from "./src/ops/elementwise.ts";
 export { mean, sum } from "./src/ops/reduce.ts";
 export { norm, rmsNorm, softmax, type SoftmaxOptions } from "./src/ops/norm.ts";
+export { rope, type RopeMode, type RopeOptions } from "./src/ops/rope.ts";
 export { mulMat } from "./src/ops/matmul.ts";
 export { permute, reshape, transpose, view } from "./src/ops/view.ts";
 export { cont, cpy, getRows } from "./src/ops/copy.ts";

@@ -34,6 +34,7 @@ export const CoreOp = {
   relu: 19,
   silu_mul: 20,
   rms_norm_mul: 21,
+  rope: 23,
 } as const;
 
 /** A core op's name. */
@@ -155,6 +156,18 @@ export const OPS = {
     // copy.zig uses memmove for the same-layout byte copy, so a cont onto itself is harmless;
     // with any other layout the planner's same-layout check refuses it.
     inPlace: { safe: true, reason: "a same-layout copy is a memmove onto itself" },
+  },
+  rope: {
+    code: 23,
+    arity: 2,
+    params: ["nDims", "mode", "freqBase", "freqScale"],
+    core: "rope",
+    // rope.zig reads both elements of a rotated pair before writing either, and no other output
+    // reads them; dims past nDims are an element-wise copy (ggml_rope_inplace).
+    inPlace: {
+      safe: true,
+      reason: "each output pair depends only on the input pair it overwrites",
+    },
   },
   view: { code: 100, arity: 1, params: [], core: null, inPlace: view },
   reshape: { code: 101, arity: 1, params: [], core: null, inPlace: view },

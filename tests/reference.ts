@@ -644,3 +644,46 @@ export function assertBytesEqual(a: Uint8Array, b: Uint8Array, label: string): v
     }
   }
 }
+
+/**
+ * rope (ggml_rope_ext with ext_factor 0, attn_factor 1). Angles follow ggml's recurrence
+ * `theta *= theta_scale` from `theta = pos`. With `theta: "f32"` the angles are ggml's f32 values
+ * exactly (every step rounded with Math.fround, theta_scale = fround(powf)); with `"f64"` the
+ * same recurrence runs in f64. cos, sin and the rotation are f64 either way. `mode` 0 rotates
+ * (x[2k], x[2k+1]), 2 rotates (x[k], x[k + nDims/2]); dims from nDims on are copied.
+ */
+export function refRope(
+  a: RefTensor,
+  positions: readonly number[],
+  nDims: number,
+  mode: 0 | 2,
+  freqBase: number,
+  freqScale: number,
+  theta: "f32" | "f64",
+): RefTensor {
+  const f = theta === "f32" ? Math.fround : (x: number) => x;
+  const thetaScale = f(Math.pow(f(freqBase), f(-2 / nDims)));
+  const scale = f(freqScale);
+  const out = RefTensor.zeros(a.ne);
+  const half = nDims / 2;
+  for (let i3 = 0; i3 < a.ne[3]; i3++) {
+    for (let i2 = 0; i2 < a.ne[2]; i2++) {
+      for (let i1 = 0; i1 < a.ne[1]; i1++) {
+        const set = (i0: number, v: number) => out.data[out.index(i0, i1, i2, i3)] = v;
+        let t = f(positions[i2]!);
+        for (let k = 0; k < half; k++) {
+          const angle = f(scale * t);
+          const [c, s] = [Math.cos(angle), Math.sin(angle)];
+          t = f(t * thetaScale);
+          const [j0, j1] = mode === 0 ? [2 * k, 2 * k + 1] : [k, k + half];
+          const x0 = a.at(j0, i1, i2, i3);
+          const x1 = a.at(j1, i1, i2, i3);
+          set(j0, x0 * c - x1 * s);
+          set(j1, x0 * s + x1 * c);
+        }
+        for (let i0 = nDims; i0 < a.ne[0]; i0++) set(i0, a.at(i0, i1, i2, i3));
+      }
+    }
+  }
+  return out;
+}

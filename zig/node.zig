@@ -39,6 +39,9 @@ pub const Op = enum(u32) {
     // results are bitwise those of the two nodes.
     silu_mul = 20, // dst = silu(src0) * src1, one shape
     rms_norm_mul = 21, // params[0]: f32 eps; dst = rms_norm(src0) * src1, src1.ne[0] == ne[0]
+    // params (f32): n_dims, mode (0 normal, 2 neox), freq_base, freq_scale; src0 f32
+    // [ne0, heads, tokens, ne3], src1 i32 positions [tokens] (kernels/rope.zig)
+    rope = 23,
     _,
 
     /// The unary element-wise ops (named as above): validation and dispatch derive their

@@ -67,6 +67,7 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
         .cpy => check_cpy(n),
         .get_rows => check_get_rows(n),
         .soft_max => check_soft_max(n),
+        .rope => check_rope(n),
         .silu_mul => check_silu_mul(n),
         .rms_norm_mul => check_rms_norm_mul(n),
         // Unary ops returned above (op is comptime-known); unnamed codes never get here.
@@ -77,7 +78,7 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
 /// Inclusive bounds on src_count.
 fn source_counts(comptime op: Op) [2]u32 {
     return switch (op) {
-        .add, .sub, .mul, .div, .mul_mat, .get_rows, .silu_mul, .rms_norm_mul => .{ 2, 2 },
+        .add, .sub, .mul, .div, .mul_mat, .get_rows, .silu_mul, .rms_norm_mul, .rope => .{ 2, 2 },
         .soft_max => .{ 1, 2 },
         else => .{ 1, 1 },
     };
@@ -300,6 +301,39 @@ fn check_soft_max(n: *const Node) Verdict {
         if (mask.ne[1] < src.ne[1]) {
             return fail(.shape_mismatch, "soft_max: src1.ne[1] < src0.ne[1]");
         }
+    }
+    return .ok;
+}
+
+/// rope (kernels/rope.zig): f32 src0 and dst of one shape, i32 positions [src0.ne[2]], and
+/// params n_dims (even, 2..ne0), mode (0 or 2), freq_base (finite, > 0), freq_scale (finite).
+fn check_rope(n: *const Node) Verdict {
+    const src = &n.src[0];
+    const positions = &n.src[1];
+    if (dtype_of(&n.dst) != .f32 or dtype_of(src) != .f32) {
+        return fail(.unsupported, "rope: dst and src0 must be f32");
+    }
+    if (dtype_of(positions) != .i32) return fail(.unsupported, "rope: src1 (positions) must be i32");
+    if (!same_shape(&n.dst, src)) return fail(.shape_mismatch, "rope: dst.ne != src0.ne");
+    if (positions.ne[0] != src.ne[2] or positions.ne[1] != 1 or positions.ne[2] != 1 or
+        positions.ne[3] != 1)
+    {
+        return fail(.shape_mismatch, "rope: src1.ne != [src0.ne[2], 1, 1, 1]");
+    }
+    const n_dims = n.param_f32(0);
+    if (!(n_dims >= 2) or n_dims > @as(f32, @floatFromInt(src.ne[0])) or
+        @floor(n_dims) != n_dims or @mod(n_dims, 2) != 0)
+    {
+        return fail(.invalid_argument, "rope: params[0] (n_dims) must be even, >= 2 and <= src0.ne[0]");
+    }
+    const mode = n.param_f32(1);
+    if (mode != 0 and mode != 2) return fail(.invalid_argument, "rope: params[1] (mode) must be 0 (normal) or 2 (neox)");
+    const freq_base = n.param_f32(2);
+    if (!std.math.isFinite(freq_base) or !(freq_base > 0)) {
+        return fail(.invalid_argument, "rope: params[2] (freq_base) must be finite and > 0");
+    }
+    if (!std.math.isFinite(n.param_f32(3))) {
+        return fail(.invalid_argument, "rope: params[3] (freq_scale) must be finite");
     }
     return .ok;
 }

@@ -12,6 +12,7 @@ const elementwise = @import("elementwise.zig");
 const reduce = @import("reduce.zig");
 const norm = @import("norm.zig");
 const soft_max = @import("soft_max.zig");
+const rope = @import("rope.zig");
 const mul_mat = @import("mul_mat.zig");
 const copy = @import("copy.zig");
 
@@ -56,6 +57,7 @@ fn dispatch(op: Op, n: *const Node, work: *const Work) Status {
         .norm => norm.normalize(.norm, n, work),
         .rms_norm => norm.normalize(.rms_norm, n, work),
         .soft_max => soft_max.soft_max(n, work),
+        .rope => rope.rope(n, work),
         .mul_mat => mul_mat.mul_mat(n, work),
         .cpy => copy.cpy(n, work),
         .get_rows => copy.get_rows(n, work),

@@ -25,8 +25,10 @@ import {
   Graph,
   liveAllocations,
   permute,
+  planGraph,
   rope,
   type RopeMode,
+  scale,
   ShapeError,
   type Tensor,
 } from "../mod.ts";
@@ -149,6 +151,31 @@ for (const mode of ["normal", "neox"] as const) {
 
 Deno.test("rope: 15360 elements, enough to split over 2 threads, match bitwise", () => {
   checkCase({ headDim: 128, nDims: 128, mode: "neox", freqBase: 500000, freqScale: 1, ne3: 8 });
+});
+
+Deno.test("rope: the planner runs it in place over a computed src0, with the same bits", () => {
+  const compute = (planned: boolean): { bits: Uint8Array; inPlace: boolean } => {
+    using cpu = new CpuBackend({ threads: 2 });
+    const ctx = new Context();
+    const x = ctx.newTensor("f32", [96, HEADS, TOKENS, 8]);
+    const positions = ctx.newTensor("i32", [TOKENS]);
+    const q = scale(x, 0.5);
+    const out = scale(rope(q, positions, { nDims: 64, mode: "neox", freqBase: 1e6 }), 2);
+    const r = out.src[0]!;
+    const graph = Graph.build(out);
+    using _inputs = allocTensors(cpu, graph.leafs);
+    const plan = planGraph(graph, { alignment: cpu.alignment });
+    const inPlace = plan.blocks.find((b) => b.tensor === r)?.inPlaceOf === q;
+    using _memory = planned ? plan.allocate(cpu) : allocTensors(cpu, graph.nodes);
+    cpu.setTensor(x, new Rng(7).f32(x.nelements));
+    cpu.setTensor(positions, Int32Array.from(POSITIONS));
+    cpu.graphCompute(graph);
+    const data = cpu.getTensor(out);
+    return { bits: new Uint8Array(data.buffer, data.byteOffset, data.byteLength).slice(), inPlace };
+  };
+  const planned = compute(true);
+  assert.ok(planned.inPlace, "rope takes over its src0's memory");
+  assert.deepEqual(planned.bits, compute(false).bits);
 });
 
 Deno.test("rope: nDims 2 rotates one pair, rest copied; position 0 is the identity", () => {

@@ -29,6 +29,7 @@ import {
   relu,
   repeat,
   rmsNorm,
+  rope,
   scale,
   type Shape,
   silu,
@@ -55,6 +56,8 @@ const NMSE_TRANSCENDENTAL = 1e-9;
 const NMSE_REDUCE = 1e-9;
 /** Row norms and softmax: a reduction, then a scale of every element. */
 const NMSE_NORM = 1e-8;
+/** rope: the angles are the CPU's bits; cos and sin (polynomials on the device) within an ulp or two. */
+const NMSE_ROPE = 1e-12;
 /** Matrix products: f32 dot products summed in another order than the CPU's. */
 const NMSE_MATMUL = 1e-7;
 
@@ -106,6 +109,13 @@ class Inputs {
     const t = this.ctx.newTensor("i32", shape);
     const values = Array.from({ length: t.nelements }, () => Math.floor(this.#next() * max));
     this.data.set(t, new Int32Array(values));
+    return t;
+  }
+
+  /** An i32 tensor holding `values`. */
+  ints(values: readonly number[]): Tensor {
+    const t = this.ctx.newTensor("i32", [values.length]);
+    this.data.set(t, Int32Array.from(values));
     return t;
   }
 
@@ -406,6 +416,22 @@ define(
 );
 define("softmax transposed [7, 33]", NMSE_NORM, (i) => softmax(T(i.f32([33, 7]))));
 
+// rope: positions up to 4095 (and negative), nDims below the head size, a permuted input.
+const POSITIONS = [0, 4095, 17, -3, 1];
+for (const mode of ["normal", "neox"] as const) {
+  define(`rope ${mode} [96, 3, 5] nDims 64`, NMSE_ROPE, (i) => {
+    return rope(i.f32([96, 3, 5]), i.ints(POSITIONS), { nDims: 64, mode });
+  });
+  define(`rope ${mode} [128, 3, 5, 2] base 1e6 scale 0.25`, NMSE_ROPE, (i) => {
+    const options = { nDims: 128, mode, freqBase: 1e6, freqScale: 0.25 };
+    return rope(i.f32([128, 3, 5, 2]), i.ints(POSITIONS), options);
+  });
+  define(`rope ${mode} permuted [64, 3, 5] nDims 48`, NMSE_ROPE, (i) => {
+    const a = permute(i.f32([64, 5, 3]), [0, 2, 1, 3]);
+    return rope(a, i.ints(POSITIONS), { nDims: 48, mode, freqBase: 100000 });
+  });
+}
+
 // Chains the planner runs in place (dst over src0): every kernel must read before it writes.
 define("in place: add, scale, silu, rmsNorm, softmax [1031, 5]", NMSE_NORM, (i) => {
   const x = i.f32([1031, 5]);
@@ -414,6 +440,10 @@ define("in place: add, scale, silu, rmsNorm, softmax [1031, 5]", NMSE_NORM, (i) 
 define("in place: mul, gelu, norm, cont [33, 7]", NMSE_NORM, (i) => {
   const x = i.f32([33, 7]);
   return cont(norm(gelu(mul(x, x))));
+}, true);
+define("in place: scale, rope neox [96, 3, 5] nDims 64", NMSE_ROPE, (i) => {
+  const q = scale(i.f32([96, 3, 5]), 2);
+  return scale(rope(q, i.ints(POSITIONS), { nDims: 64, mode: "neox" }), 0.5);
 }, true);
 
 /** Output bytes as f32 (f16 widened, i32 converted) for comparison. */
@@ -515,6 +545,7 @@ Deno.test("backend_ops: the suite covers every op of the foundation set", () => 
       "gelu",
       "silu",
       "relu",
+      "rope",
     ]
   ) {
     assert.ok(covered.has(op), `no case for ${op}`);

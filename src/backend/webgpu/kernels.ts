@@ -19,6 +19,7 @@ import {
 } from "./shader_elementwise.ts";
 import { MATMUL_TILE, matmulShader } from "./shader_matmul.ts";
 import { type RowKind, rowShader, sumShader } from "./shader_rows.ts";
+import { ropeShader } from "./shader_rope.ts";
 import {
   isWeightDType,
   MATVEC_COLS,
@@ -129,6 +130,26 @@ function matmul(node: Tensor): Kernel {
   };
 }
 
+// One item per rotated pair and per copied element of each row (see shader_rope.ts); the
+// params are nDims, ggml's theta_scale (powf(freqBase, -2.0f/nDims), rounded as the CPU's) and
+// freqScale, the mode selects the shader.
+function rope(node: Tensor): Kernel {
+  const [a, positions] = node.src as [Tensor, Tensor];
+  const [nDims, mode, freqBase, freqScale] = node.params as [number, number, number, number];
+  const thetaScale = Math.fround(Math.pow(Math.fround(freqBase), Math.fround(-2 / nDims)));
+  const count = a.nrows * (a.ne[0] - nDims / 2);
+  const kind = mode === 2 ? "neox" : "normal";
+  return {
+    key: `rope:${kind}`,
+    source: () => ropeShader(kind),
+    tensors: [node, a, positions],
+    status: false,
+    count,
+    floats: [nDims, thetaScale, Math.fround(freqScale)],
+    workgroups: grid(Math.ceil(count / WORKGROUP_SIZE), `rope ${node.label}`),
+  };
+}
+
 /**
  * bf16 and block-quantized tensors enter shaders only as getRows' table and mulMat's weights
  * (src0) of a dtype `shader_quant.ts` decodes, each row's blocks adjacent (nb[0] one block).
@@ -195,6 +216,8 @@ export function kernelFor(node: Tensor): Kernel {
         : rows("softmax", node, [a], node.params[0] ?? 1);
     case Op.mulMat:
       return matmul(node);
+    case Op.rope:
+      return rope(node);
     default:
       throw new GraftError(`webgpu: op ${opName(node.op)} is not supported (${node.label})`);
   }

@@ -14,8 +14,8 @@
 //!
 //! The integer products use vpdpbusd (u8 x i8, groups of 4 summed into i32) in the AVX-512 build,
 //! which has VNNI, and vpmaddubsw + vpmaddwd (the same sums through i16) in the AVX2 build, as
-//! ggml's AVX2 code does. Both run 256-bit vectors (one block per vector), as ggml's AVX-512
-//! builds do for these types: the loop is bound by memory, not by vector width.
+//! ggml's AVX2 code does. Both run 256-bit vectors (a q8_0 block, or a pair of q4 blocks, per
+//! vector; see dot_chunks): 512-bit ones measured no faster, their shuffles crowding one port.
 
 const std = @import("std");
 const builtin = @import("builtin");
@@ -35,11 +35,6 @@ const I8x32 = @Vector(32, i8);
 const I16x16 = @Vector(16, i16);
 const I32x8 = @Vector(8, i32);
 const F32x8 = @Vector(8, f32);
-const U8x64 = @Vector(64, u8);
-const I8x64 = @Vector(64, i8);
-const I32x16 = @Vector(16, i32);
-const F32x16 = @Vector(16, f32);
-const F32x2 = @Vector(2, f32);
 
 /// The weight types these kernels take, and the activation type each pairs with.
 pub fn takes(dtype: DType) bool {
@@ -120,19 +115,13 @@ inline fn quantize_block(q8_1: bool, x: *align(1) const [qk]f32, qs: *[qk]u8, d:
     const inverse: f32 = if (scale != 0) 1.0 / scale else 0.0;
     const q: @Vector(qk, i32) = @intFromFloat(@round(v * @as(@Vector(qk, f32), @splat(inverse))));
     qs.* = @bitCast(@as(@Vector(qk, i8), @truncate(q)));
-    d.* = f16_value(quant.fp32_to_fp16(scale));
-    s.* = if (q8_1) f16_value(quant.fp32_to_fp16(@as(f32, @floatFromInt(@reduce(.Add, q))) * scale)) else 0;
+    d.* = quant.fp16_to_fp32(quant.fp32_to_fp16(scale));
+    s.* = if (q8_1) quant.fp16_to_fp32(quant.fp32_to_fp16(@as(f32, @floatFromInt(@reduce(.Add, q))) * scale)) else 0;
     return true;
 }
 
-inline fn f16_value(h: u16) f32 {
-    const half: f16 = @bitCast(h);
-    return half;
-}
-
 inline fn f16_at(bytes: *const [2]u8) f32 {
-    const h: f16 = @bitCast(std.mem.readInt(u16, bytes, .little));
-    return h;
+    return quant.fp16_to_fp32(std.mem.readInt(u16, bytes, .little));
 }
 
 const is_x86 = builtin.cpu.arch == .x86_64;
@@ -145,7 +134,6 @@ const has_vnni = is_x86 and builtin.cpu.has(.x86, .avx512vnni) and builtin.cpu.h
 extern fn @"llvm.x86.avx2.pmadd.ub.sw"(a: U8x32, b: I8x32) I16x16;
 extern fn @"llvm.x86.avx2.pmadd.wd"(a: I16x16, b: I16x16) I32x8;
 extern fn @"llvm.x86.avx512.vpdpbusd.256"(acc: I32x8, a: I32x8, b: I32x8) I32x8;
-extern fn @"llvm.x86.avx512.vpdpbusd.512"(acc: I32x16, a: I32x16, b: I32x16) I32x16;
 extern fn @"llvm.x86.avx2.psign.b"(a: I8x32, b: I8x32) I8x32;
 
 /// u8 x i8 products summed in adjacent pairs to i16, saturating (vpmaddubsw). Never saturates

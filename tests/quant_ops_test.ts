@@ -34,7 +34,7 @@ import {
   WebGpuBackend,
   WEIGHT_DTYPES,
 } from "../mod.ts";
-import { Rng } from "./reference.ts";
+import { refMulMatBatched, Rng } from "./reference.ts";
 
 // Loads the library outside any test, so its resource is not reported as a test's leak.
 const baseline = liveAllocations();
@@ -165,25 +165,13 @@ function normalizedError(
   b: Float32Array,
   c: MulMatCase,
 ): number {
-  const [a2, a3] = c.batchA, [b2, b3] = c.batchB;
+  const { sum } = refMulMatBatched(w, b, c);
   let error = 0, norm = 0;
-  for (let i3 = 0; i3 < b3; i3++) {
-    for (let i2 = 0; i2 < b2; i2++) {
-      const aBatch = Math.floor(i3 / (b3 / a3)) * a2 + Math.floor(i2 / (b2 / a2));
-      const bBatch = i3 * b2 + i2;
-      for (let n = 0; n < c.n; n++) {
-        for (let m = 0; m < c.m; m++) {
-          let sum = 0;
-          for (let k = 0; k < c.k; k++) {
-            sum += w[(aBatch * c.m + m) * c.k + k]! * b[(bBatch * c.n + n) * c.k + k]!;
-          }
-          const value = got[(bBatch * c.n + n) * c.m + m]!;
-          if (!Number.isFinite(value)) return Infinity;
-          error += (value - sum) ** 2;
-          norm += sum * sum;
-        }
-      }
-    }
+  for (let i = 0; i < sum.length; i++) {
+    const value = got[i]!;
+    if (!Number.isFinite(value)) return Infinity;
+    error += (value - sum[i]!) ** 2;
+    norm += sum[i]! ** 2;
   }
   return error / norm;
 }
@@ -255,27 +243,14 @@ for (const [dtype, activation] of ACTIVATION_OF) {
       });
       const w = dequantize(aBytes, dtype);
       const y = dequantize(quantize(bValues, activation), activation);
+      const { sum, magnitude } = refMulMatBatched(w, y, c);
       for (const [simd, got] of results) {
-        for (let i3 = 0; i3 < b3; i3++) {
-          for (let i2 = 0; i2 < b2; i2++) {
-            const aBatch = Math.floor(i3 / (b3 / a3)) * a2 + Math.floor(i2 / (b2 / a2));
-            const bBatch = i3 * b2 + i2;
-            for (let n = 0; n < c.n; n++) {
-              for (let m = 0; m < c.m; m++) {
-                let sum = 0, size = 0;
-                for (let k = 0; k < c.k; k++) {
-                  const p = w[(aBatch * c.m + m) * c.k + k]! * y[(bBatch * c.n + n) * c.k + k]!;
-                  sum += p;
-                  size += Math.abs(p);
-                }
-                const value = got[(bBatch * c.n + n) * c.m + m]!;
-                assert.ok(
-                  Math.abs(value - sum) <= 1e-6 * size + 1e-30,
-                  `${simd} ${dtype} ${JSON.stringify(c)} [${m}, ${n}]: ${value} vs ${sum}`,
-                );
-              }
-            }
-          }
+        for (let i = 0; i < sum.length; i++) {
+          const m = i % c.m, n = Math.floor(i / c.m) % c.n;
+          assert.ok(
+            Math.abs(got[i]! - sum[i]!) <= 1e-6 * magnitude[i]! + 1e-30,
+            `${simd} ${dtype} ${JSON.stringify(c)} [${m}, ${n}]: ${got[i]} vs ${sum[i]}`,
+          );
         }
       }
     }

@@ -687,3 +687,46 @@ export function refRope(
   }
   return out;
 }
+
+/** A batched product's shape: `a` [k, m, a2, a3] times `b` [k, n, b2, b3] (batches default 1). */
+export interface BatchedMulMat {
+  k: number;
+  m: number;
+  n: number;
+  batchA?: readonly [number, number];
+  batchB?: readonly [number, number];
+}
+
+/**
+ * The f64 product of dense row-major `w` ([k, m, a2, a3]) and `b` ([k, n, b2, b3]), `w`
+ * broadcast over `b`'s batches as ggml's mul_mat does, laid out [m, n, b2, b3]; and per output
+ * the sum of the products' magnitudes (the scale of its rounding error).
+ */
+export function refMulMatBatched(
+  w: Float32Array,
+  b: Float32Array,
+  c: BatchedMulMat,
+): { sum: Float64Array; magnitude: Float64Array } {
+  const [a2, a3] = c.batchA ?? [1, 1], [b2, b3] = c.batchB ?? [1, 1];
+  const sum = new Float64Array(c.m * c.n * b2 * b3);
+  const magnitude = new Float64Array(sum.length);
+  for (let i3 = 0; i3 < b3; i3++) {
+    for (let i2 = 0; i2 < b2; i2++) {
+      const aBatch = Math.floor(i3 / (b3 / a3)) * a2 + Math.floor(i2 / (b2 / a2));
+      const bBatch = i3 * b2 + i2;
+      for (let n = 0; n < c.n; n++) {
+        for (let m = 0; m < c.m; m++) {
+          let total = 0, size = 0;
+          for (let k = 0; k < c.k; k++) {
+            const p = w[(aBatch * c.m + m) * c.k + k]! * b[(bBatch * c.n + n) * c.k + k]!;
+            total += p;
+            size += Math.abs(p);
+          }
+          sum[(bBatch * c.n + n) * c.m + m] = total;
+          magnitude[(bBatch * c.n + n) * c.m + m] = size;
+        }
+      }
+    }
+  }
+  return { sum, magnitude };
+}

@@ -35,7 +35,7 @@ import {
 import { rowBytes } from "../src/dtype.ts";
 import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { WEIGHT_DTYPES, type WeightDType } from "../src/backend/webgpu/shader_quant.ts";
-import { Rng } from "./reference.ts";
+import { refMulMatBatched, Rng } from "./reference.ts";
 
 const gpu = await sharedWebGpu();
 const cpu = new CpuBackend({ threads: 2 });
@@ -229,28 +229,6 @@ function mulMatCases(k1: number, k2: number): MulMatCase[] {
   ];
 }
 
-/** The f64 product of dequantized weights `w` ([k, m, a2, a3]) and `b` ([k, n, b2, b3]). */
-function reference(w: Float32Array, b: Float32Array, c: MulMatCase): Float64Array {
-  const [a2, a3] = c.batchA ?? [1, 1], [b2, b3] = c.batchB ?? [1, 1];
-  const out = new Float64Array(c.m * c.n * b2 * b3);
-  for (let i3 = 0; i3 < b3; i3++) {
-    for (let i2 = 0; i2 < b2; i2++) {
-      const aBatch = Math.floor(i3 / (b3 / a3)) * a2 + Math.floor(i2 / (b2 / a2));
-      const bBatch = i3 * b2 + i2;
-      for (let n = 0; n < c.n; n++) {
-        for (let m = 0; m < c.m; m++) {
-          let sum = 0;
-          for (let k = 0; k < c.k; k++) {
-            sum += w[(aBatch * c.m + m) * c.k + k]! * b[(bBatch * c.n + n) * c.k + k]!;
-          }
-          out[(bBatch * c.n + n) * c.m + m] = sum;
-        }
-      }
-    }
-  }
-  return out;
-}
-
 for (const dtype of WEIGHT_DTYPES) {
   test(`mulMat with ${dtype} weights is within NMSE ${NMSE_MAX} of f64 and the CPU`, async (gpu) => {
     const rng = new Rng(0xabc + dtype.length * 7 + dtype.charCodeAt(1));
@@ -281,7 +259,7 @@ for (const dtype of WEIGHT_DTYPES) {
       const built = build();
       const got = await onGpu(gpu, built);
       const w = dequantize(aBytes, dtype).subarray(skip * c.k);
-      const error = nmse(got, reference(w, bValues, c));
+      const error = nmse(got, refMulMatBatched(w, bValues, c).sum);
       stats.gpuF64.push(error);
       assert.ok(error <= NMSE_MAX, `${label}: NMSE ${error} against f64 > ${NMSE_MAX}`);
       const onCpuResult = onCpu(build());
@@ -341,7 +319,7 @@ test("the scheduler keeps mulMat and getRows of quantized weights on WebGPU", as
   const e = dequantize(eBytes, "q8_0");
   const b = new Float32Array(96 * 3);
   ids.forEach((id, i) => b.set(e.subarray(id * 96, (id + 1) * 96), i * 96));
-  const want = reference(dequantize(wBytes, "q4_1"), b, { k: 96, m: 7, n: 3 });
+  const want = refMulMatBatched(dequantize(wBytes, "q4_1"), b, { k: 96, m: 7, n: 3 }).sum;
   assert.ok(nmse(got as Float32Array, want) <= NMSE_MAX);
 });
 

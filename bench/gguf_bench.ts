@@ -19,10 +19,9 @@
 import { CpuBackend, GGUFFile, type LoadedWeights, type Tensor } from "../mod.ts";
 import { check, loadCore } from "../src/core/core.ts";
 import { compare } from "./timing.ts";
+import { SMOLLM2_PATH } from "../tools/model_cache.ts";
 
-const MODEL = `${
-  Deno.env.get("GRAFT_MODEL_CACHE") ?? `${Deno.env.get("HOME")}/.cache/graft/models`
-}/SmolLM2-135M-Instruct.Q4_1.gguf`;
+const MODEL = SMOLLM2_PATH;
 
 const PAGE = 4096;
 

@@ -34,6 +34,7 @@ import {
   type Tensor,
 } from "../mod.ts";
 import { secondsPerCall } from "./timing.ts";
+import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
 
 const THREADS = 2;
 const K = 4096;
@@ -256,17 +257,10 @@ if (import.meta.main) {
     set.dispose();
   }
   f32.dispose();
-  const model = `${
-    Deno.env.get("GRAFT_MODEL_CACHE") ?? `${Deno.env.get("HOME")}/.cache/graft/models`
-  }/SmolLM2-135M-Instruct.Q4_1.gguf`;
-  let cached = false;
-  try {
-    cached = Deno.statSync(model).isFile;
-  } catch {
-    // reported below
-  }
-  if (!cached) {
-    console.log(`# gguf_load_smollm2 skipped: ${model} is missing; run \`deno task model:fetch\``);
+  if (!smolLM2Cached()) {
+    console.log(
+      `# gguf_load_smollm2 skipped: ${SMOLLM2_PATH} is missing; run \`deno task model:fetch\``,
+    );
   } else if (!quick) {
     const gguf = new Deno.Command(Deno.execPath(), {
       args: ["run", "--allow-ffi", "--allow-env", "--allow-read", `${root}bench/gguf_bench.ts`],

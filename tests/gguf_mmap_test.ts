@@ -5,6 +5,7 @@
  * error, and every mapping is unmapped by dispose.
  */
 
+import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
 import assert from "node:assert/strict";
 import {
   allocTensors,
@@ -443,10 +444,8 @@ Deno.test("mmap: true on a backend that cannot map files is an ArgumentError", a
   }
 });
 
-const MODEL = `${
-  Deno.env.get("GRAFT_MODEL_CACHE") ?? `${Deno.env.get("HOME")}/.cache/graft/models`
-}/SmolLM2-135M-Instruct.Q4_1.gguf`;
-const haveModel = await Deno.stat(MODEL).then(() => true, () => false);
+const MODEL = SMOLLM2_PATH;
+const haveModel = smolLM2Cached();
 if (!haveModel) {
   console.log(
     `gguf_mmap_test: ${MODEL} is missing (deno task model:fetch): the SmolLM2 checks are skipped`,

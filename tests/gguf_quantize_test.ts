@@ -4,6 +4,7 @@
  * reads with the same types and values, streaming a tensor at a time, and clear errors.
  */
 
+import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
 import assert from "node:assert/strict";
 import {
   ArgumentError,
@@ -464,14 +465,8 @@ Deno.test({
   },
 });
 
-const MODEL = `${Deno.env.get("HOME")}/.cache/graft/models/SmolLM2-135M-Instruct.Q4_1.gguf`;
-const haveModel = (() => {
-  try {
-    return Deno.statSync(MODEL).isFile;
-  } catch {
-    return false;
-  }
-})();
+const MODEL = SMOLLM2_PATH;
+const haveModel = smolLM2Cached();
 if (!haveModel) {
   console.log(`gguf_quantize_test: ${MODEL} is missing (deno task model:fetch): skipped`);
 }

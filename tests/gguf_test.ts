@@ -3,6 +3,7 @@
  * (llama.cpp's own Python reader) agrees, and bad files are GGUFErrors naming field and offset.
  */
 
+import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
 import assert from "node:assert/strict";
 import {
   allocTensors,
@@ -251,10 +252,8 @@ Deno.test("GGUFFile.load names a tensor type Graft has no dtype for", async () =
   }
 });
 
-const MODEL = `${
-  Deno.env.get("GRAFT_MODEL_CACHE") ?? `${Deno.env.get("HOME")}/.cache/graft/models`
-}/SmolLM2-135M-Instruct.Q4_1.gguf`;
-const haveModel = await Deno.stat(MODEL).then(() => true, () => false);
+const MODEL = SMOLLM2_PATH;
+const haveModel = smolLM2Cached();
 if (!haveModel) {
   console.log(`gguf_test: ${MODEL} is missing (deno task model:fetch): its checks are skipped`);
 }

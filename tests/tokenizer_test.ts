@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
 import {
   BYTE_TO_UNICODE,
   GGUFFile,
@@ -12,10 +13,8 @@ import {
   UNICODE_TO_BYTE,
 } from "../mod.ts";
 
-const MODEL = `${
-  Deno.env.get("GRAFT_MODEL_CACHE") ?? `${Deno.env.get("HOME")}/.cache/graft/models`
-}/SmolLM2-135M-Instruct.Q4_1.gguf`;
-const haveModel = await Deno.stat(MODEL).then(() => true, () => false);
+const MODEL = SMOLLM2_PATH;
+const haveModel = smolLM2Cached();
 if (!haveModel) {
   console.log(
     `tokenizer_test: ${MODEL} is missing (deno task model:fetch): the SmolLM2 fixture checks are skipped`,

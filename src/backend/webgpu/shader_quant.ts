@@ -21,27 +21,24 @@
  * @module
  */
 
-import { type DType, DTYPES } from "../../dtype.ts";
+import { type DType, DTYPES, WEIGHT_DTYPES as TABLE_WEIGHT_DTYPES } from "../../dtype.ts";
+import { isQuantDType, type QuantDType } from "../../quant.ts";
 import { PARAMS_WGSL, tensorBindings } from "./wgsl_common.ts";
 
+/** The dtypes whose `weight` trait the dtype table sets. */
+type TableWeight = { [K in DType]: (typeof DTYPES)[K]["weight"] extends true ? K : never }[DType];
+
 /**
- * The raw-byte dtypes WebGPU's getRows and mulMat take as src0 (`S0`): bf16 and every block
- * type that `dequantize` reads except q8_1 and q8_K, which ggml only makes for its dot products.
+ * The dtypes WebGPU's getRows and mulMat take as src0 (`S0`) as raw bytes: the table's weight
+ * dtypes that `dequantize` reads (bf16 and the block types; q8_1 and q8_K are no weights).
+ * Derived from the table, so a new weight dtype fails to compile until it has a decoder below.
  */
-export const WEIGHT_DTYPES = [
-  "bf16",
-  "q8_0",
-  "q4_0",
-  "q4_1",
-  "q5_0",
-  "q5_1",
-  "q4_K",
-  "q5_K",
-  "q6_K",
-] as const satisfies readonly DType[];
+export const WEIGHT_DTYPES: readonly WeightDType[] = TABLE_WEIGHT_DTYPES.filter((
+  dtype,
+): dtype is WeightDType => isQuantDType(dtype));
 
 /** A dtype of {@link WEIGHT_DTYPES}. */
-export type WeightDType = (typeof WEIGHT_DTYPES)[number];
+export type WeightDType = Extract<TableWeight, QuantDType>;
 
 /** True when WebGPU's getRows and mulMat decode `dtype` in their shaders. */
 export function isWeightDType(dtype: DType): dtype is WeightDType {

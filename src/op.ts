@@ -35,6 +35,7 @@ export const CoreOp = {
   silu_mul: 20,
   rms_norm_mul: 21,
   rope: 23,
+  set_rows: 24,
 } as const;
 
 /** A core op's name. */
@@ -168,6 +169,13 @@ export const OPS = {
       safe: true,
       reason: "each output pair depends only on the input pair it overwrites",
     },
+  },
+  setRows: {
+    code: 24,
+    arity: 3,
+    params: [],
+    core: "set_rows",
+    inPlace: { safe: false, reason: "setRows writes its third source's memory, owning none" },
   },
   view: { code: 100, arity: 1, params: [], core: null, inPlace: view },
   reshape: { code: 101, arity: 1, params: [], core: null, inPlace: view },

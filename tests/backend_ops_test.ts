@@ -31,6 +31,7 @@ import {
   rmsNorm,
   rope,
   scale,
+  setRows,
   type Shape,
   silu,
   softmax,
@@ -317,6 +318,20 @@ define(
 define("cpy f32 -> f16 into a row window", NMSE_EXACT, (i) => {
   const cache = i.dest("f16", [33, 10]);
   return cpy(i.f32([33, 3]), view(cache, [33, 3], { offset: 33 * 2 * 5, nb: cache.nb }));
+});
+// setRows: the KV cache writes (rows at positions into f32 and f16 caches, a transposed cache).
+define("setRows f32 [64, 3] into [64, 10] at 7, 2, 9", NMSE_EXACT, (i) => {
+  return setRows(i.dest("f32", [64, 10]), i.f32([64, 3]), i.ints([7, 2, 9]));
+});
+define("setRows f32 -> f16 [33, 2, 3] batched into [33, 5, 3]", NMSE_EXACT, (i) => {
+  return setRows(
+    i.dest("f16", [33, 5, 3]),
+    i.f32([33, 2, 3]),
+    reshape(i.ints([4, 0, 1, 2, 3, 3]), [2, 3]),
+  );
+});
+define("setRows f32 -> f16 into a transposed cache [10, 33] (columns)", NMSE_EXACT, (i) => {
+  return setRows(T(i.dest("f16", [10, 33])), i.f32([33, 4]), i.ints([0, 9, 4, 5]));
 });
 // Ties between two halves (round to even), the overflow threshold, subnormals and specials.
 const HALF_EDGES = [

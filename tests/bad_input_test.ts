@@ -28,6 +28,7 @@ import {
   OutOfBoundsError,
   PlacementError,
   reshape,
+  setRows,
   ShapeError,
   softmax,
   StalePlanError,
@@ -330,6 +331,32 @@ Deno.test("getRows with an out-of-range index fails at compute time and the back
   assert.equal(got[0], 4 * 33);
   assert.equal(got[33], 0);
   assert.equal(got[66 + 32], 2 * 33 + 32);
+});
+
+Deno.test("setRows with an out-of-range index fails before writing and the backend lives", () => {
+  using cpu = new CpuBackend({ threads: 2 });
+  const ctx = new Context();
+  const cache = ctx.newTensor("f32", [8, 4]);
+  const rows = ctx.newTensor("f32", [8, 2]);
+  const indices = ctx.newTensor("i32", [2]);
+  const out = setRows(cache, rows, indices);
+  const graph = Graph.build(out);
+  using _memory = allocTensors(cpu, [...ctx.tensors, ...graph.nodes]);
+  cpu.setTensor(cache, new Float32Array(32).fill(-1));
+  cpu.setTensor(rows, new Float32Array(16).map((_, i) => i));
+  for (const bad of [[0, 4], [-1, 1], [3, 0x7fffffff]]) {
+    cpu.setTensor(indices, Int32Array.from(bad));
+    assertThrowsWith(() => cpu.graphCompute(graph), OutOfBoundsError, []);
+    assert.ok(cpu.getTensor(cache).every((x) => x === -1), `index ${bad}: nothing written`);
+  }
+  cpu.setTensor(indices, Int32Array.from([3, 1]));
+  cpu.graphCompute(graph);
+  const got = cpu.getTensor(cache);
+  assert.equal(got[3 * 8], 0);
+  assert.equal(got[8 + 7], 15);
+  assert.equal(got[0], -1);
+  assert.throws(() => setRows(cache, rows, ctx.newTensor("i32", [3])), ShapeError);
+  assert.throws(() => setRows(cache, ctx.newTensor("f16", [8, 2]), indices), DTypeError);
 });
 
 // ---------------------------------------------------------------------------------------------

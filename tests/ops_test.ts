@@ -29,6 +29,7 @@ import {
   reshape,
   rmsNorm,
   scale,
+  setRows,
   type Shape,
   silu,
   simdLevels,
@@ -68,6 +69,7 @@ import {
   refRmsNorm,
   refScale,
   refScatter,
+  refSetRows,
   refSilu,
   refSoftmax,
   refSqr,
@@ -578,6 +580,24 @@ opCase("cpy f32 -> f16 reads a transposed source row by row", (f) => {
   return [
     { tensor: cpy(a, b), want: refCpy(ra, [33, 7, 2], "f16"), tol: TOL_EXACT },
     { tensor: cpy(c, d), want: refCpy(rc, [35, 3], "f16"), tol: TOL_EXACT },
+  ];
+});
+
+opCase("setRows writes rows at indices into f32, f16 and transposed (strided) targets", (f) => {
+  const [a, ra] = f.f32([64, 10]);
+  const [r, rr] = f.f32([64, 3]);
+  const [i, ri] = f.i32([3], [7, 0, 9]);
+  const [b, rb] = f.f16([33, 5, 3]);
+  const [s, rs] = f.f32([33, 2, 3]);
+  const [j, rj] = f.i32([2, 3], [4, 0, 1, 2, 3, 3]);
+  // A V cache stored transposed, [positions, channels]: its rows are columns of memory.
+  const [c, rc] = f.transposed("f16", [33, 10]);
+  const [t, rt] = f.f32([33, 4]);
+  const [k, rk] = f.i32([4], [0, 9, 4, 5]);
+  return [
+    { tensor: setRows(a, r, i), want: refSetRows(ra, rr, ri, "f32"), tol: TOL_EXACT },
+    { tensor: setRows(b, s, j), want: refSetRows(rb, rs, rj, "f16"), tol: TOL_EXACT },
+    { tensor: setRows(c, t, k), want: refSetRows(rc, rt, rk, "f16"), tol: TOL_EXACT },
   ];
 });
 

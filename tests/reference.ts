@@ -498,6 +498,35 @@ export function refGetRows(a: RefTensor, idx: RefTensor): RefTensor {
   return new RefTensor(ne, out);
 }
 
+/**
+ * setRows: `target` (logical values) with row `idx[n, b, c]` of batch (b, c) replaced by row n of
+ * `rows`, rounded to the target's dtype.
+ */
+export function refSetRows(
+  target: RefTensor,
+  rows: RefTensor,
+  idx: RefTensor,
+  dtype: "f32" | "f16",
+): RefTensor {
+  const out = RefTensor.of(target.ne, target.values());
+  const round = dtype === "f16" ? roundF16 : Math.fround;
+  const [ne0, ne1, ne2] = target.ne;
+  for (let c = 0; c < rows.ne[3]; c++) {
+    for (let b = 0; b < rows.ne[2]; b++) {
+      for (let n = 0; n < rows.ne[1]; n++) {
+        const row = idx.at(n, b, c);
+        if (!Number.isInteger(row) || row < 0 || row >= ne1) {
+          throw new RangeError(`reference setRows: index ${row} outside [0, ${ne1})`);
+        }
+        for (let i = 0; i < ne0; i++) {
+          out.data[i + ne0 * (row + ne1 * (b + ne2 * c))] = round(rows.at(i, n, b, c));
+        }
+      }
+    }
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Comparison.
 

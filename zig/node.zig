@@ -42,6 +42,9 @@ pub const Op = enum(u32) {
     // params (f32): n_dims, mode (0 normal, 2 neox), freq_base, freq_scale; src0 f32
     // [ne0, heads, tokens, ne3], src1 i32 positions [tokens] (kernels/rope.zig)
     rope = 23,
+    // dst (the target's memory, f32 | f16, any strides) [ne0, R, B, C]: row (src1[n, b, c], b, c)
+    // <- src0 row (n, b, c) converted; src0 f32 [ne0, N, B, C], src1 i32 [N, B, C] (kernels/copy.zig)
+    set_rows = 24,
     _,
 
     /// The unary element-wise ops (named as above): validation and dispatch derive their

@@ -68,6 +68,7 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
         .get_rows => check_get_rows(n),
         .soft_max => check_soft_max(n),
         .rope => check_rope(n),
+        .set_rows => check_set_rows(n),
         .silu_mul => check_silu_mul(n),
         .rms_norm_mul => check_rms_norm_mul(n),
         // Unary ops returned above (op is comptime-known); unnamed codes never get here.
@@ -78,7 +79,7 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
 /// Inclusive bounds on src_count.
 fn source_counts(comptime op: Op) [2]u32 {
     return switch (op) {
-        .add, .sub, .mul, .div, .mul_mat, .get_rows, .silu_mul, .rms_norm_mul, .rope => .{ 2, 2 },
+        .add, .sub, .mul, .div, .mul_mat, .get_rows, .silu_mul, .rms_norm_mul, .rope, .set_rows => .{ 2, 2 },
         .soft_max => .{ 1, 2 },
         else => .{ 1, 1 },
     };
@@ -282,6 +283,26 @@ fn check_get_rows(n: *const Node) Verdict {
             .shape_mismatch,
             "get_rows: dst.ne != [src0.ne[0], src1.ne[0], src0.ne[2], src0.ne[3]]",
         );
+    }
+    return .ok;
+}
+
+/// set_rows (kernels/copy.zig): f32 src0 [ne0, N, B, C], i32 src1 [N, B, C], dst f32 or f16
+/// [ne0, R, B, C] of any strides (a KV cache, or a transposed view of one).
+fn check_set_rows(n: *const Node) Verdict {
+    const src = &n.src[0];
+    const indices = &n.src[1];
+    if (dtype_of(src) != .f32) return fail(.unsupported, "set_rows: src0 must be f32");
+    const to = dtype_of(&n.dst);
+    if (to != .f32 and to != .f16) return fail(.unsupported, "set_rows: dst must be f32 or f16");
+    if (dtype_of(indices) != .i32) return fail(.unsupported, "set_rows: src1 must be i32");
+    if (n.dst.ne[0] != src.ne[0]) return fail(.shape_mismatch, "set_rows: dst.ne[0] != src0.ne[0]");
+    if (n.dst.ne[2] != src.ne[2] or n.dst.ne[3] != src.ne[3]) {
+        return fail(.shape_mismatch, "set_rows: dst.ne[2..4] != src0.ne[2..4]");
+    }
+    const expected = [dims_max]i64{ src.ne[1], src.ne[2], src.ne[3], 1 };
+    if (!std.mem.eql(i64, &indices.ne, &expected)) {
+        return fail(.shape_mismatch, "set_rows: src1.ne != [src0.ne[1], src0.ne[2], src0.ne[3], 1]");
     }
     return .ok;
 }

@@ -1,6 +1,6 @@
 /**
  * Copies and gathers: `cont` (a contiguous copy), `cpy` (into an existing tensor, converting
- * f32 <-> f16, f32/f16 <-> q8_0/q4_0) and `getRows` (an embedding lookup).
+ * f32 <-> f16, f32/f16 <-> q8_0/q4_0) `getRows` (an embedding lookup) and `setRows` (its scatter: writes into a KV cache).
  * @module
  */
 
@@ -104,5 +104,51 @@ export function getRows(a: Tensor, indices: Tensor): Tensor {
     ne: [a.ne[0], indices.ne[0], a.ne[2], 1],
     op: Op.getRows,
     src: [a, indices],
+  });
+}
+
+/**
+ * Scatters rows into an existing tensor (ggml's `set_rows`): row `n` of batch `(b, c)` of
+ * `rows` is written, converted, to row `indices[n, b, c]` of batch `(b, c)` of `target`, and the
+ * result is `target` itself (a view of its memory, so later reads of it come after the write).
+ * This is how a graph writes new tokens into a KV cache at positions given as an input, so that
+ * one plan serves every position. `rows` is f32 `[ne0, N, B, C]`, `indices` i32 `[N, B, C]`,
+ * `target` f32 or f16 `[ne0, R, B, C]` with any strides (a transposed view of a cache is fine).
+ * An index outside `[0, R)` is an error at compute time, before anything is written.
+ *
+ * @example
+ * ```ts
+ * import { Context, setRows } from "../../mod.ts";
+ * const ctx = new Context();
+ * const cache = ctx.newTensor("f16", [64, 512]); // 512 positions of 64 values
+ * const k = ctx.newTensor("f32", [64, 4]); // 4 new tokens
+ * const positions = ctx.newTensor("i32", [4]);
+ * const written = setRows(cache, k, positions); // cache, after the 4 rows are written
+ * console.log(written.ne); // [64, 512, 1, 1]
+ * ```
+ */
+export function setRows(target: Tensor, rows: Tensor, indices: Tensor): Tensor {
+  requireDType("setRows", target, ["f32", "f16"]);
+  requireDType("setRows", rows, ["f32"]);
+  requireDType("setRows", indices, ["i32"]);
+  if (
+    target.ne[0] !== rows.ne[0] || target.ne[2] !== rows.ne[2] || target.ne[3] !== rows.ne[3] ||
+    indices.ne[0] !== rows.ne[1] || indices.ne[1] !== rows.ne[2] ||
+    indices.ne[2] !== rows.ne[3] || indices.ne[3] !== 1
+  ) {
+    throw new ShapeError(
+      `setRows: rows ${formatShape(rows.ne)} with indices ${formatShape(indices.ne)} do not ` +
+        `fit target ${formatShape(target.ne)} (target [ne0, R, B, C], rows [ne0, N, B, C], ` +
+        `indices [N, B, C])`,
+    );
+  }
+  requireNoOverlap(rows, target);
+  return new Tensor({
+    dtype: target.dtype,
+    ne: target.ne,
+    nb: target.nb,
+    op: Op.setRows,
+    src: [rows, indices, target],
+    viewSource: target,
   });
 }

@@ -17,7 +17,7 @@
 import type { Backend } from "../backend/backend.ts";
 import { GraftError, PlacementError } from "../errors.ts";
 import type { Graph } from "../graph.ts";
-import { Op, opName } from "../op.ts";
+import { Op, opInfo, opName } from "../op.ts";
 import type { Tensor } from "../tensor.ts";
 
 /** Why a node was put on its backend. */
@@ -194,9 +194,11 @@ function sourceBackend(source: Tensor, assigned: Map<Tensor, Assignment>): Backe
 
 function memoryAssignment(node: Tensor, assigned: Map<Tensor, Assignment>): Assignment {
   const backend = sourceBackend(node.viewSource!, assigned)!;
-  if (node.op === Op.cpy && !supports(backend, node)) {
+  if (opInfo(node.op).core !== null && !supports(backend, node)) {
     throw new GraftError(
-      `schedule: cpy into ${node.viewSource!.label} must run on ${backend.name}, where its ` +
+      `schedule: ${opName(node.op)} into ${
+        node.viewSource!.label
+      } must run on ${backend.name}, where its ` +
         `destination lives, and ${backend.name} does not support it`,
     );
   }

@@ -6,6 +6,11 @@
 //! nearest even. f32/f16 <-> q8_0/q4_0 (quantized KV caches) go row to row through quant.zig. Three paths: both contiguous with one dtype (a byte copy split across threads),
 //! equal row length (row to row, vectorized), and otherwise an element walk per dst row.
 //!
+//! set_rows: the scatter of get_rows, into a KV cache at token positions: dst (the target's own
+//! memory, f32 or f16, any strides) row (src1[n, b, c], b, c) <- src0 f32 row (n, b, c), converted
+//! as cpy converts. An index outside [0, R) stops the node before any thread writes; two equal
+//! indices leave one of their rows (which one is not specified), as in ggml.
+//!
 //! get_rows: src0 [ne0, R, B, C] f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 (rows of
 //! the last six are dequantized with quant.zig, bit for bit what `dequantize` gives), src1 i32
 //! [N, B, C, 1], dst f32 [ne0, N, B, C]: dst row (n, b, c) = src0 row (src1[n, b, c], b, c). An index outside [0, R) makes every thread
@@ -224,6 +229,23 @@ pub fn get_rows(n: *const common.Node, work: *const common.Work) common.Status {
     return .ok;
 }
 
+pub fn set_rows(n: *const common.Node, work: *const common.Work) common.Status {
+    const dst = Tensor.from(&n.dst);
+    const src = Tensor.from(&n.src[0]);
+    const indices = Tensor.from(&n.src[1]);
+    assert(indices.dtype == .i32);
+    assert(src.dtype == .f32);
+    if (!indices_in_range(indices, dst.ne[1])) return .out_of_bounds;
+    const range = common.thread_range(src.rows(), work);
+    for (range.begin..range.end) |row| {
+        const index = src.row_index(row);
+        const target_row = row_index_value(indices, index);
+        const to = dst.row_at(.{ .i1 = target_row, .i2 = index.i2, .i3 = index.i3 });
+        convert_row(to, dst.dtype, src.row_at(index), .f32, src.ne[0]);
+    }
+    return .ok;
+}
+
 /// One row of bf16 or blocks (adjacent, validate checks nb[0]) into a contiguous f32 row.
 fn dequantize_into(dst: Strided, src: Strided, dtype: DType, count: usize) void {
     assert(dst.stride == @sizeOf(f32));
@@ -232,7 +254,7 @@ fn dequantize_into(dst: Strided, src: Strided, dtype: DType, count: usize) void 
     quant.dequantize_row(dtype, bytes[0..quant.row_bytes(dtype, count)], floats[0..count]);
 }
 
-/// src1[n, b, c] for dst row (n, b, c); only called after `indices_in_range`.
+/// src1[n, b, c] for row (n, b, c); only called after `indices_in_range`.
 fn row_index_value(indices: Tensor, index: common.RowIndex) usize {
     const offset = index.i1 * indices.nb[0] + index.i2 * indices.nb[1] + index.i3 * indices.nb[2];
     const address = indices.base + offset;

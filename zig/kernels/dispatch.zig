@@ -61,6 +61,7 @@ fn dispatch(op: Op, n: *const Node, work: *const Work) Status {
         .mul_mat => mul_mat.mul_mat(n, work),
         .cpy => copy.cpy(n, work),
         .get_rows => copy.get_rows(n, work),
+        .set_rows => copy.set_rows(n, work),
         // Unary ops returned above; anything else is no op the core knows.
         else => .unsupported,
     };
@@ -96,10 +97,10 @@ pub fn prepack(n: *const Node, work: *const Work) Status {
     return if (op == .mul_mat) mul_mat.prepack(n, work) else .ok;
 }
 
-/// Ops whose kernel can fail on the values it reads (get_rows on a bad index). Every thread runs
-/// them, so that every thread reports the same status for the node.
+/// Ops whose kernel can fail on the values it reads (get_rows, set_rows on a bad index). Every
+/// thread runs them, so that every thread reports the same status for the node.
 pub fn fails_on_data(op: Op) bool {
-    return op == .get_rows;
+    return op == .get_rows or op == .set_rows;
 }
 
 /// Ops whose kernel calls `Work.sync`, so every thread must run it concurrently.

@@ -35,8 +35,9 @@ export interface TableEntry {
 
 /** The record of one graph node as it is (no fusion). */
 export function tensorEntry(tensor: Tensor): TableEntry {
-  // cpy's second source is its destination: the core reads only the first.
-  const src = tensor.op === Op.cpy ? tensor.src.slice(0, 1) : tensor.src;
+  // cpy's second source and setRows' third are their destination (the node's viewSource, whose
+  // memory the core gets as dst): the core reads only the others.
+  const src = tensor.viewSource ? tensor.src.filter((s) => s !== tensor.viewSource) : tensor.src;
   return { tensor, coreOp: coreOp(tensor.op), src, params: tensor.params, fused: [tensor] };
 }
 

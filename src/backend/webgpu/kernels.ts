@@ -8,7 +8,7 @@ import { DTYPES, holdsRawBytes } from "../../dtype.ts";
 import { GraftError, LimitError, Status } from "../../errors.ts";
 import { Op, opName } from "../../op.ts";
 import type { Tensor } from "../../tensor.ts";
-import { cpyShader, getRowsShader } from "./shader_copy.ts";
+import { cpyShader, getRowsShader, setRowsShader } from "./shader_copy.ts";
 import {
   type BinaryKind,
   binaryShader,
@@ -193,6 +193,18 @@ export function kernelFor(node: Tensor): Kernel {
     case Op.getRows: {
       const kernel = flat(`getRows:${a.dtype}`, () => getRowsShader(a.dtype), node, src);
       return { ...kernel, status: true };
+    }
+    case Op.setRows: {
+      const [rows, indices] = src as [Tensor, Tensor];
+      return {
+        key: `setRows:${node.dtype}`,
+        source: () => setRowsShader(node.dtype),
+        tensors: [node, rows, indices],
+        status: true,
+        count: rows.nelements,
+        floats: [],
+        workgroups: grid(Math.ceil(rows.nelements / WORKGROUP_SIZE), `setRows ${node.label}`),
+      };
     }
     case Op.sum:
       return {

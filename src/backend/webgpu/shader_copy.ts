@@ -1,6 +1,7 @@
 /**
  * WGSL for copies and gathers: cpy/cont (element i of the destination, in row-major logical
- * order, gets element i of the source, converting f32 <-> f16), getRows, and the word patch used
+ * order, gets element i of the source, converting f32 <-> f16), getRows and its scatter setRows,
+ * and the word patch used
  * to write byte ranges that do not start or end on a 4-byte boundary.
  * @module
  */
@@ -43,6 +44,27 @@ ${
     return;
   }
   D_set_f32(at(0u, c), ${load});`)
+  }`;
+}
+
+/**
+ * setRows, one item per element of the rows written (S0): D[i0, S1[n, b, c], b, c] =
+ * S0[i0, n, b, c]. An index outside [0, R) skips the element and sets word 0 of the status
+ * binding to 1, which the backend reports on its next synchronize (other elements may have been
+ * written by then: the CPU checks every index first).
+ */
+export function setRowsShader(to: DType): string {
+  return `${PARAMS_WGSL}
+${tensorBindings(to, ["f32", "i32"])}
+${bindingWgsl("STATUS", 4, "i32", true)}
+${
+    flatKernel(`  let c = coords(1u, i);
+  let row = bitcast<i32>(S1_bits(at(2u, vec4<u32>(c.y, c.z, c.w, 0u))));
+  if (row < 0 || u32(row) >= P.t[0].ne.y) {
+    STATUS_set_bits(0u, 1u);
+    return;
+  }
+  D_set_f32(at(0u, vec4<u32>(c.x, u32(row), c.z, c.w)), S0_f32(at(1u, c)));`)
   }`;
 }
 

@@ -29,6 +29,7 @@ import {
   relu,
   repeat,
   rmsNorm,
+  reshape,
   rope,
   scale,
   setRows,

@@ -1,0 +1,77 @@
+/**
+ * The KV cache: each layer's keys and values for every position of the context, as persistent
+ * tensors in one buffer of the backend that runs the model. Keys are `[nEmbdKv, nCtx]` (a row
+ * per position, as ggml's cache); values are stored transposed, `[nCtx, nEmbdKv]` (a row per
+ * channel), so attention's `V·p` reads rows of positions, as llama.cpp's non-flash path does.
+ * Graphs write new positions with `setRows` at positions given as an input, so one plan serves
+ * every position.
+ * @module
+ */
+
+import type { Backend, BackendBuffer } from "../backend/backend.ts";
+import { allocTensors } from "../alloc/alloc_tensors.ts";
+import { Context } from "../context.ts";
+import type { Tensor } from "../tensor.ts";
+import type { LlamaHParams } from "./hparams.ts";
+
+/** The element type of the cache. */
+export type KvCacheType = "f16" | "f32";
+
+/** One layer's cache tensors. */
+export interface KvLayer {
+  /** Keys, `[nEmbdKv, nCtx]`. */
+  readonly k: Tensor;
+  /** Values, transposed: `[nCtx, nEmbdKv]`. */
+  readonly v: Tensor;
+}
+
+/** The cache of every layer, in one backend buffer; dispose it to free the buffer. */
+export class KvCache implements Disposable {
+  /** Positions the cache holds. */
+  readonly nCtx: number;
+  /** Element type. */
+  readonly type: KvCacheType;
+  /** The layers' tensors. */
+  readonly layers: readonly KvLayer[];
+  /** The buffer holding them. */
+  readonly buffer: BackendBuffer;
+
+  constructor(backend: Backend, hparams: LlamaHParams, nCtx: number, type: KvCacheType) {
+    const ctx = new Context();
+    const width = hparams.headDim * hparams.nHeadKv;
+    const layers: KvLayer[] = [];
+    for (let il = 0; il < hparams.nLayer; il++) {
+      layers.push({
+        k: ctx.newTensor(type, [width, nCtx], `cache_k_l${il}`),
+        v: ctx.newTensor(type, [nCtx, width], `cache_v_l${il}`),
+      });
+    }
+    this.nCtx = nCtx;
+    this.type = type;
+    this.layers = layers;
+    this.buffer = allocTensors(backend, ctx.tensors);
+    // Attention reads whole buckets of positions, masked past the filled ones: masked keys weigh
+    // 0, but 0 times a value that is not finite is NaN, so every value must start finite (as
+    // llama.cpp clears its cache buffer).
+    const zeros = new Uint8Array(layers[0]?.k.nbytes ?? 0);
+    for (const layer of layers) {
+      backend.setTensor(layer.k, zeros);
+      backend.setTensor(layer.v, zeros);
+    }
+  }
+
+  /** Bytes of the cache. */
+  get size(): number {
+    return this.buffer.size;
+  }
+
+  /** Frees the buffer. */
+  dispose(): void {
+    this.buffer.dispose();
+  }
+
+  /** Same as {@link dispose}. */
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+}

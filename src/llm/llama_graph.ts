@@ -1,0 +1,207 @@
+/**
+ * The llama graph (llama.cpp's `llm_build_llama`) for a batch of tokens at given positions,
+ * reading and writing the KV cache. Its inputs are tensors of their own (token ids, positions,
+ * the attention mask), so one graph and one plan serve every call with the same shape: the
+ * number of tokens, the number of cache positions attention reads (`nKv`, bucketed by the
+ * caller) and whether every position's logits are wanted.
+ *
+ * Attention groups the query heads that share a kv head (GQA) into the rows of one matrix per
+ * kv head: `K·Q` is one product per kv head with `r·nTokens` columns (r = heads per kv head),
+ * and so is `V·p`. The mask's rows follow: row `h + r·t` is token t's.
+ * @module
+ */
+
+import { ModelError } from "./hparams.ts";
+import type { LlamaHParams } from "./hparams.ts";
+import type { KvCache } from "./kv_cache.ts";
+import { Context } from "../context.ts";
+import { Graph } from "../graph.ts";
+import type { Tensor } from "../tensor.ts";
+import { add, mul, silu } from "../ops/elementwise.ts";
+import { rmsNorm, softmax } from "../ops/norm.ts";
+import { mulMat } from "../ops/matmul.ts";
+import { cont, getRows, setRows } from "../ops/copy.ts";
+import { permute, reshape, view } from "../ops/view.ts";
+import { rope } from "../ops/rope.ts";
+
+/** One layer's weights. */
+export interface LlamaLayerWeights {
+  readonly attnNorm: Tensor;
+  readonly wq: Tensor;
+  readonly wk: Tensor;
+  readonly wv: Tensor;
+  readonly wo: Tensor;
+  readonly ffnNorm: Tensor;
+  readonly wGate: Tensor;
+  readonly wUp: Tensor;
+  readonly wDown: Tensor;
+}
+
+/** The model's weights, by role. */
+export interface LlamaWeights {
+  readonly tokenEmbd: Tensor;
+  readonly outputNorm: Tensor;
+  /** `output.weight`, or the token embedding when the file ties them. */
+  readonly output: Tensor;
+  readonly layers: readonly LlamaLayerWeights[];
+}
+
+/** Picks the weights out of a GGUF's tensors by llama.cpp's names; a missing one is a ModelError. */
+export function llamaWeights(
+  tensors: ReadonlyMap<string, Tensor>,
+  hparams: LlamaHParams,
+): LlamaWeights {
+  const get = (name: string): Tensor => {
+    const t = tensors.get(name);
+    if (!t) throw new ModelError(`model: tensor ${name} is missing`);
+    return t;
+  };
+  const layers: LlamaLayerWeights[] = [];
+  for (let il = 0; il < hparams.nLayer; il++) {
+    const p = `blk.${il}.`;
+    layers.push({
+      attnNorm: get(`${p}attn_norm.weight`),
+      wq: get(`${p}attn_q.weight`),
+      wk: get(`${p}attn_k.weight`),
+      wv: get(`${p}attn_v.weight`),
+      wo: get(`${p}attn_output.weight`),
+      ffnNorm: get(`${p}ffn_norm.weight`),
+      wGate: get(`${p}ffn_gate.weight`),
+      wUp: get(`${p}ffn_up.weight`),
+      wDown: get(`${p}ffn_down.weight`),
+    });
+  }
+  const tokenEmbd = get("token_embd.weight");
+  const kv = hparams.headDim * hparams.nHeadKv;
+  const expect = (t: Tensor, ne0: number, ne1: number): void => {
+    if (t.ne[0] !== ne0 || t.ne[1] !== ne1 || t.ne[2] !== 1 || t.ne[3] !== 1) {
+      throw new ModelError(
+        `model: ${t.name} is [${t.ne.join(", ")}], expected [${ne0}, ${ne1}, 1, 1]`,
+      );
+    }
+  };
+  const { nEmbd, nFf, nVocab } = hparams;
+  expect(tokenEmbd, nEmbd, nVocab);
+  for (const l of layers) {
+    expect(l.attnNorm, nEmbd, 1);
+    expect(l.wq, nEmbd, hparams.headDim * hparams.nHead);
+    expect(l.wk, nEmbd, kv);
+    expect(l.wv, nEmbd, kv);
+    expect(l.wo, hparams.headDim * hparams.nHead, nEmbd);
+    expect(l.ffnNorm, nEmbd, 1);
+    expect(l.wGate, nEmbd, nFf);
+    expect(l.wUp, nEmbd, nFf);
+    expect(l.wDown, nFf, nEmbd);
+  }
+  const output = tensors.get("output.weight") ?? tokenEmbd;
+  expect(output, nEmbd, nVocab);
+  const outputNorm = get("output_norm.weight");
+  expect(outputNorm, nEmbd, 1);
+  return { tokenEmbd, outputNorm, output, layers };
+}
+
+/** The shape a graph is built for. */
+export interface LlamaGraphShape {
+  /** Tokens evaluated at once. */
+  readonly nTokens: number;
+  /** Cache positions attention reads (from 0): the filled ones and masked padding. */
+  readonly nKv: number;
+  /** Logits of every token (true) or of the last one only. */
+  readonly allLogits: boolean;
+}
+
+/** A built graph and the inputs a caller fills before each compute. */
+export interface LlamaGraph {
+  readonly shape: LlamaGraphShape;
+  readonly graph: Graph;
+  /** i32 `[nTokens]` token ids. */
+  readonly tokens: Tensor;
+  /** i32 `[nTokens]` positions (cache rows written). */
+  readonly positions: Tensor;
+  /** f32 `[nKv, r·nTokens]`: 0 where a query may see a key, -Infinity elsewhere. */
+  readonly mask: Tensor;
+  /** f32 `[nVocab, nTokens or 1]`. */
+  readonly logits: Tensor;
+  /** The input tensors (to give memory). */
+  readonly inputs: readonly Tensor[];
+}
+
+/** Builds the llama graph for `shape` over `weights` and `cache`. */
+export function buildLlamaGraph(
+  hparams: LlamaHParams,
+  weights: LlamaWeights,
+  cache: KvCache,
+  shape: LlamaGraphShape,
+): LlamaGraph {
+  const { nTokens: T, nKv } = shape;
+  const { nEmbd, nHead, nHeadKv, headDim: hd, rmsEps } = hparams;
+  const r = nHead / nHeadKv;
+  const g = nHeadKv;
+  const width = hd * g;
+  const ctx = new Context();
+  const tokens = ctx.newTensor("i32", [T], "tokens");
+  const positions = ctx.newTensor("i32", [T], "positions");
+  const mask = ctx.newTensor("f32", [nKv, r * T], "kq_mask");
+  const kqScale = 1 / Math.sqrt(hd);
+  const ropeOptions = {
+    nDims: hparams.nRot,
+    mode: "normal" as const,
+    freqBase: hparams.ropeFreqBase,
+    freqScale: hparams.ropeFreqScale,
+  };
+  const cacheBytes = cache.type === "f16" ? 2 : 4;
+  const nCtx = cache.nCtx;
+
+  let x = getRows(weights.tokenEmbd, tokens); // [nEmbd, T]
+  weights.layers.forEach((w, il) => {
+    const layer = cache.layers[il]!;
+    const h = mul(rmsNorm(x, rmsEps), w.attnNorm);
+    const q = rope(reshape(mulMat(w.wq, h), [hd, nHead, T]), positions, ropeOptions);
+    const k = rope(reshape(mulMat(w.wk, h), [hd, g, T]), positions, ropeOptions);
+    const v = mulMat(w.wv, h); // [width, T]
+    const kWritten = setRows(layer.k, reshape(k, [width, T]), positions);
+    // The V cache is [nCtx, width]; its transpose's rows are positions.
+    const vT = view(layer.v, [width, nCtx], {
+      nb: [nCtx * cacheBytes, cacheBytes, width * nCtx * cacheBytes, width * nCtx * cacheBytes],
+    });
+    const vWritten = setRows(vT, v, positions);
+    // Keys of kv head j: [hd, nKv], rows a position apart.
+    const keys = view(kWritten, [hd, nKv, g], {
+      nb: [cacheBytes, width * cacheBytes, hd * cacheBytes, width * nCtx * cacheBytes],
+    });
+    // Values of kv head j transposed: [nKv, hd], rows a channel apart.
+    const values = view(vWritten, [nKv, hd, g], {
+      nb: [cacheBytes, nCtx * cacheBytes, hd * nCtx * cacheBytes, width * nCtx * cacheBytes],
+    });
+    // Queries grouped by kv head: [hd, r, g, T] -> [hd, r, T, g] -> [hd, r·T, g].
+    const grouped = T === 1
+      ? reshape(q, [hd, r, g])
+      : reshape(cont(permute(reshape(q, [hd, r, g, T]), [0, 1, 3, 2])), [hd, r * T, g]);
+    const scores = mulMat(keys, grouped); // [nKv, r·T, g]
+    const p = softmax(scores, { mask, scale: kqScale });
+    const kqv = mulMat(values, p); // [hd, r·T, g]
+    // [hd, r, T, g] -> [hd, r, g, T] -> [nEmbd, T]
+    const merged = T === 1
+      ? reshape(kqv, [hd * nHead, 1])
+      : reshape(cont(permute(reshape(kqv, [hd, r, T, g]), [0, 1, 3, 2])), [hd * nHead, T]);
+    x = add(x, mulMat(w.wo, merged));
+    const n2 = mul(rmsNorm(x, rmsEps), w.ffnNorm);
+    const gated = mul(silu(mulMat(w.wGate, n2)), mulMat(w.wUp, n2));
+    x = add(x, mulMat(w.wDown, gated));
+  });
+  if (!shape.allLogits && T > 1) {
+    x = view(x, [nEmbd, 1], { offset: (T - 1) * x.nb[1] });
+  }
+  const normed = mul(rmsNorm(x, rmsEps), weights.outputNorm);
+  const logits = mulMat(weights.output, normed);
+  logits.name = "logits";
+  return {
+    shape,
+    graph: Graph.build(logits),
+    tokens,
+    positions,
+    mask,
+    logits,
+    inputs: ctx.tensors,
+  };
+}

@@ -1,0 +1,415 @@
+/**
+ * A llama-family language model loaded from a GGUF file: its weights on a backend, its KV
+ * cache, tokenizer and chat template, and the plans that evaluate tokens. `eval` runs tokens
+ * through the model at the next positions of the cache; `generate` streams text.
+ * @module
+ */
+
+import type { Backend } from "../backend/backend.ts";
+import { CpuBackend } from "../backend/cpu/backend.ts";
+import { WebGpuBackend } from "../backend/webgpu/backend.ts";
+import { ArgumentError, GraftError } from "../errors.ts";
+import { GGUFFile, type LoadedWeights } from "../gguf/file.ts";
+import { type LlamaHParams, ModelError, readLlamaHParams } from "./hparams.ts";
+import { KvCache, type KvCacheType } from "./kv_cache.ts";
+import { type LlamaWeights, llamaWeights } from "./llama_graph.ts";
+import { PlanCache } from "./plan_cache.ts";
+import { Tokenizer, type TokenizeOptions } from "./tokenizer.ts";
+import { Sampler, type SamplerOptions, StopChecker } from "./sampling.ts";
+
+/** Out of context: the cache holds `nCtx` positions and the tokens would not fit. */
+export class ContextFullError extends GraftError {
+  /** The error class name. */
+  override name = "ContextFullError";
+}
+
+/** Options of {@link LLM.load}. */
+export interface LLMLoadOptions {
+  /** `"cpu"` (default) or `"webgpu"`; or a backend of your own (not disposed with the model). */
+  readonly backend?: "cpu" | "webgpu" | Backend;
+  /** CPU threads (default: the CPU backend's default). */
+  readonly threads?: number;
+  /** Context size: positions the KV cache holds (default min(4096, the trained context)). */
+  readonly nCtx?: number;
+  /** Most tokens evaluated in one graph; longer inputs go in several (default 256). */
+  readonly nBatch?: number;
+  /** KV cache element type (default `"f16"`, as llama.cpp's default). */
+  readonly cacheType?: KvCacheType;
+  /**
+   * Attention reads the cache in buckets of this many positions (default 256, as llama.cpp
+   * pads its KV length): one plan per bucket, the positions past the filled ones masked.
+   */
+  readonly kvBucket?: number;
+  /** Map the file (CPU default) or copy the weights into backend buffers. */
+  readonly mmap?: boolean;
+  /** Loading progress, bytes of weights done of the total. */
+  readonly onProgress?: (done: number, total: number) => void;
+}
+
+/** Options of {@link LLM.eval}. */
+export interface EvalOptions {
+  /** Return the logits of every token evaluated (`nVocab` per token, in order), not the last only. */
+  readonly allLogits?: boolean;
+}
+
+/** Options of {@link LLM.generate}. */
+export interface GenerateOptions extends SamplerOptions {
+  /** Most tokens to generate (default: until an end-of-generation token or the context's end). */
+  readonly maxTokens?: number;
+  /** Keep going past end-of-generation tokens (llama.cpp's `--ignore-eos`). */
+  readonly ignoreEos?: boolean;
+  /** Strings that end the generation (not included in the text). */
+  readonly stop?: readonly string[];
+  /**
+   * Keep the cache (default true): a prompt that starts with the tokens already evaluated only
+   * evaluates the rest, as a chat's turns do. false starts from an empty cache.
+   */
+  readonly reuseCache?: boolean;
+  /** Tokenize a string prompt with special tokens parsed (default true, as llama.cpp's CLI). */
+  readonly parseSpecial?: boolean;
+  /** Called with each generated token id, before its text is yielded. */
+  readonly onToken?: (id: number) => void;
+}
+
+/** Why {@link LLM.generate} stopped, and counts (`llm.lastGeneration`). */
+export interface GenerationStats {
+  readonly promptTokens: number;
+  /** Prompt tokens evaluated (fewer than promptTokens when the cache already held a prefix). */
+  readonly promptEvaluated: number;
+  readonly generatedTokens: number;
+  readonly ids: readonly number[];
+  readonly stopReason: "eog" | "stop" | "length" | "context";
+  readonly promptMs: number;
+  readonly generateMs: number;
+}
+
+/** Control tokens that end a turn, by text, as llama.cpp's vocabulary collects them. */
+const EOG_TEXTS = [
+  "<|eot_id|>",
+  "<|im_end|>",
+  "<|end|>",
+  "<end_of_turn>",
+  "<|endoftext|>",
+  "<|eom_id|>",
+  "<EOT>",
+  "_<EOT>",
+  "<｜end▁of▁sentence｜>",
+];
+
+/**
+ * A loaded model.
+ *
+ * @example
+ * ```ts ignore
+ * import { LLM } from "./mod.ts";
+ * using llm = await LLM.load("SmolLM2-135M-Instruct.Q4_1.gguf", { threads: 2 });
+ * for await (const text of llm.generate("The capital of France is", { maxTokens: 16, temperature: 0 })) {
+ *   Deno.stdout.writeSync(new TextEncoder().encode(text));
+ * }
+ * ```
+ */
+export class LLM implements Disposable {
+  /** The hyperparameters. */
+  readonly hparams: LlamaHParams;
+  /** The tokenizer from the file. */
+  readonly tokenizer: Tokenizer;
+  /** The backend the model runs on. */
+  readonly backend: Backend;
+  /** The GGUF file's header (metadata, tensor infos). */
+  readonly file: GGUFFile;
+  /** Positions the cache holds. */
+  readonly nCtx: number;
+  /** End-of-generation token ids. */
+  readonly eogTokens: ReadonlySet<number>;
+  /** Counts of the last {@link generate}. */
+  lastGeneration: GenerationStats | null = null;
+
+  readonly #ownsBackend: boolean;
+  readonly #weights: LoadedWeights;
+  readonly #cache: KvCache;
+  readonly #plans: PlanCache;
+  readonly #nBatch: number;
+  #history: number[] = [];
+  #logits: Float32Array | null = null;
+  #disposed = false;
+
+  private constructor(init: {
+    file: GGUFFile;
+    backend: Backend;
+    ownsBackend: boolean;
+    hparams: LlamaHParams;
+    weights: LoadedWeights;
+    model: LlamaWeights;
+    cache: KvCache;
+    nBatch: number;
+    kvBucket: number;
+  }) {
+    this.file = init.file;
+    this.backend = init.backend;
+    this.#ownsBackend = init.ownsBackend;
+    this.hparams = init.hparams;
+    this.#weights = init.weights;
+    this.#cache = init.cache;
+    this.nCtx = init.cache.nCtx;
+    this.#nBatch = init.nBatch;
+    this.#plans = new PlanCache(init.backend, init.hparams, init.model, init.cache, init.kvBucket);
+    this.tokenizer = Tokenizer.fromGGUF(init.file);
+    const eog = new Set<number>();
+    if (this.tokenizer.eosId !== undefined) eog.add(this.tokenizer.eosId);
+    for (const text of EOG_TEXTS) {
+      const id = this.tokenizer.tokenId(text);
+      if (id !== undefined) eog.add(id);
+    }
+    this.eogTokens = eog;
+  }
+
+  /** Loads a GGUF model; a file Graft cannot run is a ModelError (or GGUFError) saying why. */
+  static async load(path: string | URL, options: LLMLoadOptions = {}): Promise<LLM> {
+    const file = GGUFFile.open(path);
+    let backend: Backend | null = null;
+    let ownsBackend = false;
+    let weights: LoadedWeights | null = null;
+    try {
+      const hparams = readLlamaHParams(file.header);
+      const nCtx = positiveOption("nCtx", options.nCtx, Math.min(4096, hparams.nCtxTrain));
+      const nBatch = positiveOption("nBatch", options.nBatch, 256);
+      const kvBucket = positiveOption("kvBucket", options.kvBucket, 256);
+      const cacheType = options.cacheType ?? "f16";
+      if (cacheType !== "f16" && cacheType !== "f32") {
+        throw new ArgumentError(`LLM.load: cacheType must be "f16" or "f32", got ${cacheType}`);
+      }
+      const choice = options.backend ?? "cpu";
+      if (choice === "cpu") {
+        backend = new CpuBackend(options.threads !== undefined ? { threads: options.threads } : {});
+        ownsBackend = true;
+      } else if (choice === "webgpu") {
+        backend = await WebGpuBackend.create();
+        ownsBackend = true;
+      } else if (typeof choice === "object" && choice !== null && "graphPlanCreate" in choice) {
+        backend = choice;
+      } else {
+        throw new ArgumentError(
+          `LLM.load: backend must be "cpu", "webgpu" or a Backend, got ${String(choice)}`,
+        );
+      }
+      weights = file.load(backend, {
+        ...(options.mmap !== undefined ? { mmap: options.mmap } : {}),
+        ...(options.onProgress ? { onProgress: options.onProgress } : {}),
+      });
+      const model = llamaWeights(weights.tensors, hparams);
+      const cache = new KvCache(backend, hparams, nCtx, cacheType);
+      return new LLM({
+        file,
+        backend,
+        ownsBackend,
+        hparams,
+        weights,
+        model,
+        cache,
+        nBatch,
+        kvBucket,
+      });
+    } catch (error) {
+      weights?.dispose();
+      if (ownsBackend) backend?.dispose();
+      file.close();
+      throw error;
+    }
+  }
+
+  /** Positions of the cache in use: the tokens evaluated since the last reset. */
+  get nPast(): number {
+    return this.#history.length;
+  }
+
+  /** The tokens in the cache, in order. */
+  get history(): readonly number[] {
+    return this.#history;
+  }
+
+  /** The logits of the last token evaluated (a copy is not made: do not keep it across evals). */
+  get logits(): Float32Array {
+    if (!this.#logits) throw new GraftError("LLM.logits: nothing has been evaluated yet");
+    return this.#logits;
+  }
+
+  /** Bytes of the KV cache. */
+  get cacheSize(): number {
+    return this.#cache.size;
+  }
+
+  /** Text to token ids (special tokens parsed unless `parseSpecial: false`). */
+  tokenize(text: string, options: TokenizeOptions = {}): number[] {
+    return this.tokenizer.tokenize(text, { parseSpecial: true, ...options });
+  }
+
+  /** Token ids to text. */
+  detokenize(ids: readonly number[]): string {
+    return this.tokenizer.detokenize(ids);
+  }
+
+  /** Drops the cache from position `keep` on (default 0: empty). */
+  reset(keep = 0): void {
+    this.#alive("reset");
+    if (!Number.isInteger(keep) || keep < 0 || keep > this.#history.length) {
+      throw new ArgumentError(
+        `LLM.reset: keep must be an integer in [0, ${this.#history.length}], got ${keep}`,
+      );
+    }
+    this.#history.length = keep;
+    this.#logits = null;
+  }
+
+  /**
+   * Evaluates `ids` at the next positions of the cache, in batches of at most nBatch tokens,
+   * and returns the logits of the last one (or of every one, with `allLogits`). Running out
+   * of context is a ContextFullError and leaves the cache as it was.
+   */
+  async eval(ids: readonly number[], options: EvalOptions = {}): Promise<Float32Array> {
+    this.#alive("eval");
+    if (ids.length === 0) throw new ArgumentError("LLM.eval: give at least one token");
+    const nVocab = this.hparams.nVocab;
+    for (const id of ids) {
+      if (!Number.isInteger(id) || id < 0 || id >= nVocab) {
+        throw new ArgumentError(`LLM.eval: token id ${id} is outside [0, ${nVocab})`);
+      }
+    }
+    if (this.#history.length + ids.length > this.nCtx) {
+      throw new ContextFullError(
+        `LLM.eval: ${ids.length} tokens do not fit: ${this.#history.length} of ${this.nCtx} ` +
+          `positions are in use; reset() the cache or load with a larger nCtx`,
+      );
+    }
+    const all = options.allLogits ?? false;
+    const out = all ? new Float32Array(ids.length * nVocab) : null;
+    const start = this.#history.length;
+    try {
+      for (let at = 0; at < ids.length; at += this.#nBatch) {
+        const chunk = ids.slice(at, at + this.#nBatch);
+        const logits = await this.#plans.run(chunk, this.#history.length, all);
+        this.#history.push(...chunk);
+        if (out) out.set(logits, at * nVocab);
+        else if (at + this.#nBatch >= ids.length) this.#logits = logits;
+      }
+    } catch (error) {
+      this.#history.length = start;
+      throw error;
+    }
+    if (out) this.#logits = out.subarray(out.length - nVocab);
+    return out ?? this.#logits!;
+  }
+
+  /**
+   * Generates text for `prompt` (text, or token ids), streaming each piece as whole UTF-8
+   * characters. With `reuseCache` (default) a prompt that extends what the cache holds only
+   * evaluates the new tokens. Stops at an end-of-generation token (unless `ignoreEos`), a stop
+   * string, `maxTokens` or the end of the context; `lastGeneration` says which and the counts.
+   */
+  async *generate(
+    prompt: string | readonly number[],
+    options: GenerateOptions = {},
+  ): AsyncGenerator<string, void, undefined> {
+    this.#alive("generate");
+    const {
+      maxTokens,
+      ignoreEos,
+      stop,
+      reuseCache,
+      parseSpecial,
+      onToken,
+      ...samplerOptions
+    } = options;
+    const ids = typeof prompt === "string"
+      ? this.tokenize(prompt, { parseSpecial: parseSpecial ?? true })
+      : [...prompt];
+    if (ids.length === 0) throw new ArgumentError("LLM.generate: the prompt has no tokens");
+    const limit = maxTokens ?? Infinity;
+    if (!(limit >= 0)) throw new ArgumentError(`LLM.generate: maxTokens ${maxTokens} < 0`);
+    const sampler = new Sampler(samplerOptions);
+    const stopper = new StopChecker({
+      eogTokens: this.eogTokens,
+      stopStrings: stop ?? [],
+      ignoreEos: ignoreEos ?? false,
+    });
+    const decoder = this.tokenizer.decoder();
+    // Reuse the longest common prefix; at least the last prompt token is evaluated again so
+    // that its logits are fresh.
+    let keep = 0;
+    if (reuseCache ?? true) {
+      const h = this.#history;
+      while (keep < h.length && keep < ids.length - 1 && h[keep] === ids[keep]) keep++;
+    }
+    this.reset(keep);
+    const t0 = performance.now();
+    let logits = await this.eval(ids.slice(keep));
+    const t1 = performance.now();
+    for (const id of ids) sampler.accept(id);
+    const generated: number[] = [];
+    let reason: GenerationStats["stopReason"] = "length";
+    while (generated.length < limit) {
+      const id = sampler.sample(logits);
+      sampler.accept(id);
+      generated.push(id);
+      onToken?.(id);
+      const r = stopper.push(id, this.#isEog(id) && !ignoreEos ? "" : decoder.push(id));
+      if (r.text) yield r.text;
+      if (r.stop) {
+        reason = r.reason ?? "stop";
+        break;
+      }
+      if (generated.length >= limit) break;
+      if (this.#history.length >= this.nCtx) {
+        reason = "context";
+        break;
+      }
+      logits = await this.eval([id]);
+    }
+    if (reason === "length" || reason === "context") {
+      const rest = stopper.push(-1, decoder.flush()).text + stopper.flush();
+      if (rest) yield rest;
+    }
+    this.lastGeneration = {
+      promptTokens: ids.length,
+      promptEvaluated: ids.length - keep,
+      generatedTokens: generated.length,
+      ids: generated,
+      stopReason: reason,
+      promptMs: t1 - t0,
+      generateMs: performance.now() - t1,
+    };
+  }
+
+  #isEog(id: number): boolean {
+    return this.eogTokens.has(id);
+  }
+
+  #alive(verb: string): void {
+    if (this.#disposed) throw new GraftError(`LLM.${verb}: the model was disposed`);
+  }
+
+  /** Frees the plans, the cache, the weights and (when it made it) the backend. */
+  dispose(): void {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    this.#plans.dispose();
+    this.#cache.dispose();
+    this.#weights.dispose();
+    if (this.#ownsBackend) this.backend.dispose();
+    this.file.close();
+  }
+
+  /** Same as {@link dispose}. */
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+}
+
+function positiveOption(name: string, value: number | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isInteger(value) || value < 1 || value > 1 << 20) {
+    throw new ArgumentError(`LLM.load: ${name} must be an integer in [1, 2^20], got ${value}`);
+  }
+  return value;
+}
+
+export { ModelError };

@@ -8,6 +8,7 @@
 
 import type { Backend, BackendBuffer, GraphPlan } from "../backend/backend.ts";
 import { allocTensors } from "../alloc/alloc_tensors.ts";
+import { CpuBackend } from "../backend/cpu/backend.ts";
 import { allocGraph } from "../alloc/planner.ts";
 import type { LlamaHParams } from "./hparams.ts";
 import type { KvCache } from "./kv_cache.ts";
@@ -90,7 +91,8 @@ export class PlanCache implements Disposable {
     }
     backend.setTensor(built.mask, mask);
     backend.graphPlanCompute(entry.plan);
-    const data = backend.getTensor
+    // The CPU reads its memory synchronously; other backends' getTensor may refuse to.
+    const data = backend instanceof CpuBackend
       ? backend.getTensor(built.logits)
       : await backend.getTensorAsync(built.logits);
     return new Float32Array(data as Float32Array);

@@ -185,6 +185,13 @@ export {
   TokenType,
 } from "./src/llm/tokenizer.ts";
 export {
+  type ChatMessage,
+  type ChatRenderOptions,
+  ChatTemplate,
+  type ChatTemplateOptions,
+  TemplateError,
+} from "./src/llm/chat_template.ts";
+export {
   BYTE_TO_UNICODE,
   PRE_TOKENIZER_NAMES,
   type PreTokenizer,

@@ -208,3 +208,26 @@ export {
   type StopCheckerOptions,
   type StopResult,
 } from "./src/llm/sampling.ts";
+export {
+  ContextFullError,
+  type EvalOptions,
+  type GenerateOptions,
+  type GenerationStats,
+  LLM,
+  type LLMLoadOptions,
+} from "./src/llm/llm.ts";
+export {
+  LLAMA_ARCHITECTURES,
+  type LlamaHParams,
+  ModelError,
+  readLlamaHParams,
+} from "./src/llm/hparams.ts";
+export { KvCache, type KvCacheType, type KvLayer } from "./src/llm/kv_cache.ts";
+export {
+  buildLlamaGraph,
+  type LlamaGraph,
+  type LlamaGraphShape,
+  type LlamaLayerWeights,
+  type LlamaWeights,
+  llamaWeights,
+} from "./src/llm/llama_graph.ts";

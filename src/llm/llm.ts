@@ -16,6 +16,8 @@ import { type LlamaWeights, llamaWeights } from "./llama_graph.ts";
 import { PlanCache } from "./plan_cache.ts";
 import { Tokenizer, type TokenizeOptions } from "./tokenizer.ts";
 import { Sampler, type SamplerOptions, StopChecker } from "./sampling.ts";
+import { type ChatMessage, ChatTemplate } from "./chat_template.ts";
+import { metadataValue } from "../gguf/reader.ts";
 
 /** Out of context: the cache holds `nCtx` positions and the tokens would not fit. */
 export class ContextFullError extends GraftError {
@@ -83,6 +85,11 @@ export interface GenerationStats {
   readonly generateMs: number;
 }
 
+/** llama.cpp's fallback template for a model without one. */
+const CHATML = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + " +
+  "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}" +
+  "{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
 /** Control tokens that end a turn, by text, as llama.cpp's vocabulary collects them. */
 const EOG_TEXTS = [
   "<|eot_id|>",
@@ -130,6 +137,7 @@ export class LLM implements Disposable {
   readonly #plans: PlanCache;
   readonly #nBatch: number;
   #history: number[] = [];
+  #template: ChatTemplate | null = null;
   #logits: Float32Array | null = null;
   #disposed = false;
 
@@ -246,6 +254,31 @@ export class LLM implements Disposable {
   /** Token ids to text. */
   detokenize(ids: readonly number[]): string {
     return this.tokenizer.detokenize(ids);
+  }
+
+  /**
+   * The model's chat template (`tokenizer.chat_template`, rendered as llama.cpp's `--jinja`
+   * does); a model without one gets ChatML, as llama.cpp falls back to.
+   */
+  get chatTemplate(): ChatTemplate {
+    if (!this.#template) {
+      const source = metadataValue(this.file.header, "tokenizer.chat_template");
+      const special = (id: number | undefined): string =>
+        id === undefined ? "" : this.tokenizer.detokenize([id], { unparseSpecial: true });
+      this.#template = new ChatTemplate(typeof source === "string" ? source : CHATML, {
+        bosToken: special(this.tokenizer.bosId),
+        eosToken: special(this.tokenizer.eosId),
+      });
+    }
+    return this.#template;
+  }
+
+  /**
+   * A conversation as the prompt text the model expects, ending with the assistant's turn
+   * opened (unless `addGenerationPrompt: false`).
+   */
+  applyChatTemplate(messages: readonly ChatMessage[], addGenerationPrompt = true): string {
+    return this.chatTemplate.render(messages, { addGenerationPrompt });
   }
 
   /** Drops the cache from position `keep` on (default 0: empty). */
@@ -412,4 +445,4 @@ function positiveOption(name: string, value: number | undefined, fallback: numbe
   return value;
 }
 
-export { ModelError };
+

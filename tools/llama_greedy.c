@@ -1,7 +1,7 @@
 // Greedy-generation reference harness against the pinned llama.cpp (tools/llama_build.sh), compiled
 // and driven by tools/llm_fixtures.sh. For one prompt it builds a context with llama-completion's
 // defaults (common_context_params_to_llama of common/common.cpp: n_ctx 0 = the model's 8192,
-// n_batch 2048, n_ubatch 512, f16 K/V, flash_attn auto, swa_full false, kv_unified false), then runs
+// n_batch 2048, n_ubatch 512, f16 K/V, flash_attn as -fa says (default auto), swa_full false, kv_unified false), then runs
 // the same prompt three ways, each from an empty KV cache:
 //   "all":    the whole prompt in one llama_decode batch with logits requested at every position
 //             (the fixture's prompt_top comes from here);
@@ -229,6 +229,7 @@ int main(int argc, char **argv) {
   const char *model_path = NULL, *prompt_file = NULL, *ids_arg = NULL;
   int n_gen = 64, n_ctx = 0, n_batch = 2048, n_ubatch = 512, threads = 2;
   bool extra_bufts = false;
+  enum llama_flash_attn_type flash_attn = LLAMA_FLASH_ATTN_TYPE_AUTO;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -250,6 +251,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "-b")) n_batch = atoi(v);
     else if (!strcmp(a, "-ub")) n_ubatch = atoi(v);
     else if (!strcmp(a, "-t")) threads = atoi(v);
+    else if (!strcmp(a, "-fa")) {
+      if (!strcmp(v, "on")) flash_attn = LLAMA_FLASH_ATTN_TYPE_ENABLED;
+      else if (!strcmp(v, "off")) flash_attn = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+      else if (!strcmp(v, "auto")) flash_attn = LLAMA_FLASH_ATTN_TYPE_AUTO;
+      else die("-fa takes on, off or auto");
+    }
     else die("unknown argument");
   }
   if (!model_path || (!prompt_file && !ids_arg) || n_gen < 1) die("usage: see the header comment");
@@ -298,7 +305,8 @@ int main(int argc, char **argv) {
   cp.n_outputs_max_per_seq = 0; // common passes 1; only backend samplers read it, and "all" needs >1
   cp.n_threads = threads;
   cp.n_threads_batch = threads;
-  cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_AUTO;
+  cp.flash_attn_type = flash_attn;
+  if (flash_attn == LLAMA_FLASH_ATTN_TYPE_DISABLED) g_flash_attn = 0; // llama.cpp logs nothing then
   cp.type_k = GGML_TYPE_F16;
   cp.type_v = GGML_TYPE_F16;
   cp.swa_full = false;

@@ -238,6 +238,54 @@ fn quantize_q8_1(x: *const [qk]f32, y: *[36]u8) void {
     write_f16(y[2..4], @as(f32, @floatFromInt(sum)) * d);
 }
 
+/// Rounds half to even (as `_mm256_round_ps(x, _MM_ROUND_NEAREST)`), for |x| < 2^22: adding
+/// 1.5 * 2^23 leaves no fraction bits, so the add itself rounds in the default mode.
+pub inline fn round_even(x: anytype) @TypeOf(x) {
+    const magic = 12582912.0; // 1.5 * 2^23
+    const T = @TypeOf(x);
+    const m: T = if (@typeInfo(T) == .vector) @splat(magic) else magic;
+    return (x + m) - m;
+}
+
+/// One block of a quantized mul_mat's src1 as ggml's CPU backend makes it on x86
+/// (ggml-cpu/arch/x86/quants.c quantize_row_q8_0/_q8_1): d = absmax / 127 as the reference,
+/// but the quants are x * (127 / absmax) rounded half to even, where the reference takes
+/// x * (1 / d) rounded half away from zero: a quant can differ by one. q8_1's s is
+/// d * (sum of the quants), both as ggml. A block holding an infinity or NaN takes the
+/// reference (ggml's vector code has no defined result for it).
+fn quantize_activation_block(q8_1: bool, x: *const [qk]f32, y: []u8) void {
+    const amax = absmax(x);
+    if (!(amax <= std.math.floatMax(f32))) {
+        if (q8_1) quantize_q8_1(x, y[0..36]) else quantize_q8_0(x, y[0..34]);
+        return;
+    }
+    const d = amax / 127.0;
+    const id: f32 = if (amax != 0) 127.0 / amax else 0.0;
+    write_f16(y[0..2], d);
+    const qs = if (q8_1) y[4..36] else y[2..34];
+    var sum: i32 = 0;
+    for (x, 0..) |v, j| {
+        const q: i32 = @intFromFloat(round_even(v * id));
+        qs[j] = @truncate(@as(u32, @bitCast(q)));
+        sum += q;
+    }
+    if (q8_1) write_f16(y[2..4], d * @as(f32, @floatFromInt(sum)));
+}
+
+/// A quantized mul_mat's src1 row, as ggml's CPU backend quantizes it on x86 before its vector
+/// dots: q8_0 and q8_1 by `quantize_activation_block`, q8_K as the reference (ggml's x86
+/// quantize_row_q8_K is the reference).
+pub fn quantize_row_activation(dtype: DType, src: []align(1) const f32, dst: []u8) void {
+    if (dtype != .q8_0 and dtype != .q8_1) return quantize_row(dtype, src, dst);
+    assert(src.len % qk == 0);
+    assert(dst.len == row_bytes(dtype, src.len));
+    const block_bytes = dtype.block_bytes();
+    for (0..src.len / qk) |b| {
+        const x: [qk]f32 = src[b * qk ..][0..qk].*;
+        quantize_activation_block(dtype == .q8_1, &x, dst[b * block_bytes ..][0..block_bytes]);
+    }
+}
+
 fn quantize_q4_0(x: *const [qk]f32, y: *[18]u8) void {
     const d = signed_absmax(x) / -8.0;
     const id = inverse(d);

@@ -154,11 +154,22 @@ export function buildLlamaGraph(
 
   let x = getRows(weights.tokenEmbd, tokens); // [nEmbd, T]
   weights.layers.forEach((w, il) => {
+    // Nodes carry llama.cpp's names (`attn_norm-3`), so both graphs can be compared node by node.
+    const named = (t: Tensor, name: string): Tensor => {
+      t.name = `${name}-${il}`;
+      return t;
+    };
     const layer = cache.layers[il]!;
-    const h = mul(rmsNorm(x, rmsEps), w.attnNorm);
-    const q = rope(reshape(mulMat(w.wq, h), [hd, nHead, T]), positions, ropeOptions);
-    const k = rope(reshape(mulMat(w.wk, h), [hd, g, T]), positions, ropeOptions);
-    const v = mulMat(w.wv, h); // [width, T]
+    const h = named(mul(rmsNorm(x, rmsEps), w.attnNorm), "attn_norm");
+    const q = named(
+      rope(reshape(named(mulMat(w.wq, h), "Qcur"), [hd, nHead, T]), positions, ropeOptions),
+      "Qrope",
+    );
+    const k = named(
+      rope(reshape(named(mulMat(w.wk, h), "Kcur"), [hd, g, T]), positions, ropeOptions),
+      "Krope",
+    );
+    const v = named(mulMat(w.wv, h), "Vcur"); // [width, T]
     const kWritten = setRows(layer.k, reshape(k, [width, T]), positions);
     // The V cache is [nCtx, width]; its transpose's rows are positions.
     const vT = view(layer.v, [width, nCtx], {
@@ -177,17 +188,20 @@ export function buildLlamaGraph(
     const grouped = T === 1
       ? reshape(q, [hd, r, g])
       : reshape(cont(permute(reshape(q, [hd, r, g, T]), [0, 1, 3, 2])), [hd, r * T, g]);
-    const scores = mulMat(keys, grouped); // [nKv, r·T, g]
-    const p = softmax(scores, { mask, scale: kqScale });
-    const kqv = mulMat(values, p); // [hd, r·T, g]
+    const scores = named(mulMat(keys, grouped), "kq"); // [nKv, r·T, g]
+    const p = named(softmax(scores, { mask, scale: kqScale }), "kq_soft_max");
+    const kqv = named(mulMat(values, p), "kqv"); // [hd, r·T, g]
     // [hd, r, T, g] -> [hd, r, g, T] -> [nEmbd, T]
     const merged = T === 1
       ? reshape(kqv, [hd * nHead, 1])
       : reshape(cont(permute(reshape(kqv, [hd, r, T, g]), [0, 1, 3, 2])), [hd * nHead, T]);
-    x = add(x, mulMat(w.wo, merged));
-    const n2 = mul(rmsNorm(x, rmsEps), w.ffnNorm);
-    const gated = mul(silu(mulMat(w.wGate, n2)), mulMat(w.wUp, n2));
-    x = add(x, mulMat(w.wDown, gated));
+    x = named(add(x, named(mulMat(w.wo, merged), "attn_out")), "ffn_inp");
+    const n2 = named(mul(rmsNorm(x, rmsEps), w.ffnNorm), "ffn_norm");
+    const gate = named(mulMat(w.wGate, n2), "ffn_gate");
+    const up = named(mulMat(w.wUp, n2), "ffn_up");
+    const gated = named(mul(silu(gate), up), "ffn_swiglu");
+    x = add(x, named(mulMat(w.wDown, gated), "ffn_out"));
+    x.name = `l_out-${il}`; // llama.cpp's name for the layer's output
   });
   if (!shape.allLogits && T > 1) {
     x = view(x, [nEmbd, 1], { offset: (T - 1) * x.nb[1] });

@@ -337,6 +337,25 @@ fn roundUp(x: usize, to: usize) usize {
     return (x + to - 1) / to * to;
 }
 
+/// f16 A multiplies B rounded to f16, as ggml does (it converts src1 to the f16 weights'
+/// vec_dot_type before its f16 dot products, which accumulate in f32): the same products, so
+/// the results follow ggml's (and llama.cpp's attention) rather than a more exact f32 B.
+inline fn roundB(comptime T: type, v: V) V {
+    if (T != f16) return v;
+    return @floatCast(@as(@Vector(lanes, f16), @floatCast(v)));
+}
+
+/// `roundB` over a packed B panel of `count` floats when A is f16.
+fn roundBPanel(args: *const GemmArgs, panel: [*]f32, count: usize) void {
+    if (args.a_dtype != .f16) return;
+    var i: usize = 0;
+    while (i + lanes <= count) : (i += lanes) {
+        const v: V = panel[i..][0..lanes].*;
+        panel[i..][0..lanes].* = roundB(f16, v);
+    }
+    for (panel[i..count]) |*x| x.* = @floatCast(@as(f16, @floatCast(x.*)));
+}
+
 fn useDot(args: *const GemmArgs) bool {
     // bf16 and block-quantized A are dequantized while packed (mul_mat_quant.zig has the
     // matrix-vector kernels for them).
@@ -616,6 +635,7 @@ fn packedPath(comptime T: type, args: *const GemmArgs, a_packed: ?[*]const f32, 
                 const base = offsetPtr(args.b, @as(isize, @intCast(n0)) * args.b_row_stride_bytes +
                     @as(isize, @intCast(pc)) * args.b_element_stride_bytes);
                 packPanel(nr, f32, base, args.b_row_stride_bytes, args.b_element_stride_bytes, min(nr, N - n0), kc, b_pack + p * nr * kc);
+                roundBPanel(args, b_pack + p * nr * kc, nr * kc);
             }
             const accumulate = pc > 0;
             var ic = my_m_begin;
@@ -761,6 +781,7 @@ fn dynamicPath(comptime T: type, args: *const GemmArgs, a_packed: ?[*]const f32,
         const base = offsetPtr(args.b, @as(isize, @intCast(n0)) * args.b_row_stride_bytes +
             @as(isize, @intCast(pc)) * args.b_element_stride_bytes);
         packPanel(nr, f32, base, args.b_row_stride_bytes, args.b_element_stride_bytes, min(nr, N - n0), kc, b_pack + pc * np * nr + p * nr * kc);
+        roundBPanel(args, b_pack + pc * np * nr + p * nr * kc, nr * kc);
     }
     work.sync();
     var pc: usize = 0;
@@ -850,7 +871,7 @@ fn dotRows(comptime T: type, comptime R: usize, comptime N: usize, args: *const 
     var k: usize = 0;
     while (k + lanes <= K) : (k += lanes) {
         var bv: [N]V = undefined;
-        inline for (0..N) |j| bv[j] = loadVec(f32, lanes, b_rows[j] + k * 4);
+        inline for (0..N) |j| bv[j] = roundB(T, loadVec(f32, lanes, b_rows[j] + k * 4));
         inline for (0..R) |r| {
             if (dot_prefetch_bytes > 0) @prefetch(a_rows[r] + k * @sizeOf(T) + dot_prefetch_bytes, .{});
             const av = loadVec(T, lanes, a_rows[r] + k * @sizeOf(T));
@@ -864,7 +885,7 @@ fn dotRows(comptime T: type, comptime R: usize, comptime N: usize, args: *const 
             var buf: [lanes]f32 = @splat(0);
             const src: [*]align(1) const f32 = @ptrCast(b_rows[j] + k * 4);
             for (0..rest) |i| buf[i] = src[i];
-            bv[j] = buf;
+            bv[j] = roundB(T, buf);
         }
         inline for (0..R) |r| {
             var buf: [lanes]T = @splat(0);

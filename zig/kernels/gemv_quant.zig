@@ -79,13 +79,13 @@ pub fn quantize_activation(weight: DType, values: []align(1) const f32, out: [*]
         if (quantize_block(weight == .q4_1, x, qs[b * qk ..][0..qk], &d[b], &s[b])) continue;
         if (weight == .q4_1) {
             var block: [36]u8 = undefined;
-            quant.quantize_row(.q8_1, x, &block);
+            quant.quantize_row_activation(.q8_1, x, &block);
             d[b] = f16_at(block[0..2]);
             s[b] = f16_at(block[2..4]);
             qs[b * qk ..][0..qk].* = block[4..36].*;
         } else {
             var block: [34]u8 = undefined;
-            quant.quantize_row(.q8_0, x, &block);
+            quant.quantize_row_activation(.q8_0, x, &block);
             d[b] = f16_at(block[0..2]);
             s[b] = 0;
             qs[b * qk ..][0..qk].* = block[2..34].*;
@@ -104,19 +104,21 @@ pub fn quantize_activation(weight: DType, values: []align(1) const f32, out: [*]
     }
 }
 
-/// quant.zig's quantize_q8_0 / quantize_q8_1 of one block in vectors, the same f32 operations
-/// (absmax / 127, its inverse, round half away from zero), so the same bytes; false (nothing
-/// written) for a block with an infinity or NaN, which the scalar code handles as ggml does.
+/// quant.zig's quantize_row_activation of one block in vectors, the same f32 operations as
+/// ggml's x86 CPU code (d = absmax / 127, quants x * (127 / absmax) rounded half to even), so
+/// the same bytes; false (nothing written) for a block with an infinity or NaN, which the
+/// scalar code takes.
 inline fn quantize_block(q8_1: bool, x: *align(1) const [qk]f32, qs: *[qk]u8, d: *f32, s: *f32) bool {
     const v: @Vector(qk, f32) = x.*;
     const magnitude = @abs(v);
     if (!@reduce(.And, magnitude <= @as(@Vector(qk, f32), @splat(std.math.floatMax(f32))))) return false;
-    const scale = @reduce(.Max, magnitude) / 127.0;
-    const inverse: f32 = if (scale != 0) 1.0 / scale else 0.0;
-    const q: @Vector(qk, i32) = @intFromFloat(@round(v * @as(@Vector(qk, f32), @splat(inverse))));
+    const amax = @reduce(.Max, magnitude);
+    const scale = amax / 127.0;
+    const inverse: f32 = if (amax != 0) 127.0 / amax else 0.0;
+    const q: @Vector(qk, i32) = @intFromFloat(quant.round_even(v * @as(@Vector(qk, f32), @splat(inverse))));
     qs.* = @bitCast(@as(@Vector(qk, i8), @truncate(q)));
     d.* = quant.fp16_to_fp32(quant.fp32_to_fp16(scale));
-    s.* = if (q8_1) quant.fp16_to_fp32(quant.fp32_to_fp16(@as(f32, @floatFromInt(@reduce(.Add, q))) * scale)) else 0;
+    s.* = if (q8_1) quant.fp16_to_fp32(quant.fp32_to_fp16(scale * @as(f32, @floatFromInt(@reduce(.Add, q))))) else 0;
     return true;
 }
 
@@ -368,12 +370,13 @@ fn check(dtype: DType, k: usize, count: usize, seed: u64) !void {
     dot_rows(dtype, &rows, count, y, k / qk, &got);
     const w = try allocator.alloc(f32, k);
     defer allocator.free(w);
-    // The activation as ggml's dot sees it: quant.zig's q8_0 (q8_1) row, dequantized (its
-    // quants times its f16 scale), independent of the layout the kernels keep it in.
+    // The activation as ggml's dot sees it: quant.zig's q8_0 (q8_1) activation row (as ggml's
+    // x86 code quantizes src1), dequantized (its quants times its f16 scale), independent of
+    // the layout the kernels keep it in.
     const act_type: DType = if (dtype == .q4_1) .q8_1 else .q8_0;
     const act_row = try allocator.alloc(u8, @intCast(quant.row_bytes(act_type, k)));
     defer allocator.free(act_row);
-    quant.quantize_row(act_type, values, act_row);
+    quant.quantize_row_activation(act_type, values, act_row);
     const yv_all = try allocator.alloc(f32, k);
     defer allocator.free(yv_all);
     quant.dequantize_row(act_type, act_row, yv_all);
@@ -401,7 +404,7 @@ test "q8_0, q4_0 and q4_1 mat-vec dots match the f64 dot of the dequantized rows
     }
 }
 
-test "the activation layout holds quant.zig's q8_0 / q8_1 bytes exactly, special blocks included" {
+test "the activation layout holds quant.zig's q8_0 / q8_1 activation bytes exactly, special blocks included" {
     const k = 8 * qk;
     var prng = std.Random.DefaultPrng.init(7);
     const random = prng.random();
@@ -421,7 +424,7 @@ test "the activation layout holds quant.zig's q8_0 / q8_1 bytes exactly, special
         const size: usize = @intCast(quant.row_bytes(act_type, qk));
         for (0..k / qk) |b| {
             var block: [36]u8 = undefined;
-            quant.quantize_row(act_type, values[b * qk ..][0..qk], block[0..size]);
+            quant.quantize_row_activation(act_type, values[b * qk ..][0..qk], block[0..size]);
             const at: usize = if (weight == .q4_1) 4 else 2;
             // Whole pairs of a q4 activation swap their middle halves (see quantize_activation).
             const qs: [*]const u8 = @ptrCast(y.qs);

@@ -215,7 +215,7 @@ fn mul_mat_row_dots(a: Tensor, b: Tensor, c: Tensor, rd: RowDot, work: *const co
     const b_range = common.thread_range(b.rows(), work);
     for (b_range.begin..b_range.end) |row| {
         const values: [*]align(1) const f32 = @ptrFromInt(b.row(row).base);
-        quant.quantize_row(rd.activation, values[0..k], work.scratch[row * y_bytes ..][0..y_len]);
+        quant.quantize_row_activation(rd.activation, values[0..k], work.scratch[row * y_bytes ..][0..y_len]);
     }
     work.sync(); // every row of src1 is quantized before any thread reads one
     const range = common.thread_range(group_count(a, b), work);

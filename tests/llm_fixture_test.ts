@@ -145,7 +145,7 @@ Deno.test("llm fixture: source records the llama.cpp build, model and context pa
       n_ctx: 8192,
       n_batch: 2048,
       n_ubatch: 512,
-      flash_attn: "auto (resolved: enabled)",
+      flash_attn: "off (resolved: disabled)",
       type_k: "f16",
       type_v: "f16",
       threads: 2,

@@ -118,16 +118,14 @@ const EOG_TEXTS = [
 export class LLM implements Disposable {
   /** The hyperparameters. */
   readonly hparams: LlamaHParams;
-  /** The tokenizer from the file. */
-  readonly tokenizer: Tokenizer;
+
   /** The backend the model runs on. */
   readonly backend: Backend;
   /** The GGUF file's header (metadata, tensor infos). */
   readonly file: GGUFFile;
   /** Positions the cache holds. */
   readonly nCtx: number;
-  /** End-of-generation token ids. */
-  readonly eogTokens: ReadonlySet<number>;
+
   /** Counts of the last {@link generate}. */
   lastGeneration: GenerationStats | null = null;
 
@@ -137,6 +135,8 @@ export class LLM implements Disposable {
   readonly #plans: PlanCache;
   readonly #nBatch: number;
   #history: number[] = [];
+  #tokenizer: Tokenizer | null = null;
+  #eog: ReadonlySet<number> | null = null;
   #template: ChatTemplate | null = null;
   #logits: Float32Array | null = null;
   #disposed = false;
@@ -161,14 +161,29 @@ export class LLM implements Disposable {
     this.nCtx = init.cache.nCtx;
     this.#nBatch = init.nBatch;
     this.#plans = new PlanCache(init.backend, init.hparams, init.model, init.cache, init.kvBucket);
-    this.tokenizer = Tokenizer.fromGGUF(init.file);
-    const eog = new Set<number>();
-    if (this.tokenizer.eosId !== undefined) eog.add(this.tokenizer.eosId);
-    for (const text of EOG_TEXTS) {
-      const id = this.tokenizer.tokenId(text);
-      if (id !== undefined) eog.add(id);
+  }
+
+  /**
+   * The tokenizer from the file, built on first use (its vocabulary and merges take tens of
+   * megabytes of JS heap that evaluating token ids does not need).
+   */
+  get tokenizer(): Tokenizer {
+    this.#tokenizer ??= Tokenizer.fromGGUF(this.file);
+    return this.#tokenizer;
+  }
+
+  /** End-of-generation token ids: EOS and the control tokens that end a turn, as llama.cpp's. */
+  get eogTokens(): ReadonlySet<number> {
+    if (!this.#eog) {
+      const eog = new Set<number>();
+      if (this.tokenizer.eosId !== undefined) eog.add(this.tokenizer.eosId);
+      for (const text of EOG_TEXTS) {
+        const id = this.tokenizer.tokenId(text);
+        if (id !== undefined) eog.add(id);
+      }
+      this.#eog = eog;
     }
-    this.eogTokens = eog;
+    return this.#eog;
   }
 
   /** Loads a GGUF model; a file Graft cannot run is a ModelError (or GGUFError) saying why. */

@@ -1,0 +1,87 @@
+/**
+ * SmolLM2 on the WebGPU backend (lavapipe, a software Vulkan, in CI) against the CPU backend:
+ * for the short fixture prompts, the CPU's greedy ids over 32 steps, then one WebGPU evaluation
+ * of the prompt and those ids with every position's logits (teacher forcing: greedy decoding
+ * on WebGPU makes the same ids exactly when each position's argmax is the next id).
+ *
+ * The two backends compute differently: the CPU quantizes each matmul's activations per block
+ * to q8 (ggml's arithmetic), the WebGPU shaders multiply the decoded weights by f32 activations
+ * (about 0.6 logits apart at the top of the distribution). So a step may go the other way only
+ * where the CPU's own top two are within 0.25 of each other, and the WebGPU argmax must then be
+ * the CPU's second choice. Skipped without a WebGPU adapter or without the cached model.
+ */
+
+import assert from "node:assert/strict";
+import { LLM } from "../mod.ts";
+import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
+import { sharedWebGpu } from "./gpu.ts";
+
+const gpu = await sharedWebGpu();
+const haveModel = smolLM2Cached();
+if (!haveModel) console.log(`webgpu_llm_test: ${SMOLLM2_PATH} is missing: skipped`);
+
+const STEPS = 32;
+const NEAR_TIE = 0.25;
+
+interface FixtureCase {
+  name: string;
+  prompt_ids: number[];
+}
+
+const fixture = JSON.parse(
+  Deno.readTextFileSync(new URL("./fixtures/llm/smollm2_greedy.json", import.meta.url)),
+) as { cases: FixtureCase[] };
+const SHORT = fixture.cases.filter((c) => c.prompt_ids.length <= 10);
+
+function topTwo(row: Float32Array): [number, number] {
+  let first = 0, second = 1;
+  if (row[second]! > row[first]!) [first, second] = [second, first];
+  for (let i = 2; i < row.length; i++) {
+    if (row[i]! > row[first]!) [first, second] = [i, first];
+    else if (row[i]! > row[second]!) second = i;
+  }
+  return [first, second];
+}
+
+Deno.test({
+  name: `webgpu llm: greedy ids of the short prompts equal the CPU's (${STEPS} steps)`,
+  ignore: gpu === null || !haveModel,
+  async fn() {
+    assert.ok(SHORT.length >= 2, "the fixture has short prompts");
+    using cpu = await LLM.load(SMOLLM2_PATH, { threads: 2, nCtx: 64, kvBucket: 64 });
+    using web = await LLM.load(SMOLLM2_PATH, { backend: gpu!, nCtx: 64, kvBucket: 64 });
+    const report: string[] = [];
+    for (const c of SHORT) {
+      cpu.reset();
+      let logits = await cpu.eval(c.prompt_ids);
+      const ids: number[] = [];
+      const seconds: number[] = [];
+      const margins: number[] = [];
+      for (let step = 0; step < STEPS; step++) {
+        const [first, second] = topTwo(logits);
+        ids.push(first);
+        seconds.push(second);
+        margins.push(logits[first]! - logits[second]!);
+        if (step < STEPS - 1) logits = await cpu.eval([first]);
+      }
+      web.reset();
+      const V = web.hparams.nVocab;
+      const all = await web.eval([...c.prompt_ids, ...ids.slice(0, -1)], { allLogits: true });
+      const p = c.prompt_ids.length;
+      const flips: string[] = [];
+      for (let step = 0; step < STEPS; step++) {
+        const row = all.subarray((p - 1 + step) * V, (p + step) * V);
+        const [first] = topTwo(row);
+        if (first === ids[step]) continue;
+        flips.push(`step ${step} (CPU margin ${margins[step]!.toFixed(3)})`);
+        assert.ok(
+          margins[step]! < NEAR_TIE && first === seconds[step],
+          `${c.name} step ${step}: WebGPU picks ${first}, the CPU ${ids[step]} by a margin of ` +
+            `${margins[step]} (second choice ${seconds[step]})`,
+        );
+      }
+      report.push(`${c.name}: ${flips.length === 0 ? "every step equal" : flips.join(", ")}`);
+    }
+    console.log(report.join("\n"));
+  },
+});

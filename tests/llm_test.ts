@@ -72,7 +72,7 @@ async function referenceModel(): Promise<ReferenceModel> {
 Deno.test({
   name: "llm: hyperparameters from the GGUF, tied output, tokenizer and chat template",
   ignore,
-  async fn() {
+  async fn(): Promise<void> {
     using llm = await LLM.load(SMOLLM2_PATH, { threads: 2, nCtx: 64 });
     const hp = llm.hparams;
     assert.deepEqual(
@@ -98,7 +98,7 @@ Deno.test({
 Deno.test({
   name: "llm: prefill logits against the f64 reference (NMSE <= 1e-6, |error| <= 0.05)",
   ignore,
-  async fn() {
+  async fn(): Promise<void> {
     const model = await referenceModel();
     using llm = await LLM.load(SMOLLM2_PATH, { threads: 2, nCtx: 64 });
     const V = llm.hparams.nVocab;
@@ -120,7 +120,7 @@ Deno.test({
 Deno.test({
   name: "llm: one token at a time against the f64 reference (NMSE <= 3e-3, |error| <= 1.5)",
   ignore,
-  async fn() {
+  async fn(): Promise<void> {
     const model = await referenceModel();
     using llm = await LLM.load(SMOLLM2_PATH, { threads: 2, nCtx: 64, kvBucket: 32 });
     const ids = fixture.cases.find((c) => c.prompt_ids.length >= 40)!.prompt_ids.slice(0, 40);
@@ -142,7 +142,7 @@ Deno.test({
     "llm: llama.cpp's greedy steps, teacher-forced: its top-8 logits within 2.0, its choice in " +
     "Graft's top 3",
   ignore,
-  async fn() {
+  async fn(): Promise<void> {
     using llm = await LLM.load(SMOLLM2_PATH, { threads: 2, nCtx: 256 });
     const eog = fixture.source.eog_ids;
     const report: string[] = [];
@@ -181,7 +181,7 @@ Deno.test({
 Deno.test({
   name: "llm: batched and one-token evaluation agree; reset and reuse of the cache",
   ignore,
-  async fn() {
+  async fn(): Promise<void> {
     using llm = await LLM.load(SMOLLM2_PATH, { threads: 2, nCtx: 64, nBatch: 4 });
     const ids = fixture.cases[0]!.prompt_ids;
     const batched = (await llm.eval(ids)).slice();
@@ -202,7 +202,7 @@ Deno.test({
   name: "llm: generate streams text, stops at EOG, stop strings and maxTokens; chat turns reuse " +
     "the cache",
   ignore,
-  async fn() {
+  async fn(): Promise<void> {
     using llm = await LLM.load(SMOLLM2_PATH, { threads: 2, nCtx: 512 });
     const messages = [{
       role: "user",
@@ -254,7 +254,7 @@ Deno.test({
 Deno.test({
   name: "llm: 512 generated tokens keep native memory flat; a full context is a ContextFullError",
   ignore,
-  async fn() {
+  async fn(): Promise<void> {
     const before = liveAllocations();
     {
       // One KV bucket for the whole context: one decode plan, made at the first token.
@@ -291,7 +291,7 @@ Deno.test({
 Deno.test({
   name: "llm: bad arguments are typed errors",
   ignore,
-  async fn() {
+  async fn(): Promise<void> {
     await assert.rejects(() => LLM.load(SMOLLM2_PATH, { nCtx: 0 }), /nCtx/);
     await assert.rejects(() => LLM.load("/nonexistent.gguf"), /nonexistent/);
     using llm = await LLM.load(SMOLLM2_PATH, { threads: 1, nCtx: 16 });

@@ -46,7 +46,7 @@ function topTwo(row: Float32Array): [number, number] {
 Deno.test({
   name: `webgpu llm: greedy ids of the short prompts equal the CPU's (${STEPS} steps)`,
   ignore: gpu === null || !haveModel,
-  async fn() {
+  async fn(): Promise<void> {
     assert.ok(SHORT.length >= 2, "the fixture has short prompts");
     using cpu = await LLM.load(SMOLLM2_PATH, { threads: 2, nCtx: 64, kvBucket: 64 });
     using web = await LLM.load(SMOLLM2_PATH, { backend: gpu!, nCtx: 64, kvBucket: 64 });

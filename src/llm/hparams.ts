@@ -92,7 +92,9 @@ export function readLlamaHParams(header: GGUFHeader): LlamaHParams {
     );
   }
   const headDim = int("attention.key_length", Math.floor(nEmbd / nHead));
-  if (headDim * nHead !== nEmbd && metadataValue(header, key("attention.key_length")) === undefined) {
+  if (
+    headDim * nHead !== nEmbd && metadataValue(header, key("attention.key_length")) === undefined
+  ) {
     throw new ModelError(`model: ${key("embedding_length")} = ${nEmbd} is not ${nHead} heads`);
   }
   const valueLength = int("attention.value_length", headDim);
@@ -101,7 +103,9 @@ export function readLlamaHParams(header: GGUFHeader): LlamaHParams {
   }
   const nRot = int("rope.dimension_count", headDim);
   if (nRot % 2 !== 0 || nRot > headDim) {
-    throw new ModelError(`model: ${key("rope.dimension_count")} = ${nRot} must be even, <= ${headDim}`);
+    throw new ModelError(
+      `model: ${key("rope.dimension_count")} = ${nRot} must be even, <= ${headDim}`,
+    );
   }
   const scalingType = metadataValue(header, key("rope.scaling.type"));
   const scalingFactor = numberAt(header, key("rope.scaling.factor"), 0);

@@ -36,6 +36,7 @@ export class KvCache implements Disposable {
   /** The buffer holding them. */
   readonly buffer: BackendBuffer;
 
+  /** Allocates the cache of `nCtx` positions for `hparams`' layers on `backend`, zeroed. */
   constructor(backend: Backend, hparams: LlamaHParams, nCtx: number, type: KvCacheType) {
     const ctx = new Context();
     const width = hparams.headDim * hparams.nHeadKv;

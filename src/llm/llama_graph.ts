@@ -26,23 +26,35 @@ import { rope } from "../ops/rope.ts";
 
 /** One layer's weights. */
 export interface LlamaLayerWeights {
+  /** `attn_norm.weight`, the attention's RMS norm gain. */
   readonly attnNorm: Tensor;
+  /** `attn_q.weight`. */
   readonly wq: Tensor;
+  /** `attn_k.weight`. */
   readonly wk: Tensor;
+  /** `attn_v.weight`. */
   readonly wv: Tensor;
+  /** `attn_output.weight`. */
   readonly wo: Tensor;
+  /** `ffn_norm.weight`, the feed-forward's RMS norm gain. */
   readonly ffnNorm: Tensor;
+  /** `ffn_gate.weight`. */
   readonly wGate: Tensor;
+  /** `ffn_up.weight`. */
   readonly wUp: Tensor;
+  /** `ffn_down.weight`. */
   readonly wDown: Tensor;
 }
 
 /** The model's weights, by role. */
 export interface LlamaWeights {
+  /** `token_embd.weight`. */
   readonly tokenEmbd: Tensor;
+  /** `output_norm.weight`. */
   readonly outputNorm: Tensor;
   /** `output.weight`, or the token embedding when the file ties them. */
   readonly output: Tensor;
+  /** The blocks, in order. */
   readonly layers: readonly LlamaLayerWeights[];
 }
 
@@ -112,7 +124,9 @@ export interface LlamaGraphShape {
 
 /** A built graph and the inputs a caller fills before each compute. */
 export interface LlamaGraph {
+  /** The shape it was built for. */
   readonly shape: LlamaGraphShape;
+  /** The graph, ending at the logits. */
   readonly graph: Graph;
   /** i32 `[nTokens]` token ids. */
   readonly tokens: Tensor;

@@ -10,11 +10,11 @@ import { CpuBackend } from "../backend/cpu/backend.ts";
 import { WebGpuBackend } from "../backend/webgpu/backend.ts";
 import { ArgumentError, GraftError } from "../errors.ts";
 import { GGUFFile, type LoadedWeights } from "../gguf/file.ts";
-import { type LlamaHParams, ModelError, readLlamaHParams } from "./hparams.ts";
+import { type LlamaHParams, readLlamaHParams } from "./hparams.ts";
 import { KvCache, type KvCacheType } from "./kv_cache.ts";
 import { type LlamaWeights, llamaWeights } from "./llama_graph.ts";
 import { PlanCache } from "./plan_cache.ts";
-import { Tokenizer, type TokenizeOptions } from "./tokenizer.ts";
+import { type TokenizeOptions, Tokenizer } from "./tokenizer.ts";
 import { Sampler, type SamplerOptions, StopChecker } from "./sampling.ts";
 import { type ChatMessage, ChatTemplate } from "./chat_template.ts";
 import { metadataValue } from "../gguf/reader.ts";
@@ -75,13 +75,19 @@ export interface GenerateOptions extends SamplerOptions {
 
 /** Why {@link LLM.generate} stopped, and counts (`llm.lastGeneration`). */
 export interface GenerationStats {
+  /** Tokens in the prompt. */
   readonly promptTokens: number;
   /** Prompt tokens evaluated (fewer than promptTokens when the cache already held a prefix). */
   readonly promptEvaluated: number;
+  /** Tokens generated (an end-of-generation token that stopped it included). */
   readonly generatedTokens: number;
+  /** The generated ids. */
   readonly ids: readonly number[];
+  /** An end-of-generation token, a stop string, maxTokens, or the end of the context. */
   readonly stopReason: "eog" | "stop" | "length" | "context";
+  /** Milliseconds evaluating the prompt. */
   readonly promptMs: number;
+  /** Milliseconds generating (sampling and one-token evaluations). */
   readonly generateMs: number;
 }
 
@@ -459,5 +465,3 @@ function positiveOption(name: string, value: number | undefined, fallback: numbe
   }
   return value;
 }
-
-

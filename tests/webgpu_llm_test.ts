@@ -85,3 +85,46 @@ Deno.test({
     console.log(report.join("\n"));
   },
 });
+
+Deno.test({
+  name: "webgpu llm: layers split between the CPU and WebGPU (gpuLayers 3) follow the CPU's ids",
+  ignore: gpu === null || !haveModel,
+  async fn(): Promise<void> {
+    const c = SHORT[0]!;
+    const steps = 8;
+    using cpu = await LLM.load(SMOLLM2_PATH, { threads: 2, nCtx: 32, kvBucket: 32 });
+    using split = await LLM.load(SMOLLM2_PATH, {
+      threads: 2,
+      nCtx: 32,
+      kvBucket: 32,
+      gpuLayers: 3,
+      gpuBackend: gpu!,
+    });
+    assert.equal(split.split?.from, 27);
+    let logits = await cpu.eval(c.prompt_ids);
+    const ids: number[] = [];
+    const margins: number[] = [];
+    const seconds: number[] = [];
+    for (let step = 0; step < steps; step++) {
+      const [first, second] = topTwo(logits);
+      ids.push(first);
+      seconds.push(second);
+      margins.push(logits[first]! - logits[second]!);
+      if (step < steps - 1) logits = await cpu.eval([first]);
+    }
+    const V = split.hparams.nVocab;
+    const all = await split.eval([...c.prompt_ids, ...ids.slice(0, -1)], { allLogits: true });
+    const p = c.prompt_ids.length;
+    for (let step = 0; step < steps; step++) {
+      const [first] = topTwo(all.subarray((p - 1 + step) * V, (p + step) * V));
+      assert.ok(
+        first === ids[step] || (margins[step]! < NEAR_TIE && first === seconds[step]),
+        `step ${step}: split picks ${first}, the CPU ${ids[step]} (margin ${margins[step]})`,
+      );
+    }
+    // One more token through the split's decode plan (a second schedule, one token wide).
+    const next = await split.eval([ids[steps - 1]!]);
+    assert.equal(next.length, V);
+    assert.equal(split.nPast, p + steps);
+  },
+});

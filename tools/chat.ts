@@ -12,7 +12,7 @@ import { type ChatMessage, ContextFullError } from "../mod.ts";
 import { loadModel, parseLlmArgs, timingLine, UsageError } from "./llm_cli.ts";
 
 const USAGE = `usage: deno task chat [--model FILE] [--system TEXT] [--temp T] [-n N] [--seed S]
-  [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty X] [--backend cpu|webgpu]
+  [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty X] [--backend cpu|webgpu] [-g GPU_LAYERS]
   [--threads N] [-c CTX] [--verbose]
 Type a message and press Enter. /reset forgets the conversation, /exit or Ctrl-D leaves.`;
 

@@ -2,7 +2,7 @@
  * `deno task generate`: text generation from a GGUF model, as llama.cpp's `llama-completion`.
  *
  *   deno task generate [--model FILE] (--prompt TEXT | --prompt-ids 1,2,3) [-n N] [--temp T]
- *     [--seed S] [--chat] [--system TEXT] [--backend cpu|webgpu] [--threads N] [--ignore-eos]
+ *     [--seed S] [--chat] [--system TEXT] [--backend cpu|webgpu] [-g GPU_LAYERS] [--threads N] [--ignore-eos]
  *     [--json]
  *
  * Streams the text to stdout as it is made; timings go to stderr. `--prompt` text is tokenized

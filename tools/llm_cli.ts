@@ -36,6 +36,7 @@ export const LLM_OPTIONS = {
   "ignore-eos": { type: "boolean" },
   reverse: { type: "string", short: "r", multiple: true },
   backend: { type: "string" },
+  "gpu-layers": { type: "string", short: "g" },
   threads: { type: "string", short: "t" },
   "ctx-size": { type: "string", short: "c" },
   "batch-size": { type: "string", short: "b" },
@@ -91,12 +92,14 @@ export function parseLlmArgs(
   const threads = numberOption(v, "threads", positive, "a positive integer");
   const nCtx = numberOption(v, "ctx-size", positive, "a positive integer");
   const nBatch = numberOption(v, "batch-size", positive, "a positive integer");
+  const gpuLayers = numberOption(v, "gpu-layers", (x) => int(x) && x >= 0, "an integer >= 0");
   const load: LLMLoadOptions = {
     backend,
     cacheType,
     ...(threads !== undefined ? { threads } : {}),
     ...(nCtx !== undefined ? { nCtx } : {}),
     ...(nBatch !== undefined ? { nBatch } : {}),
+    ...(gpuLayers !== undefined ? { gpuLayers } : {}),
     ...(v["no-mmap"] ? { mmap: false } : {}),
   };
   const sampling: Record<string, unknown> = {

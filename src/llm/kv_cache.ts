@@ -3,7 +3,7 @@
  * tensors in one buffer of the backend that runs the model. Keys are `[nEmbdKv, nCtx]` (a row
  * per position, as ggml's cache); values are stored transposed, `[nCtx, nEmbdKv]` (a row per
  * channel), so attention's `V·p` reads rows of positions, as llama.cpp's non-flash path does.
- * Graphs write new positions with `setRows` at positions given as an input, so one plan serves
+ * Layers split between backends have their cache on their own backend. Graphs write new positions with `setRows` at positions given as an input, so one plan serves
  * every position.
  * @module
  */
@@ -33,11 +33,19 @@ export class KvCache implements Disposable {
   readonly type: KvCacheType;
   /** The layers' tensors. */
   readonly layers: readonly KvLayer[];
-  /** The buffer holding them. */
-  readonly buffer: BackendBuffer;
+  /** The buffers holding them: one per backend. */
+  readonly buffers: readonly BackendBuffer[];
 
-  /** Allocates the cache of `nCtx` positions for `hparams`' layers on `backend`, zeroed. */
-  constructor(backend: Backend, hparams: LlamaHParams, nCtx: number, type: KvCacheType) {
+  /**
+   * Allocates the cache of `nCtx` positions for `hparams`' layers, zeroed, on `backend` (or on
+   * each layer's backend, when the layers are split between backends).
+   */
+  constructor(
+    backend: Backend | ((layer: number) => Backend),
+    hparams: LlamaHParams,
+    nCtx: number,
+    type: KvCacheType,
+  ) {
     const ctx = new Context();
     const width = hparams.headDim * hparams.nHeadKv;
     const layers: KvLayer[] = [];
@@ -50,25 +58,38 @@ export class KvCache implements Disposable {
     this.nCtx = nCtx;
     this.type = type;
     this.layers = layers;
-    this.buffer = allocTensors(backend, ctx.tensors);
+    const backendOf = typeof backend === "function" ? backend : () => backend;
+    const groups = new Map<Backend, Tensor[]>();
+    layers.forEach((layer, il) => {
+      const b = backendOf(il);
+      groups.set(b, [...(groups.get(b) ?? []), layer.k, layer.v]);
+    });
+    const buffers: BackendBuffer[] = [];
+    try {
+      for (const [b, tensors] of groups) buffers.push(allocTensors(b, tensors));
+    } catch (error) {
+      for (const buffer of buffers) buffer.dispose();
+      throw error;
+    }
+    this.buffers = buffers;
     // Attention reads whole buckets of positions, masked past the filled ones: masked keys weigh
     // 0, but 0 times a value that is not finite is NaN, so every value must start finite (as
     // llama.cpp clears its cache buffer).
     const zeros = new Uint8Array(layers[0]?.k.nbytes ?? 0);
-    for (const layer of layers) {
-      backend.setTensor(layer.k, zeros);
-      backend.setTensor(layer.v, zeros);
-    }
+    layers.forEach((layer, il) => {
+      backendOf(il).setTensor(layer.k, zeros);
+      backendOf(il).setTensor(layer.v, zeros);
+    });
   }
 
   /** Bytes of the cache. */
   get size(): number {
-    return this.buffer.size;
+    return this.buffers.reduce((sum, b) => sum + b.size, 0);
   }
 
-  /** Frees the buffer. */
+  /** Frees the buffers. */
   dispose(): void {
-    this.buffer.dispose();
+    for (const buffer of this.buffers) buffer.dispose();
   }
 
   /** Same as {@link dispose}. */

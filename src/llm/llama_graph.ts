@@ -58,10 +58,14 @@ export interface LlamaWeights {
   readonly layers: readonly LlamaLayerWeights[];
 }
 
-/** Picks the weights out of a GGUF's tensors by llama.cpp's names; a missing one is a ModelError. */
+/**
+ * Picks the weights out of a GGUF's tensors by llama.cpp's names; a missing one is a ModelError.
+ * `output` overrides the output projection (a copy of a tied embedding on another backend).
+ */
 export function llamaWeights(
   tensors: ReadonlyMap<string, Tensor>,
   hparams: LlamaHParams,
+  output?: Tensor,
 ): LlamaWeights {
   const get = (name: string): Tensor => {
     const t = tensors.get(name);
@@ -105,11 +109,11 @@ export function llamaWeights(
     expect(l.wUp, nEmbd, nFf);
     expect(l.wDown, nFf, nEmbd);
   }
-  const output = tensors.get("output.weight") ?? tokenEmbd;
-  expect(output, nEmbd, nVocab);
+  const out = output ?? tensors.get("output.weight") ?? tokenEmbd;
+  expect(out, nEmbd, nVocab);
   const outputNorm = get("output_norm.weight");
   expect(outputNorm, nEmbd, 1);
-  return { tokenEmbd, outputNorm, output, layers };
+  return { tokenEmbd, outputNorm, output: out, layers };
 }
 
 /** The shape a graph is built for. */
@@ -167,6 +171,7 @@ export function buildLlamaGraph(
   const nCtx = cache.nCtx;
 
   let x = getRows(weights.tokenEmbd, tokens); // [nEmbd, T]
+  x.name = "inp_embd";
   weights.layers.forEach((w, il) => {
     // Nodes carry llama.cpp's names (`attn_norm-3`), so both graphs can be compared node by node.
     const named = (t: Tensor, name: string): Tensor => {

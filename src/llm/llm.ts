@@ -13,7 +13,7 @@ import { GGUFFile, type LoadedWeights } from "../gguf/file.ts";
 import { type LlamaHParams, readLlamaHParams } from "./hparams.ts";
 import { KvCache, type KvCacheType } from "./kv_cache.ts";
 import { type LlamaWeights, llamaWeights } from "./llama_graph.ts";
-import { PlanCache } from "./plan_cache.ts";
+import { type LayerSplit, PlanCache } from "./plan_cache.ts";
 import { type TokenizeOptions, Tokenizer } from "./tokenizer.ts";
 import { Sampler, type SamplerOptions, StopChecker } from "./sampling.ts";
 import { type ChatMessage, ChatTemplate } from "./chat_template.ts";
@@ -31,6 +31,14 @@ export interface LLMLoadOptions {
   readonly backend?: "cpu" | "webgpu" | Backend;
   /** CPU threads (default: the CPU backend's default). */
   readonly threads?: number;
+  /**
+   * With the CPU backend: run the last `gpuLayers` blocks and the output on WebGPU (llama.cpp's
+   * `-ngl`), the rest on the CPU, through the scheduler; their weights and KV cache live there.
+   * Default 0.
+   */
+  readonly gpuLayers?: number;
+  /** The WebGPU backend for `gpuLayers` (default: one the model makes and disposes). */
+  readonly gpuBackend?: Backend;
   /** Context size: positions the KV cache holds (default min(4096, the trained context)). */
   readonly nCtx?: number;
   /** Most tokens evaluated in one graph; longer inputs go in several (default 256). */
@@ -134,9 +142,11 @@ export class LLM implements Disposable {
 
   /** Counts of the last {@link generate}. */
   lastGeneration: GenerationStats | null = null;
+  /** The layer split between the CPU and WebGPU (`gpuLayers`), or null. */
+  readonly split: LayerSplit | null;
 
-  readonly #ownsBackend: boolean;
-  readonly #weights: LoadedWeights;
+  readonly #owned: readonly Backend[];
+  readonly #weights: readonly LoadedWeights[];
   readonly #cache: KvCache;
   readonly #plans: PlanCache;
   readonly #nBatch: number;
@@ -150,23 +160,32 @@ export class LLM implements Disposable {
   private constructor(init: {
     file: GGUFFile;
     backend: Backend;
-    ownsBackend: boolean;
+    owned: readonly Backend[];
     hparams: LlamaHParams;
-    weights: LoadedWeights;
+    weights: readonly LoadedWeights[];
     model: LlamaWeights;
     cache: KvCache;
     nBatch: number;
     kvBucket: number;
+    split: LayerSplit | null;
   }) {
     this.file = init.file;
     this.backend = init.backend;
-    this.#ownsBackend = init.ownsBackend;
+    this.#owned = init.owned;
     this.hparams = init.hparams;
     this.#weights = init.weights;
     this.#cache = init.cache;
     this.nCtx = init.cache.nCtx;
     this.#nBatch = init.nBatch;
-    this.#plans = new PlanCache(init.backend, init.hparams, init.model, init.cache, init.kvBucket);
+    this.split = init.split;
+    this.#plans = new PlanCache(
+      init.backend,
+      init.hparams,
+      init.model,
+      init.cache,
+      init.kvBucket,
+      init.split,
+    );
   }
 
   /**
@@ -195,25 +214,29 @@ export class LLM implements Disposable {
   /** Loads a GGUF model; a file Graft cannot run is a ModelError (or GGUFError) saying why. */
   static async load(path: string | URL, options: LLMLoadOptions = {}): Promise<LLM> {
     const file = GGUFFile.open(path);
-    let backend: Backend | null = null;
-    let ownsBackend = false;
-    let weights: LoadedWeights | null = null;
+    const owned: Backend[] = [];
+    const weights: LoadedWeights[] = [];
     try {
       const hparams = readLlamaHParams(file.header);
       const nCtx = positiveOption("nCtx", options.nCtx, Math.min(4096, hparams.nCtxTrain));
       const nBatch = positiveOption("nBatch", options.nBatch, 256);
       const kvBucket = positiveOption("kvBucket", options.kvBucket, 256);
+      const gpuLayers = options.gpuLayers ?? 0;
+      if (!Number.isInteger(gpuLayers) || gpuLayers < 0) {
+        throw new ArgumentError(`LLM.load: gpuLayers must be an integer >= 0, got ${gpuLayers}`);
+      }
       const cacheType = options.cacheType ?? "f16";
       if (cacheType !== "f16" && cacheType !== "f32") {
         throw new ArgumentError(`LLM.load: cacheType must be "f16" or "f32", got ${cacheType}`);
       }
       const choice = options.backend ?? "cpu";
+      let backend: Backend;
       if (choice === "cpu") {
         backend = new CpuBackend(options.threads !== undefined ? { threads: options.threads } : {});
-        ownsBackend = true;
+        owned.push(backend);
       } else if (choice === "webgpu") {
         backend = await WebGpuBackend.create();
-        ownsBackend = true;
+        owned.push(backend);
       } else if (typeof choice === "object" && choice !== null && "graphPlanCreate" in choice) {
         backend = choice;
       } else {
@@ -221,26 +244,62 @@ export class LLM implements Disposable {
           `LLM.load: backend must be "cpu", "webgpu" or a Backend, got ${String(choice)}`,
         );
       }
-      weights = file.load(backend, {
-        ...(options.mmap !== undefined ? { mmap: options.mmap } : {}),
-        ...(options.onProgress ? { onProgress: options.onProgress } : {}),
-      });
-      const model = llamaWeights(weights.tensors, hparams);
-      const cache = new KvCache(backend, hparams, nCtx, cacheType);
+      const mmap = options.mmap !== undefined ? { mmap: options.mmap } : {};
+      const progress = options.onProgress ? { onProgress: options.onProgress } : {};
+      let split: LayerSplit | null = null;
+      let model: LlamaWeights;
+      if (gpuLayers > 0 && choice !== "webgpu") {
+        let second = options.gpuBackend;
+        if (!second) {
+          second = await WebGpuBackend.create();
+          owned.push(second);
+        }
+        split = { first: backend, second, from: Math.max(0, hparams.nLayer - gpuLayers) };
+        const from = split.from;
+        const names = file.header.tensors.map((t) => t.name);
+        const onSecond = (name: string): boolean => {
+          const block = /^blk\.(\d+)\./.exec(name);
+          return block ? Number(block[1]) >= from : name.startsWith("output");
+        };
+        weights.push(file.load(backend, { names: names.filter((n) => !onSecond(n)), ...mmap }));
+        // The tied output reads the embedding: a copy of it goes to the second backend.
+        const tied = !names.includes("output.weight");
+        const second_names = names.filter(onSecond);
+        if (tied) second_names.push("token_embd.weight");
+        weights.push(file.load(second, { names: second_names, ...progress }));
+        const [firstW, secondW] = weights as [LoadedWeights, LoadedWeights];
+        const all = new Map([...secondW.tensors, ...firstW.tensors]);
+        model = llamaWeights(
+          all,
+          hparams,
+          secondW.tensors.get(tied ? "token_embd.weight" : "output.weight"),
+        );
+      } else {
+        weights.push(file.load(backend, { ...mmap, ...progress }));
+        model = llamaWeights(weights[0]!.tensors, hparams);
+      }
+      const layerBackend = split;
+      const cache = new KvCache(
+        layerBackend ? (il) => il >= layerBackend.from ? layerBackend.second : backend : backend,
+        hparams,
+        nCtx,
+        cacheType,
+      );
       return new LLM({
         file,
         backend,
-        ownsBackend,
+        owned,
         hparams,
         weights,
         model,
         cache,
         nBatch,
         kvBucket,
+        split,
       });
     } catch (error) {
-      weights?.dispose();
-      if (ownsBackend) backend?.dispose();
+      for (const w of weights) w.dispose();
+      for (const b of owned) b.dispose();
       file.close();
       throw error;
     }
@@ -441,14 +500,14 @@ export class LLM implements Disposable {
     if (this.#disposed) throw new GraftError(`LLM.${verb}: the model was disposed`);
   }
 
-  /** Frees the plans, the cache, the weights and (when it made it) the backend. */
+  /** Frees the plans, the cache, the weights and the backends it made. */
   dispose(): void {
     if (this.#disposed) return;
     this.#disposed = true;
     this.#plans.dispose();
     this.#cache.dispose();
-    this.#weights.dispose();
-    if (this.#ownsBackend) this.backend.dispose();
+    for (const w of this.#weights) w.dispose();
+    for (const b of this.#owned) b.dispose();
     this.file.close();
   }
 

@@ -6,7 +6,10 @@
  * @module
  */
 
-import type { Backend, BackendBuffer, GraphPlan } from "../backend/backend.ts";
+import type { Backend, BackendBuffer } from "../backend/backend.ts";
+import type { TensorData } from "../dtype.ts";
+import { GraftError } from "../errors.ts";
+import { Schedule } from "../sched/schedule.ts";
 import { allocTensors } from "../alloc/alloc_tensors.ts";
 import { CpuBackend } from "../backend/cpu/backend.ts";
 import { allocGraph } from "../alloc/planner.ts";
@@ -22,12 +25,23 @@ import {
 /** Plans kept at once (decode, a prefill size or two, their KV buckets). */
 export const PLANS_KEPT = 8;
 
+/** Layers split between two backends: blocks from `from` on, and the output, on `second`. */
+export interface LayerSplit {
+  /** Runs the embedding and the blocks before `from`; holds the graph's inputs. */
+  readonly first: Backend;
+  /** Runs the blocks from `from` on and the output. */
+  readonly second: Backend;
+  /** The first block on `second`. */
+  readonly from: number;
+}
+
 interface Entry {
   readonly built: LlamaGraph;
   readonly inputs: BackendBuffer;
-  readonly activations: BackendBuffer;
-  readonly plan: GraphPlan;
   readonly mask: Float32Array;
+  /** Computes the graph (inputs written) and reads the logits. */
+  readonly compute: () => Promise<TensorData>;
+  readonly free: () => void;
 }
 
 /** The plans of one model and cache. */
@@ -37,15 +51,22 @@ export class PlanCache implements Disposable {
   readonly #weights: LlamaWeights;
   readonly #cache: KvCache;
   readonly #bucket: number;
+  readonly #split: LayerSplit | null;
   readonly #entries = new Map<string, Entry>();
 
+  /**
+   * Plans for `weights` and `cache` on `backend`, or split by layers (`split`: then `backend` is
+   * the split's first backend, which holds the inputs).
+   */
   constructor(
     backend: Backend,
     hparams: LlamaHParams,
     weights: LlamaWeights,
     cache: KvCache,
     bucket: number,
+    split: LayerSplit | null = null,
   ) {
+    this.#split = split;
     this.#backend = backend;
     this.#hparams = hparams;
     this.#weights = weights;
@@ -90,11 +111,7 @@ export class PlanCache implements Disposable {
       line.fill(-Infinity, visible);
     }
     backend.setTensor(built.mask, mask);
-    backend.graphPlanCompute(entry.plan);
-    // The CPU reads its memory synchronously; other backends' getTensor may refuse to.
-    const data = backend instanceof CpuBackend
-      ? backend.getTensor(built.logits)
-      : await backend.getTensorAsync(built.logits);
+    const data = await entry.compute();
     return new Float32Array(data as Float32Array);
   }
 
@@ -109,34 +126,77 @@ export class PlanCache implements Disposable {
     }
     const built = buildLlamaGraph(this.#hparams, this.#weights, this.#cache, shape);
     const inputs = allocTensors(this.#backend, built.inputs);
-    let activations: BackendBuffer | null = null;
     try {
-      activations = allocGraph(this.#backend, built.graph);
-      const plan = this.#backend.graphPlanCreate(built.graph);
+      const run = this.#split ? this.#scheduled(built, this.#split) : this.#planned(built);
       const entry: Entry = {
         built,
         inputs,
-        activations,
-        plan,
         mask: new Float32Array(built.mask.nelements),
+        compute: run.compute,
+        free: () => {
+          run.free();
+          inputs.dispose();
+        },
       };
       this.#entries.set(key, entry);
       while (this.#entries.size > PLANS_KEPT) {
         const [oldest, old] = this.#entries.entries().next().value!;
         this.#entries.delete(oldest);
-        free(old);
+        old.free();
       }
       return entry;
     } catch (error) {
-      activations?.dispose();
       inputs.dispose();
       throw error;
     }
   }
 
+  /** One backend: the planner's buffer and the backend's plan. */
+  #planned(built: LlamaGraph): Pick<Entry, "compute" | "free"> {
+    const backend = this.#backend;
+    const activations = allocGraph(backend, built.graph);
+    try {
+      const plan = backend.graphPlanCreate(built.graph);
+      return {
+        compute: (): Promise<TensorData> => {
+          backend.graphPlanCompute(plan);
+          // The CPU reads its memory synchronously; other backends' getTensor may refuse to.
+          return backend instanceof CpuBackend
+            ? Promise.resolve(backend.getTensor(built.logits))
+            : backend.getTensorAsync(built.logits);
+        },
+        free: (): void => {
+          plan.dispose();
+          activations.dispose();
+        },
+      };
+    } catch (error) {
+      activations.dispose();
+      throw error;
+    }
+  }
+
+  /** Layers split between two backends: a schedule of two splits cut after block `from - 1`. */
+  #scheduled(built: LlamaGraph, split: LayerSplit): Pick<Entry, "compute" | "free"> {
+    const cutName = split.from === 0 ? "inp_embd" : `l_out-${split.from - 1}`;
+    const cut = built.graph.nodes.find((t) => t.name === cutName);
+    if (!cut) throw new GraftError(`llm: no node ${cutName} to split the layers at`);
+    const schedule = Schedule.fromCuts(built.graph, [
+      { upTo: cut, backend: split.first },
+      { upTo: built.logits, backend: split.second },
+    ], (backend, graphs, options) => allocGraph(backend, graphs, options));
+    return {
+      compute: async (): Promise<TensorData> => {
+        await schedule.compute();
+        return await schedule.getOutput(built.logits);
+      },
+      free: (): void => schedule.dispose(),
+    };
+  }
+
   /** Frees every plan and its memory. */
   dispose(): void {
-    for (const entry of this.#entries.values()) free(entry);
+    for (const entry of this.#entries.values()) entry.free();
     this.#entries.clear();
   }
 
@@ -144,10 +204,4 @@ export class PlanCache implements Disposable {
   [Symbol.dispose](): void {
     this.dispose();
   }
-}
-
-function free(entry: Entry): void {
-  entry.plan.dispose();
-  entry.activations.dispose();
-  entry.inputs.dispose();
 }

@@ -1,0 +1,120 @@
+/**
+ * `deno task generate` and `deno task chat` as a user runs them (subprocesses): JSON output,
+ * streaming text, usage errors with exit status 2, a piped chat. Skipped without the cached
+ * SmolLM2 file or without --allow-run.
+ */
+
+import assert from "node:assert/strict";
+import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
+
+const canRun = Deno.permissions.querySync({ name: "run" }).state === "granted";
+const ignore = !smolLM2Cached() || !canRun;
+if (ignore) console.log("llm_cli_test: needs the cached SmolLM2 file and --allow-run: skipped");
+
+const root = new URL("../", import.meta.url);
+
+async function run(
+  script: string,
+  args: string[],
+  stdin = "",
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  const command = new Deno.Command(Deno.execPath(), {
+    args: ["run", "--allow-all", script, "--model", SMOLLM2_PATH, "--threads", "2", ...args],
+    cwd: root,
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "piped",
+  });
+  const child = command.spawn();
+  const writer = child.stdin.getWriter();
+  await writer.write(new TextEncoder().encode(stdin));
+  await writer.close();
+  const out = await child.output();
+  const decode = (b: Uint8Array): string => new TextDecoder().decode(b);
+  return { code: out.code, stdout: decode(out.stdout), stderr: decode(out.stderr) };
+}
+
+Deno.test({
+  name: "generate --prompt-ids --json prints one object of ids and text",
+  ignore,
+  async fn(): Promise<void> {
+    const r = await run("tools/generate.ts", [
+      "--prompt-ids",
+      "504,3575,282,4649,314",
+      "-n",
+      "4",
+      "--temp",
+      "0",
+      "--json",
+    ]);
+    assert.equal(r.code, 0, r.stderr);
+    const out = JSON.parse(r.stdout) as { prompt_ids: number[]; ids: number[]; text: string };
+    assert.deepEqual(out.prompt_ids, [504, 3575, 282, 4649, 314]);
+    assert.deepEqual(out.ids, [7042, 30, 198, 198]);
+    assert.equal(out.text, " Paris.\n\n");
+    assert.match(r.stderr, /generation: 4 tokens/);
+  },
+});
+
+Deno.test({
+  name: "generate --prompt streams the text; --chat wraps it in the chat template",
+  ignore,
+  async fn(): Promise<void> {
+    const plain = await run("tools/generate.ts", [
+      "--prompt",
+      "The capital of France is",
+      "-n",
+      "2",
+      "--temp",
+      "0",
+    ]);
+    assert.equal(plain.code, 0, plain.stderr);
+    assert.equal(plain.stdout, " Paris.\n");
+    const chat = await run("tools/generate.ts", [
+      "--prompt",
+      "What is the capital of France? Answer in one sentence.",
+      "--chat",
+      "--temp",
+      "0",
+      "--json",
+    ]);
+    assert.equal(chat.code, 0, chat.stderr);
+    const out = JSON.parse(chat.stdout) as { prompt_ids: number[]; text: string };
+    assert.equal(out.prompt_ids[0], 1); // <|im_start|>, parsed as a special token
+    assert.equal(out.text, "The capital of France is Paris.");
+  },
+});
+
+Deno.test({
+  name: "generate: usage errors exit with status 2 and say what to do",
+  ignore,
+  async fn(): Promise<void> {
+    const both = await run("tools/generate.ts", ["--prompt", "x", "--prompt-ids", "1"]);
+    assert.equal(both.code, 2);
+    assert.match(both.stderr, /exactly one of --prompt TEXT and --prompt-ids/);
+    assert.match(both.stderr, /usage: deno task generate/);
+    const bad = await run("tools/generate.ts", ["--prompt", "x", "--temp", "hot"]);
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /--temp must be a number >= 0, got "hot"/);
+    const unknown = await run("tools/generate.ts", ["--prompt", "x", "--frobnicate"]);
+    assert.equal(unknown.code, 2);
+    const ids = await run("tools/generate.ts", ["--prompt-ids", "1,x"]);
+    assert.equal(ids.code, 2);
+    assert.match(ids.stderr, /--prompt-ids must be integers/);
+  },
+});
+
+Deno.test({
+  name: "chat: a piped conversation answers each line and keeps the history",
+  ignore,
+  async fn(): Promise<void> {
+    const r = await run(
+      "tools/chat.ts",
+      ["--temp", "0", "-n", "24"],
+      "What is the capital of France? Answer in one sentence.\n/reset\n/exit\n",
+    );
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /The capital of France is Paris\./);
+    assert.match(r.stderr, /conversation reset/);
+  },
+});

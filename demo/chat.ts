@@ -5,7 +5,7 @@
  * @module
  */
 
-import { loadModel, parseLlmArgs, timingLine, UsageError } from "../tools/llm_cli.ts";
+import { loadModel, parseLlmArgs, runCli, timingLine } from "../tools/llm_cli.ts";
 import { liveAllocations } from "../mod.ts";
 
 const DEFAULT_PROMPT = "What is the capital of France? Answer in one sentence.";
@@ -41,12 +41,4 @@ async function main(args: string[]): Promise<number> {
   return 0;
 }
 
-try {
-  Deno.exit(await main(Deno.args));
-} catch (error) {
-  if (error instanceof UsageError) {
-    console.error(`demo: ${error.message}`);
-    Deno.exit(2);
-  }
-  throw error;
-}
+await runCli("demo", "usage: deno task demo [--prompt TEXT] [generate's options]", main);

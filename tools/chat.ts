@@ -9,7 +9,7 @@
  */
 
 import { type ChatMessage, ContextFullError } from "../mod.ts";
-import { loadModel, parseLlmArgs, timingLine, UsageError } from "./llm_cli.ts";
+import { loadModel, parseLlmArgs, runCli, timingLine } from "./llm_cli.ts";
 
 const USAGE = `usage: deno task chat [--model FILE] [--system TEXT] [--temp T] [-n N] [--seed S]
   [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty X] [--backend cpu|webgpu] [-g GPU_LAYERS]
@@ -89,13 +89,4 @@ async function main(args: string[]): Promise<number> {
   return 0;
 }
 
-try {
-  Deno.exit(await main(Deno.args));
-} catch (error) {
-  if (error instanceof UsageError) {
-    console.error(`chat: ${error.message}\n${USAGE}`);
-    Deno.exit(2);
-  }
-  console.error(`chat: ${error instanceof Error ? `${error.name}: ${error.message}` : error}`);
-  Deno.exit(1);
-}
+await runCli("chat", USAGE, main);

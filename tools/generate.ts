@@ -12,7 +12,7 @@
  * @module
  */
 
-import { loadModel, parseLlmArgs, timingLine, UsageError } from "./llm_cli.ts";
+import { loadModel, parseLlmArgs, runCli, timingLine, UsageError } from "./llm_cli.ts";
 
 const USAGE = `usage: deno task generate [--model FILE] (--prompt TEXT | --prompt-ids 1,2,3)
   [-n N] [--temp T] [--seed S] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty X]
@@ -79,13 +79,4 @@ async function main(args: string[]): Promise<number> {
   return 0;
 }
 
-try {
-  Deno.exit(await main(Deno.args));
-} catch (error) {
-  if (error instanceof UsageError) {
-    console.error(`generate: ${error.message}\n${USAGE}`);
-    Deno.exit(2);
-  }
-  console.error(`generate: ${error instanceof Error ? `${error.name}: ${error.message}` : error}`);
-  Deno.exit(1);
-}
+await runCli("generate", USAGE, main);

@@ -162,3 +162,24 @@ export function timingLine(llm: LLM): string {
     rate(g.generatedTokens, g.generateMs)
   } tokens/s) | stop: ${g.stopReason}`;
 }
+
+/**
+ * Runs a command's `main` and exits with its status: a UsageError prints the message and the
+ * usage and exits 2, any other error prints its name and message and exits 1.
+ */
+export async function runCli(
+  name: string,
+  usage: string,
+  main: (args: string[]) => Promise<number>,
+): Promise<never> {
+  try {
+    Deno.exit(await main(Deno.args));
+  } catch (error) {
+    if (error instanceof UsageError) {
+      console.error(`${name}: ${error.message}\n${usage}`);
+      Deno.exit(2);
+    }
+    console.error(`${name}: ${error instanceof Error ? `${error.name}: ${error.message}` : error}`);
+    Deno.exit(1);
+  }
+}

@@ -425,9 +425,14 @@ export function refSoftmax(a: RefTensor, mask?: RefTensor, scale = 1): RefTensor
 
 /**
  * `mulMat(a[K, M, A2, A3], b[K, N, B2, B3]) -> [M, N, B2, B3]`, out[m, n] = Σ_k a[k, m]·b[k, n].
- * Batch (i2, i3) of b uses batch (i2 / (B2/A2), i3 / (B3/A3)) of a, as ggml broadcasts.
+ * Batch (i2, i3) of b uses batch (i2 / (B2/A2), i3 / (B3/A3)) of a, as ggml broadcasts. `roundB`
+ * rounds b's elements first (f16 weights: ggml multiplies b rounded to f16).
  */
-export function refMulMat(a: RefTensor, b: RefTensor): RefTensor {
+export function refMulMat(
+  a: RefTensor,
+  b: RefTensor,
+  roundB: (x: number) => number = (x) => x,
+): RefTensor {
   const [k, m] = a.ne;
   if (b.ne[0] !== k) throw new RangeError("reference mulMat: ne[0] differ");
   const n = b.ne[1];
@@ -443,7 +448,7 @@ export function refMulMat(a: RefTensor, b: RefTensor): RefTensor {
       for (let j = 0; j < n; j++) {
         for (let i = 0; i < m; i++) {
           let total = 0;
-          for (let p = 0; p < k; p++) total += a.at(p, i, a2, a3) * b.at(p, j, i2, i3);
+          for (let p = 0; p < k; p++) total += a.at(p, i, a2, a3) * roundB(b.at(p, j, i2, i3));
           out[at++] = total;
         }
       }

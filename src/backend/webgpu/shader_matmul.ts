@@ -3,7 +3,7 @@
  * ggml does. A 16x16 workgroup computes a 64x64 tile of D, each thread a 4x4 block held in
  * registers; K advances 16 at a time through tiles of S0 and S1 in workgroup memory. Loads go
  * through the sources' strides, so transposed and permuted views work, and f16 S0 is widened
- * on load; bf16 and block-quantized S0 are decoded element by element as the tile is loaded
+ * on load (S1 then rounded to f16, as ggml converts src1 to f16 for f16 weights); bf16 and block-quantized S0 are decoded element by element as the tile is loaded
  * (`shader_quant.ts`), so each weight is decoded once per workgroup that reads it.
  * @module
  */
@@ -24,6 +24,9 @@ export function matmulShader(a: DType): string {
   const load = isWeightDType(a)
     ? weightLoad(a, "k", "m0 + rr, a2, a3")
     : "S0_f32(at(1u, vec4<u32>(k, m0 + rr, a2, a3)))";
+  // f16 weights multiply S1 rounded to f16, as ggml (and the CPU backend) do.
+  const b = "S1_f32(at(2u, vec4<u32>(k, n0 + rr, i2, i3)))";
+  const loadB = a === "f16" ? `f16_to_f32(f32_to_f16(${b}))` : b;
   return `${PARAMS_WGSL}
 ${bindings}
 var<workgroup> As: array<f32, ${TK * MATMUL_TILE}>;
@@ -63,7 +66,7 @@ fn main(
       As[kk * ${MATMUL_TILE}u + rr] = va;
       var vb = 0.0;
       if (k < K && n0 + rr < N) {
-        vb = S1_f32(at(2u, vec4<u32>(k, n0 + rr, i2, i3)));
+        vb = ${loadB};
       }
       Bs[kk * ${MATMUL_TILE}u + rr] = vb;
     }

@@ -27,7 +27,7 @@ pub const Mode = enum(u32) { normal = 0, neox = 2 };
 /// ggml's theta_scale: powf(freq_base, -2.0f / n_dims), the exponent rounded to f32 first.
 pub fn theta_scale(freq_base: f32, n_dims: usize) f32 {
     const exponent: f32 = -2.0 / @as(f32, @floatFromInt(n_dims));
-    return @floatCast(std.math.pow(f64, freq_base, exponent));
+    return common.powf(freq_base, exponent);
 }
 
 pub fn rope(n: *const common.Node, work: *const common.Work) common.Status {
@@ -78,9 +78,9 @@ fn rope_row(comptime mode: Mode, args: RowArgs) void {
     var theta: f32 = args.position;
     for (0..half) |k| {
         // rope_yarn with ext_factor 0, mscale 1: cosf(freq_scale * theta), sinf(...).
-        const angle: f64 = args.freq_scale * theta;
-        const cos_theta: f32 = @floatCast(@cos(angle));
-        const sin_theta: f32 = @floatCast(@sin(angle));
+        const angle: f32 = args.freq_scale * theta;
+        const cos_theta = common.cosf(angle);
+        const sin_theta = common.sinf(angle);
         theta *= args.theta_scale;
         const first, const second = switch (mode) {
             .normal => .{ 2 * k, 2 * k + 1 },

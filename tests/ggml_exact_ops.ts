@@ -16,11 +16,18 @@ import {
   mul,
   rmsNorm,
   rope,
+  type Shape,
   silu,
   type SimdLevel,
   softmax,
   type Tensor,
 } from "../mod.ts";
+
+/** A case built in Graft: its input tensors (in the manifest's order) and its output. */
+export interface Built {
+  inputs: Tensor[];
+  output: Tensor;
+}
 
 /** One op on one input set. */
 export interface ExactCase {
@@ -30,7 +37,7 @@ export interface ExactCase {
   /** Input arrays, in the manifest's order. */
   inputs: (Float32Array | Int32Array)[];
   /** Builds the case in Graft: its input tensors (same order) and its output. */
-  build(ctx: Context): { inputs: Tensor[]; output: Tensor };
+  build(ctx: Context): Built;
 }
 
 /** xorshift32 values in [-scale, scale), each exact in f32 (a 24-bit integer times a power of 2). */
@@ -61,7 +68,7 @@ function withExtremes(x: Float32Array, rowLength: number): Float32Array {
   return x;
 }
 
-function f32(ctx: Context, shape: number[]): Tensor {
+function f32(ctx: Context, shape: Shape): Tensor {
   return ctx.newTensor("f32", shape);
 }
 
@@ -69,8 +76,8 @@ function f32(ctx: Context, shape: number[]): Tensor {
 export function exactCases(): ExactCase[] {
   const cases: ExactCase[] = [];
   let seed = 1;
-  const next = () => 0x9e3779b9 * seed++ >>> 0;
-  for (const [ne0, ne1] of [[576, 7], [576, 1], [100, 3], [37, 2]]) {
+  const next = (): number => 0x9e3779b9 * seed++ >>> 0;
+  for (const [ne0, ne1] of [[576, 7], [576, 1], [100, 3], [37, 2]] as const) {
     const eps = 1e-5;
     const x = seeded(ne0 * ne1, next(), 4);
     const w = seeded(ne0, next(), 2);
@@ -79,7 +86,7 @@ export function exactCases(): ExactCase[] {
       name,
       manifest: `rms_norm ${name}.out ${ne0} ${ne1} ${eps} ${name}.0.bin`,
       inputs: [x],
-      build(ctx) {
+      build(ctx): Built {
         const a = f32(ctx, [ne0, ne1]);
         return { inputs: [a], output: rmsNorm(a, eps) };
       },
@@ -87,16 +94,17 @@ export function exactCases(): ExactCase[] {
     const nameMul = `rms_norm_mul_${ne0}x${ne1}`;
     cases.push({
       name: nameMul,
-      manifest: `rms_norm_mul ${nameMul}.out ${ne0} ${ne1} ${eps} ${nameMul}.0.bin ${nameMul}.1.bin`,
+      manifest:
+        `rms_norm_mul ${nameMul}.out ${ne0} ${ne1} ${eps} ${nameMul}.0.bin ${nameMul}.1.bin`,
       inputs: [x, w],
-      build(ctx) {
+      build(ctx): Built {
         const a = f32(ctx, [ne0, ne1]);
         const g = f32(ctx, [ne0]);
         return { inputs: [a, g], output: mul(rmsNorm(a, eps), g) };
       },
     });
   }
-  for (const [ne0, ne1] of [[1536, 7], [1536, 1], [100, 3], [37, 2], [5, 3]]) {
+  for (const [ne0, ne1] of [[1536, 7], [1536, 1], [100, 3], [37, 2], [5, 3]] as const) {
     const x = withExtremes(seeded(ne0 * ne1, next(), 8), ne0);
     const g = seeded(ne0 * ne1, next(), 4);
     const name = `silu_${ne0}x${ne1}`;
@@ -104,7 +112,7 @@ export function exactCases(): ExactCase[] {
       name,
       manifest: `silu ${name}.out ${ne0} ${ne1} ${name}.0.bin`,
       inputs: [x],
-      build(ctx) {
+      build(ctx): Built {
         const a = f32(ctx, [ne0, ne1]);
         return { inputs: [a], output: silu(a) };
       },
@@ -114,7 +122,7 @@ export function exactCases(): ExactCase[] {
       name: nameMul,
       manifest: `swiglu ${nameMul}.out ${ne0} ${ne1} ${nameMul}.0.bin ${nameMul}.1.bin`,
       inputs: [x, g],
-      build(ctx) {
+      build(ctx): Built {
         const a = f32(ctx, [ne0, ne1]);
         const b = f32(ctx, [ne0, ne1]);
         return { inputs: [a, b], output: mul(silu(a), b) };
@@ -130,7 +138,7 @@ export function exactCases(): ExactCase[] {
       [520, 7, 3, 0.125, 16],
       [37, 4, 2, 0.125, 16],
       [256, 3, 2, 1, 64], // differences past -87: subnormal and zero exps
-    ]
+    ] as const
   ) {
     const x = seeded(ne0 * ne1 * ne2, next(), range);
     const mask = new Float32Array(ne0 * ne1);
@@ -142,7 +150,7 @@ export function exactCases(): ExactCase[] {
       name,
       manifest: `soft_max ${name}.out ${ne0} ${ne1} ${ne2} ${scale} ${name}.0.bin ${name}.1.bin`,
       inputs: [x, mask],
-      build(ctx) {
+      build(ctx): Built {
         const a = f32(ctx, [ne0, ne1, ne2]);
         const m = f32(ctx, [ne0, ne1]);
         return { inputs: [a, m], output: softmax(a, { mask: m, scale }) };
@@ -150,7 +158,7 @@ export function exactCases(): ExactCase[] {
     });
   }
   // SmolLM2's rope: head 64, all 64 dims, mode normal, base 100000; every position 0..8191.
-  for (const [ne1, ne2] of [[3, 8192], [9, 7]]) {
+  for (const [ne1, ne2] of [[3, 8192], [9, 7]] as const) {
     const x = seeded(64 * ne1 * ne2, next(), 4);
     const positions = ne2 === 8192
       ? Int32Array.from({ length: ne2 }, (_, i) => i)
@@ -160,7 +168,7 @@ export function exactCases(): ExactCase[] {
       name,
       manifest: `rope ${name}.out 64 ${ne1} ${ne2} 64 0 100000 ${name}.0.bin ${name}.1.bin`,
       inputs: [x, positions],
-      build(ctx) {
+      build(ctx): Built {
         const a = f32(ctx, [64, ne1, ne2]);
         const p = ctx.newTensor("i32", [ne2]);
         return {
@@ -212,8 +220,7 @@ export function ggmlOutputs(exe: string, cases: ExactCase[], threads = 1): Float
 
 /** SHA-256 of the output's bytes, hex. */
 export async function digest(data: Float32Array): Promise<string> {
-  const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
-  const hash = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+  const hash = new Uint8Array(await crypto.subtle.digest("SHA-256", data.slice()));
   return Array.from(hash, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 

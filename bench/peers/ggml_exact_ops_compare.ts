@@ -8,7 +8,9 @@ import { bitDiff, exactCases, ggmlOutputs, graftOutput } from "../../tests/ggml_
 import type { SimdLevel } from "../../mod.ts";
 
 const exe = Deno.args[0];
-if (!exe) throw new Error("usage: ggml_exact_ops_compare.ts <ggml_exact_ops executable> [simd] [threads]");
+if (!exe) {
+  throw new Error("usage: ggml_exact_ops_compare.ts <ggml_exact_ops executable> [simd] [threads]");
+}
 const simd = (Deno.args[1] ?? "avx512") as SimdLevel;
 const threads = Number(Deno.args[2] ?? 1);
 const cases = exactCases();
@@ -21,4 +23,6 @@ cases.forEach((c, k) => {
   const where = count > 0 ? ` first at ${first}: ${got[first]} vs ggml ${want[k]![first]}` : "";
   console.log(`${c.name.padEnd(32)} ${count}/${got.length} differ${where}`);
 });
-console.log(`${simd}, ${threads} thread(s): ${cases.length - bad}/${cases.length} cases bitwise equal`);
+console.log(
+  `${simd}, ${threads} thread(s): ${cases.length - bad}/${cases.length} cases bitwise equal`,
+);

@@ -57,7 +57,30 @@ export function seeded(count: number, seed: number, scale: number): Float32Array
 
 /** silu's special inputs (exp overflow and underflow, zeros) at the start of each row. */
 function withExtremes(x: Float32Array, rowLength: number): Float32Array {
-  const special = [-100, 100, -88.5, 88.5, -89, 89, 0, -0, -103, 104, -20, 20, 1e-30, -1e-30];
+  const special = [
+    -100,
+    100,
+    -88.5,
+    88.5,
+    -89,
+    89,
+    0,
+    -0,
+    -103,
+    104,
+    -20,
+    20,
+    1e-30,
+    -1e-30,
+    -150,
+    150,
+    -1000,
+    1000,
+    -126,
+    127,
+    87.3,
+    -87.3,
+  ];
   for (let row = 0; row * rowLength < x.length; row++) {
     for (let i = 0; i < Math.min(special.length, rowLength); i++) {
       // Different rows put them in different lanes.

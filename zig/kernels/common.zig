@@ -362,3 +362,121 @@ comptime {
     assert(@divFloor(-150, 2) >= -126);
     assert(128 - @divFloor(128, 2) <= 127);
 }
+
+// ---- ggml-cpu's exact arithmetic (ggml/src/ggml-cpu/vec.h, vec.cpp) ----
+//
+// llama.cpp quantizes activations to q8 before each matmul, so Graft's kernels for the ops in
+// its graph reproduce ggml-cpu's results bit for bit: the same formulas, the same roundings, and
+// the same split of a row between the vector code (full vectors of `lanes`) and the scalar tail
+// (glibc's expf). ggml compiles ggml_v_expf per SIMD level with different polynomial
+// arrangements; each variant object here uses the one ggml uses at its width: AVX-512 (16 lanes,
+// __AVX512F__ && __AVX512DQ__), AVX2 + FMA (8 lanes), SSE (4 lanes, fused where FMA exists).
+
+/// The C library's expf, sinf, cosf and powf, as ggml calls them (`ggml_silu_f32`, soft_max's
+/// tail, rope). Declaring `expf` itself would bind Zig's compiler_rt copy, linked into this
+/// library as a local symbol; glibc (2.27 on) also exports each under its TS 18661-3 name, the
+/// same function (one ifunc, so the same variant for this CPU as ggml's calls pick), which only
+/// libm defines.
+const libm = struct {
+    extern "c" fn expf32(x: f32) f32;
+    extern "c" fn sinf32(x: f32) f32;
+    extern "c" fn cosf32(x: f32) f32;
+    extern "c" fn powf32(x: f32, y: f32) f32;
+};
+const glibc = builtin.target.isGnuLibC();
+pub fn expf(x: f32) f32 {
+    return if (glibc) libm.expf32(x) else @exp(x);
+}
+pub fn sinf(x: f32) f32 {
+    return if (glibc) libm.sinf32(x) else @sin(x);
+}
+pub fn cosf(x: f32) f32 {
+    return if (glibc) libm.cosf32(x) else @cos(x);
+}
+pub fn powf(x: f32, y: f32) f32 {
+    return if (glibc) libm.powf32(x, y) else std.math.pow(f32, x, y);
+}
+
+const has_avx512 = builtin.cpu.arch == .x86_64 and builtin.cpu.has(.x86, .avx512f);
+
+/// ggml_v_expf of this width, bit for bit ("adapted from arm limited optimized routine": at most
+/// 1.95 ulp; above 88.38 it gives +inf, below -103.97 zero).
+pub fn ggml_expf(x: F32x) F32x {
+    const r = splat(0x1.8p23);
+    const z = mul_add(x, splat(0x1.715476p+0), r);
+    const n = z - r;
+    // fnmadd(a, b, c) = c - a * b, one rounding: the negation of n is exact.
+    const b = mul_add(-n, splat(0x1.7f7d1cp-20), mul_add(-n, splat(0x1.62e4p-1), x));
+    const u = b * b;
+    const c5 = splat(0x1.0e4020p-7);
+    const c4 = splat(0x1.573e2ep-5);
+    const c3 = splat(0x1.555e66p-3);
+    const c2 = splat(0x1.fffdb6p-2);
+    const c1 = splat(0x1.ffffecp-1);
+    if (comptime lanes == 16 and has_avx512) {
+        const j = mul_add(
+            mul_add(mul_add(c5, b, c4), u, mul_add(c3, b, c2)),
+            u,
+            mul_add(c1, b, splat(1.0)),
+        );
+        const res = scalef(j, n);
+        const d = @abs(n) > splat(192);
+        if (!@reduce(.Or, d)) return res;
+        const alt = @select(f32, n <= splat(0), splat(0), splat(std.math.inf(f32)));
+        return @select(f32, d, alt, res);
+    } else {
+        const U32x = @Vector(lanes, u32);
+        const one_bits: U32x = @splat(0x3f800000);
+        const e: U32x = @as(U32x, @bitCast(z)) << @splat(23);
+        const k: F32x = @bitCast(e +% one_bits);
+        const c = @abs(n) > splat(126);
+        const j = mul_add(mul_add(mul_add(c5, b, c4), u, mul_add(c3, b, c2)), u, c1 * b);
+        if (!@reduce(.Or, c)) return mul_add(j, k, k);
+        const g: U32x = @select(u32, n <= splat(0), @as(U32x, @splat(0x82000000)), @as(U32x, @splat(0)));
+        const s1: F32x = @bitCast(g +% @as(U32x, @splat(0x7f000000)));
+        const s2: F32x = @bitCast(e -% g);
+        const d = @abs(n) > splat(192);
+        return @select(f32, d, s1 * s1, @select(f32, c, mul_add(s2, j, s2) * s1, mul_add(k, j, k)));
+    }
+}
+
+/// j * 2^floor(n), one rounding (AVX-512's vscalefps, as ggml's _mm512_scalef_ps).
+fn scalef(j: F32x, n: F32x) F32x {
+    return asm ("vscalefps %[n], %[j], %[out]"
+        : [out] "=v" (-> F32x),
+        : [j] "v" (j),
+          [n] "v" (n),
+    );
+}
+
+/// ggml_v_silu: x / (1 + ggml_v_expf(0 - x)).
+pub fn ggml_silu(x: F32x) F32x {
+    return x / (splat(1) + ggml_expf(splat(0) - x));
+}
+
+/// ggml_silu_f32, the scalar tail: x / (1.0f + expf(-x)) with the C library's expf.
+pub fn ggml_silu_scalar(x: f32) f32 {
+    return x / (1.0 + expf(-x));
+}
+
+/// silu of lanes [0, count) as ggml_vec_silu_f32 computes them: a full vector through
+/// `ggml_silu`, a row's partial last chunk element by element through `ggml_silu_scalar`.
+pub fn ggml_silu_chunk(x: F32x, count: usize) F32x {
+    if (count == lanes) return ggml_silu(x);
+    var out: [lanes]f32 = @splat(0);
+    const in: [lanes]f32 = x;
+    for (0..count) |lane| out[lane] = ggml_silu_scalar(in[lane]);
+    return out;
+}
+
+/// The f32 sum of a vector in the order of x86's horizontal adds as ggml uses them
+/// (_mm512_reduce_add_ps in GCC's header; the AVX2 and SSE sequences of ggml_vec_soft_max_f32):
+/// halves added until 4 lanes are left, then (v0 + v2) + (v1 + v3).
+pub fn ggml_reduce_add(v: F32x) f32 {
+    var a: [lanes]f32 = v;
+    comptime var width = lanes;
+    inline while (width > 4) : (width /= 2) {
+        inline for (0..width / 2) |i| a[i] = a[i + width / 2] + a[i];
+    }
+    return (a[0] + a[2]) + (a[1] + a[3]);
+}

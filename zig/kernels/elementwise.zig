@@ -135,7 +135,9 @@ pub fn unary(comptime op: UnaryOp, n: *const common.Node, work: *const common.Wo
         var i: usize = 0;
         while (i < dst.ne[0]) : (i += lanes) {
             const chunk = @min(lanes, dst.ne[0] - i);
-            const value = unary_apply(op, common.load_chunk(src_row, i, chunk, 0), factor);
+            const x = common.load_chunk(src_row, i, chunk, 0);
+            // silu as ggml_vec_silu_f32: full vectors and the scalar tail differ in their exp.
+            const value = if (op == .silu) common.ggml_silu_chunk(x, chunk) else unary_apply(op, x, factor);
             common.store_chunk(dst_row, i, chunk, value);
         }
     }
@@ -143,7 +145,9 @@ pub fn unary(comptime op: UnaryOp, n: *const common.Node, work: *const common.Wo
 }
 
 /// Fused silu(src0) * src1 (one shape): the arithmetic of silu then mul, element by element, so
-/// bitwise their result, without writing and reading back silu's output.
+/// bitwise their result, without writing and reading back silu's output. This is also
+/// ggml_vec_swiglu_f32 bit for bit (llama.cpp's ggml_swiglu_split): full vectors through ggml_v_silu,
+/// the tail through ggml_silu_f32, each times src1 in f32.
 pub fn silu_mul(n: *const common.Node, work: *const common.Work) common.Status {
     const dst = Tensor.from(&n.dst);
     const a = Tensor.from(&n.src[0]);
@@ -151,7 +155,6 @@ pub fn silu_mul(n: *const common.Node, work: *const common.Work) common.Status {
     assert(dst.element_count() == a.element_count());
     assert(dst.element_count() == b.element_count());
     const stream = common.use_stream_stores(dst);
-    const none = splat(0);
     const range = common.thread_range(dst.rows(), work);
     for (range.begin..range.end) |row| {
         const index = dst.row_index(row);
@@ -161,7 +164,7 @@ pub fn silu_mul(n: *const common.Node, work: *const common.Work) common.Status {
         var i: usize = 0;
         while (i < dst.ne[0]) : (i += lanes) {
             const chunk = @min(lanes, dst.ne[0] - i);
-            const activated = unary_apply(.silu, common.load_chunk(a_row, i, chunk, 0), none);
+            const activated = common.ggml_silu_chunk(common.load_chunk(a_row, i, chunk, 0), chunk);
             const value = activated * common.load_chunk(b_row, i, chunk, 1);
             common.store_chunk_maybe_stream(dst_row, i, chunk, value, stream);
         }
@@ -176,7 +179,7 @@ fn unary_apply(comptime op: UnaryOp, x: F32x, factor: F32x) F32x {
         .sqr => x * x,
         .sqrt => @sqrt(x),
         .gelu => gelu(x),
-        .silu => x / (splat(1) + common.exp(-x)),
+        .silu => common.ggml_silu(x), // `unary` sends a row's partial last chunk to the scalar tail
         // As ggml: (x > 0) ? x : 0, so NaN and -0 give +0.
         .relu => @select(f32, x > splat(0), x, splat(0)),
     };

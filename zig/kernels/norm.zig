@@ -1,4 +1,5 @@
-//! Row normalizations, as ggml computes them (sums in f64, the scaling in f32):
+//! Row normalizations, as ggml computes them (sums in f64, the scaling in f32); rms_norm (and
+//! rms_norm_mul) bit for bit as ggml-cpu (see `rms_scale`):
 //! norm: y = x - mean, dst = y / sqrt(mean(y^2) + eps); rms_norm: dst = x / sqrt(mean(x^2) + eps).
 //! Each row is read before any of its elements is written, element by element, so dst may alias
 //! src0 exactly.
@@ -27,7 +28,8 @@ pub fn normalize(
     const dst = Tensor.from(&n.dst);
     const src = Tensor.from(&n.src[0]);
     assert(dst.element_count() == src.element_count());
-    const eps: f64 = n.param_f32(0);
+    const eps_f32 = n.param_f32(0);
+    const eps: f64 = eps_f32;
     const count = src.ne[0];
     const stream = common.use_stream_stores(dst);
     const gain: ?Tensor = if (kind == .rms_norm_mul) Tensor.from(&n.src[1]) else null;
@@ -47,19 +49,34 @@ pub fn normalize(
                 scale_row(dst_row, src_row, count, mean, scale, stream);
             },
             .rms_norm => {
-                const mean_square = squares_sum(src_row, count, 0) / @as(f64, @floatFromInt(count));
-                const scale: f32 = @floatCast(1.0 / @sqrt(mean_square + eps));
+                const scale = rms_scale(src_row, count, eps_f32);
                 scale_row(dst_row, src_row, count, 0, scale, stream);
             },
             .rms_norm_mul => {
-                const mean_square = squares_sum(src_row, count, 0) / @as(f64, @floatFromInt(count));
-                const scale: f32 = @floatCast(1.0 / @sqrt(mean_square + eps));
+                const scale = rms_scale(src_row, count, eps_f32);
                 scale_gain_row(dst_row, src_row, gain.?.row_broadcast(index), count, scale, stream);
             },
         }
     }
     if (stream) common.stream_fence();
     return .ok;
+}
+
+/// ggml_compute_forward_rms_norm_f32's scale, bit for bit: the squares rounded to f32, summed in
+/// f64 one element after another in row order; `mean = (float)(sum / n)`, then
+/// `1.0f / sqrtf(mean + eps)` all in f32.
+fn rms_scale(row: Strided, count: usize, eps: f32) f32 {
+    var total: f64 = 0;
+    var index: usize = 0;
+    while (index < count) : (index += lanes) {
+        const chunk = @min(lanes, count - index);
+        // Padding lanes are 0: adding +0 to the (non-negative) sum changes nothing.
+        const x = common.load_chunk(row, index, chunk, 0);
+        const squares: [lanes]f32 = x * x;
+        inline for (0..lanes) |lane| total += @as(f64, squares[lane]);
+    }
+    const mean: f32 = @floatCast(total / @as(f64, @floatFromInt(count)));
+    return 1.0 / @sqrt(mean + eps);
 }
 
 /// Sum of (x - center)^2 in f64, the difference taken in f32 as ggml does.

@@ -8,12 +8,11 @@
 //! then cos and sin of freq_scale * theta. Normal mode rotates (x[2k], x[2k+1]); neox rotates
 //! (x[k], x[k + n_dims/2]). Elements from n_dims on are copied unchanged.
 //!
-//! powf, cosf and sinf are computed in f64 and rounded to f32 (correctly rounded but for rare
-//! ties; glibc's are within an ulp of that). The rotation uses one fused multiply-add per output,
-//! as GCC contracts ggml's `x0*cos - x1*sin` on FMA machines: 99.6% of outputs are bitwise
-//! ggml's (bench/peers/ggml_rope.sh), the rest within 2.4e-7 on inputs up to 1.7. Rows are split across threads. Each output pair is
-//! written after both of its inputs are read, and no other output reads them, so dst may alias
-//! src0 (ggml_rope_inplace).
+//! Bit for bit ggml-cpu's (tests/ggml_exact_ops_test.ts): powf, cosf and sinf are the C
+//! library's, as ggml calls them (common.powf, cosf, sinf), on the f32 angle; the rotation uses
+//! one fused multiply-add per output, as GCC contracts ggml's `x0*cos - x1*sin` on FMA machines.
+//! Rows are split across threads. Each output pair is written after both of its inputs are read,
+//! and no other output reads them, so dst may alias src0 (ggml_rope_inplace).
 
 const std = @import("std");
 const common = @import("common.zig");
@@ -24,10 +23,11 @@ const Tensor = common.Tensor;
 
 pub const Mode = enum(u32) { normal = 0, neox = 2 };
 
-/// ggml's theta_scale: powf(freq_base, -2.0f / n_dims), the exponent rounded to f32 first.
+/// ggml's theta_scale: powf(freq_base, -2.0f / n_dims) (the C library's powf), the exponent
+/// rounded to f32 first.
 pub fn theta_scale(freq_base: f32, n_dims: usize) f32 {
     const exponent: f32 = -2.0 / @as(f32, @floatFromInt(n_dims));
-    return @floatCast(std.math.pow(f64, freq_base, exponent));
+    return common.powf(freq_base, exponent);
 }
 
 pub fn rope(n: *const common.Node, work: *const common.Work) common.Status {
@@ -78,9 +78,9 @@ fn rope_row(comptime mode: Mode, args: RowArgs) void {
     var theta: f32 = args.position;
     for (0..half) |k| {
         // rope_yarn with ext_factor 0, mscale 1: cosf(freq_scale * theta), sinf(...).
-        const angle: f64 = args.freq_scale * theta;
-        const cos_theta: f32 = @floatCast(@cos(angle));
-        const sin_theta: f32 = @floatCast(@sin(angle));
+        const angle: f32 = args.freq_scale * theta;
+        const cos_theta = common.cosf(angle);
+        const sin_theta = common.sinf(angle);
         theta *= args.theta_scale;
         const first, const second = switch (mode) {
             .normal => .{ 2 * k, 2 * k + 1 },

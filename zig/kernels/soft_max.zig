@@ -1,7 +1,11 @@
 //! soft_max: per row, dst = softmax(x * scale + mask), scale = params[0], mask = src1 when
 //! src_count == 2 (row i1 of src0 uses mask row i1; mask dims 2 and 3 broadcast by modulo).
-//! The maximum is subtracted before exp for stability; the sum is taken in f32 lanes over blocks
-//! of chunks, in a fixed order within the row, and the block sums in f64.
+//!
+//! Bit for bit ggml_compute_forward_soft_max_f32 (ggml-cpu, max_bias 0, no sinks): x * scale
+//! rounded, then + mask rounded; the row's maximum subtracted; exp through ggml_v_expf for each
+//! full vector of `lanes` (the vector's sum taken in f32 in x86's horizontal-add order, then added
+//! to an f64 total) and through the C library's expf for the row's last `count % lanes` elements
+//! (each added to the total in f64); then every element times (float)(1.0 / total).
 //!
 //! Deviation from ggml: a row whose every value is -inf (fully masked) becomes all zeros rather
 //! than NaN, so a fully masked attention row contributes nothing instead of poisoning the output.
@@ -12,7 +16,6 @@ const common = @import("common.zig");
 
 const assert = common.assert;
 const F32x = common.F32x;
-const F64x = common.F64x;
 const Strided = common.Strided;
 const Tensor = common.Tensor;
 const lanes = common.lanes;
@@ -90,17 +93,12 @@ fn store(comptime contiguous: bool, row: Strided, index: usize, chunk: usize, va
 /// x * scale + mask for lanes [index, index + chunk); padding lanes are -inf.
 fn logits(comptime contiguous: bool, args: RowArgs, index: usize, chunk: usize) F32x {
     const x = load(contiguous, args.src, index, chunk, 0);
-    const value = if (args.mask) |mask|
-        common.mul_add(x, splat(args.scale), load(contiguous, mask, index, chunk, 0))
-    else
-        x * splat(args.scale);
+    // Two roundings, as ggml: ggml_vec_scale_f32, then `wp[i] += slope * mask[i]` (slope 1).
+    const scaled = x * splat(args.scale);
+    const value = if (args.mask) |mask| scaled + load(contiguous, mask, index, chunk, 0) else scaled;
     if (chunk == lanes) return value;
     return @select(f32, common.lane_mask(chunk), value, splat(-std.math.inf(f32)));
 }
-
-/// Chunks whose exps are summed in f32 lanes before the partial sum joins the f64 total: a fixed
-/// order within the row, and a bounded f32 error whatever the row length.
-const block_chunks = 8;
 
 fn soft_max_row(comptime contiguous: bool, args: RowArgs) void {
     assert(args.count >= 1);
@@ -121,29 +119,26 @@ fn soft_max_row(comptime contiguous: bool, args: RowArgs) void {
         }
         return;
     }
-    // Pass 2: exp in place, summed.
-    var total: F64x = @splat(0);
-    var partial = splat(0);
-    var in_block: usize = 0;
+    // Pass 2: exp in place, summed as ggml_vec_soft_max_f32.
+    var total: f64 = 0;
     index = 0;
-    while (index < args.count) : (index += lanes) {
-        const chunk = @min(lanes, args.count - index);
-        // Padding lanes are -inf, so their exp is 0 and adds nothing.
-        const shifted = load(contiguous, args.dst, index, chunk, -std.math.inf(f32)) -
-            splat(maximum);
-        // A fully masked chunk (all -inf, or too small to be anything but 0) skips exp.
-        const e = if (@reduce(.And, shifted < splat(-104.0))) splat(0) else common.exp(shifted);
-        partial += e;
-        in_block += 1;
-        if (in_block == block_chunks) {
-            total += @as(F64x, @floatCast(partial));
-            partial = splat(0);
-            in_block = 0;
+    while (index + lanes <= args.count) : (index += lanes) {
+        const shifted = load(contiguous, args.dst, index, lanes, 0) - splat(maximum);
+        // A chunk below -104 everywhere (masked) is 0 in ggml_v_expf too: skip the exp.
+        if (@reduce(.And, shifted < splat(-104.0))) {
+            store(contiguous, args.dst, index, lanes, splat(0));
+            continue;
         }
-        store(contiguous, args.dst, index, chunk, e);
+        const e = common.ggml_expf(shifted);
+        total += @as(f64, common.ggml_reduce_add(e));
+        store(contiguous, args.dst, index, lanes, e);
     }
-    total += @as(F64x, @floatCast(partial));
-    const inverse = splat(@floatCast(1.0 / @reduce(.Add, total)));
+    while (index < args.count) : (index += 1) {
+        const e = common.expf(common.load_f32(args.dst.at(index)) - maximum);
+        total += @as(f64, e);
+        common.store_f32(args.dst.at(index), e);
+    }
+    const inverse = splat(@floatCast(1.0 / total));
     // Pass 3: normalize.
     index = 0;
     while (index < args.count) : (index += lanes) {

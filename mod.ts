@@ -71,7 +71,7 @@ export {
 export { mean, sum } from "./src/ops/reduce.ts";
 export { norm, rmsNorm, softmax, type SoftmaxOptions } from "./src/ops/norm.ts";
 export { rope, type RopeMode, type RopeOptions } from "./src/ops/rope.ts";
-export { mulMat } from "./src/ops/matmul.ts";
+export { mulMat, type MulMatOptions } from "./src/ops/matmul.ts";
 export { permute, reshape, transpose, view } from "./src/ops/view.ts";
 export { cont, cpy, getRows, setRows } from "./src/ops/copy.ts";
 export { dequantize, isQuantDType, QUANT_DTYPES, type QuantDType, quantize } from "./src/quant.ts";

@@ -120,7 +120,7 @@ export const OPS = {
   mulMat: {
     code: 11,
     arity: 2,
-    params: [],
+    params: ["prepack", "ggml"],
     core: "mul_mat",
     inPlace: {
       safe: false,

@@ -19,7 +19,7 @@ import { Graph } from "../graph.ts";
 import type { Tensor } from "../tensor.ts";
 import { add, mul, silu } from "../ops/elementwise.ts";
 import { rmsNorm, softmax } from "../ops/norm.ts";
-import { mulMat } from "../ops/matmul.ts";
+import { mulMat as mulMatAny } from "../ops/matmul.ts";
 import { cont, getRows, setRows } from "../ops/copy.ts";
 import { permute, reshape, view } from "../ops/view.ts";
 import { rope } from "../ops/rope.ts";
@@ -168,6 +168,9 @@ export function buildLlamaGraph(
     freqScale: hparams.ropeFreqScale,
   };
   const cacheBytes = cache.type === "f16" ? 2 : 4;
+  // Every product computes as ggml's CPU backend does (activations quantized per block for any
+  // token count), so the model follows llama.cpp's arithmetic rather than Graft's f32 GEMM.
+  const mulMat = (a: Tensor, b: Tensor): Tensor => mulMatAny(a, b, { ggml: true });
   const nCtx = cache.nCtx;
 
   let x = getRows(weights.tokenEmbd, tokens); // [nEmbd, T]

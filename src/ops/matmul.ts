@@ -9,6 +9,18 @@ import { formatShape, Tensor } from "../tensor.ts";
 import { requireDType } from "./check.ts";
 import { WEIGHT_DTYPES } from "../dtype.ts";
 
+/** Options of {@link mulMat}. */
+export interface MulMatOptions {
+  /**
+   * Compute as ggml's CPU backend does for any number of columns (default false). Weights of a
+   * quantized type normally go through Graft's f32 GEMM (dequantized a block at a time) from
+   * 20 columns of `b` on: faster, and nearer the exact product, but not ggml's bits. With
+   * `ggml: true` every column quantizes `b` per block to the weights' activation type and takes
+   * integer dots, as ggml's `mul_mat` does, so a model matches llama.cpp token for token.
+   */
+  ggml?: boolean;
+}
+
 /**
  * `mulMat(a[K, M, ...], b[K, N, ...]) -> [M, N, ...]`: each output element is the dot product
  * of a row of `a` and a row of `b` (so `a` is usually a weight matrix stored row-major by output
@@ -25,7 +37,7 @@ import { WEIGHT_DTYPES } from "../dtype.ts";
  * console.log(mulMat(w, x).ne); // [3072, 128, 1, 1]
  * ```
  */
-export function mulMat(a: Tensor, b: Tensor): Tensor {
+export function mulMat(a: Tensor, b: Tensor, options: MulMatOptions = {}): Tensor {
   requireDType("mulMat", a, WEIGHT_DTYPES);
   requireDType("mulMat", b, ["f32"]);
   if (a.ne[0] !== b.ne[0] || b.ne[2] % a.ne[2] !== 0 || b.ne[3] % a.ne[3] !== 0) {
@@ -39,5 +51,7 @@ export function mulMat(a: Tensor, b: Tensor): Tensor {
     ne: [a.ne[1], b.ne[1], b.ne[2], b.ne[3]],
     op: Op.mulMat,
     src: [a, b],
+    // Slot 0 is the plan's prepack flag (node_table.ts); slot 1 asks for ggml's arithmetic.
+    ...(options.ggml ? { params: [0, 1] } : {}),
   });
 }

@@ -31,9 +31,15 @@ const Tensor = common.Tensor;
 /// q4_K (at 24, GEMM 144-153 GFLOP/s against 113-135 here; at 16, 112-116 against 115-130).
 pub const gemm_columns_min = 20;
 
+/// params[1] as f32 1.0: the node asks for ggml's arithmetic at every column count (TS
+/// `mulMat(a, b, { ggml: true })`), so it never takes the GEMM.
+pub fn ggml_arithmetic(n: *const common.Node) bool {
+    return @as(f32, @bitCast(n.params[1])) == 1.0;
+}
+
 /// True when mul_mat.zig runs the node through the GEMM instead of this file's kernels.
 pub fn use_gemm(n: *const common.Node) bool {
-    return Tensor.from(&n.src[1]).ne[1] >= gemm_columns_min;
+    return Tensor.from(&n.src[1]).ne[1] >= gemm_columns_min and !ggml_arithmetic(n);
 }
 
 /// Rows of src0 read together; each src1 row is then read once per group.

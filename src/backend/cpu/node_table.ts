@@ -82,8 +82,8 @@ export function encodeNodeTable(
     view.setUint32(at + 4, sources.length, true);
     entry.params.forEach((p, i) => view.setFloat32(at + PARAMS_OFFSET + i * 4, p, true));
     if (prepack.has(tensor)) {
-      if (entry.coreOp !== Op.mulMat || entry.params.length > 0) {
-        throw new PlacementError(`prepack: ${tensor.label} is not a mulMat without params`);
+      if (entry.coreOp !== Op.mulMat || (entry.params[0] ?? 0) !== 0) {
+        throw new PlacementError(`prepack: ${tensor.label} is not a mulMat without a prepack flag`);
       }
       view.setUint32(at + PARAMS_OFFSET, PREPACK_FLAG, true);
     }

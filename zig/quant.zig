@@ -255,7 +255,10 @@ pub inline fn round_even(x: anytype) @TypeOf(x) {
 /// reference (ggml's vector code has no defined result for it).
 fn quantize_activation_block(q8_1: bool, x: *const [qk]f32, y: []u8) void {
     const amax = absmax(x);
-    if (!(amax <= std.math.floatMax(f32))) {
+    // Every element, not only amax: a NaN may not survive into the maximum.
+    var finite = true;
+    for (x) |v| finite = finite and @abs(v) <= std.math.floatMax(f32);
+    if (!finite) {
         if (q8_1) quantize_q8_1(x, y[0..36]) else quantize_q8_0(x, y[0..34]);
         return;
     }

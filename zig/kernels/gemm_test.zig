@@ -166,7 +166,8 @@ const Problem = struct {
             const offset: usize = @intCast(@as(isize, @intCast(n)) * sb.row + @as(isize, @intCast(k)) * sb.elem);
             const value = randomValue(rng);
             std.mem.writeInt(u32, b[offset..][0..4], @bitCast(value), .little);
-            b_values[n * case.k + k] = value;
+            // f16 A multiplies B rounded to f16, as ggml converts src1 to f16 (gemm.zig roundB).
+            b_values[n * case.k + k] = if (case.a_dtype == .f16) @as(f16, @floatCast(value)) else value;
         };
         const reference = try allocator.alloc(f64, case.n * case.m);
         errdefer allocator.free(reference);

@@ -1,0 +1,224 @@
+/**
+ * Graft's CPU mulMat against ggml's bit for bit, on the dot products SmolLM2 decode runs:
+ * q4_1 weights x f32 (ggml_vec_dot_q4_1_q8_1 after quantizing src1 to q8_1, any column
+ * count: llamafile_sgemm has no q4_1), the q8_0 output layer x one column
+ * (ggml_vec_dot_q8_0_q8_0), and the f16 attention products of one token, K*q and V*softmax
+ * over strided KV-cache views (ggml_vec_dot_f16). ggml's results are the fixture
+ * tests/fixtures/ggml_exact_dots.json, written by bench/peers/ggml_exact_dots.sh from the pinned
+ * llama.cpp build (AVX-512); inputs come from the seeded generator mirrored below.
+ *
+ * Bitwise on every kernel build the CPU has, with 1 and 2 threads: the quantized cases (their
+ * integer lanes, scale products, fma order and horizontal sum are the same in ggml's AVX2 and
+ * AVX-512 builds). The f16 cases are bitwise on the AVX-512 build only (ggml's AVX2 build sums
+ * 8-lane accumulators, Graft's AVX2 build follows that one, which this fixture does not hold);
+ * elsewhere, and for the cases ggml sends to llamafile_sgemm (q8_0 and f16 with n >= 2), within
+ * a relative tolerance, the count of differing elements logged.
+ *
+ * A second test regenerates the fixture with the llama.cpp build and checks it is unchanged; it
+ * is skipped with a message where that build is absent (CI).
+ */
+
+import assert from "node:assert/strict";
+import {
+  allocTensors,
+  Context,
+  CpuBackend,
+  Graph,
+  mulMat,
+  permute,
+  simdLevels,
+  type Tensor,
+  view,
+} from "../mod.ts";
+
+interface Case {
+  kind: "quant" | "kq" | "kqv";
+  type: string;
+  k: number;
+  m: number;
+  n: number;
+  n_kv: number;
+  seed: number;
+  bits: string;
+}
+
+const FIXTURE = new URL("./fixtures/ggml_exact_dots.json", import.meta.url);
+const CELLS = 256, EMBD = 192, HEAD = 64, KV_HEADS = 3, Q_HEADS = 9;
+
+/** bench/peers/ggml_exact_dots.c's xorshift32 generator. */
+class XorShift {
+  #x: number;
+  constructor(seed: number) {
+    this.#x = seed >>> 0;
+  }
+  u32(): number {
+    let x = this.#x;
+    x = (x ^ (x << 13)) >>> 0;
+    x = (x ^ (x >>> 17)) >>> 0;
+    x = (x ^ (x << 5)) >>> 0;
+    this.#x = x;
+    return x;
+  }
+  signed(): number {
+    return (this.u32() >>> 8) / 8388608 - 1;
+  }
+  unit(): number {
+    return (this.u32() >>> 8) / 16777216;
+  }
+  f16(): number {
+    const r = this.u32() >>> 16;
+    return (r & 0x8000) | ((12 + ((r >> 10) & 3)) << 10) | (r & 0x3ff);
+  }
+}
+
+function genBlocks(rng: XorShift, type: string, out: Uint8Array): void {
+  const dv = new DataView(out.buffer, out.byteOffset, out.byteLength);
+  if (type === "q4_1") {
+    for (let p = 0; p < out.length; p += 20) {
+      dv.setUint16(p, 0x2000 | (rng.u32() & 0x3ff), true);
+      dv.setUint16(p + 2, 0xac00 | (rng.u32() & 0x3ff), true);
+      for (let i = 0; i < 16; i++) out[p + 4 + i] = rng.u32() & 0xff;
+    }
+  } else {
+    for (let p = 0; p < out.length; p += 34) {
+      dv.setUint16(p, 0x1c00 | (rng.u32() & 0x3ff), true);
+      for (let i = 0; i < 32; i++) out[p + 2 + i] = ((rng.u32() % 255) - 127) & 0xff;
+    }
+  }
+}
+
+/** The case's graph in a fresh context, its inputs, and its output. */
+function build(c: Case): { ctx: Context; inputs: [Tensor, Uint8Array][]; output: Tensor } {
+  const ctx = new Context();
+  const rng = new XorShift(c.seed);
+  let a: Tensor, b: Tensor, output: Tensor;
+  if (c.kind === "quant") {
+    a = ctx.newTensor(c.type as "q4_1" | "q8_0", [c.k, c.m]);
+    b = ctx.newTensor("f32", [c.k, c.n]);
+    output = mulMat(a, b);
+  } else if (c.kind === "kq") {
+    a = ctx.newTensor("f16", [EMBD, CELLS]);
+    b = ctx.newTensor("f32", [HEAD, Q_HEADS, c.n]);
+    const k = view(a, [HEAD, c.n_kv, KV_HEADS], { nb: [2, EMBD * 2, HEAD * 2, EMBD * 2 * c.n_kv] });
+    output = mulMat(k, permute(b, [0, 2, 1, 3]));
+  } else {
+    a = ctx.newTensor("f16", [CELLS, EMBD]);
+    b = ctx.newTensor("f32", [c.n_kv, c.n, Q_HEADS]);
+    const row = CELLS * 2;
+    const v = view(a, [c.n_kv, HEAD, KV_HEADS], {
+      nb: [2, row, row * HEAD, row * HEAD * KV_HEADS],
+    });
+    output = mulMat(v, b);
+  }
+  const aBytes = new Uint8Array(a.nbytes);
+  if (c.kind === "quant") genBlocks(rng, c.type, aBytes);
+  else {
+    const h = new Uint16Array(aBytes.buffer);
+    for (let i = 0; i < h.length; i++) h[i] = rng.f16();
+  }
+  const bValues = new Float32Array(b.nelements);
+  for (let i = 0; i < bValues.length; i++) {
+    bValues[i] = c.kind === "quant"
+      ? rng.signed() * (1 << ((i >> 5) % 4))
+      : c.kind === "kq"
+      ? rng.signed()
+      : rng.unit();
+  }
+  return { ctx, inputs: [[a, aBytes], [b, new Uint8Array(bValues.buffer)]], output };
+}
+
+/** Whether Graft claims ggml's bits for this case on this kernel build (see the module doc). */
+function exact(c: Case, simd: string): boolean {
+  if (c.kind === "quant") return c.type === "q4_1" || c.n === 1;
+  return c.n === 1 && simd === "avx512";
+}
+
+function label(c: Case): string {
+  return c.kind === "quant"
+    ? `${c.type} [${c.k}, ${c.m}] x [${c.k}, ${c.n}]`
+    : `${c.kind} n_kv=${c.n_kv} n=${c.n}`;
+}
+
+const cases: Case[] = JSON.parse(Deno.readTextFileSync(FIXTURE)).cases;
+
+Deno.test("mulMat equals ggml's CPU mul_mat bit for bit (q4_1, q8_0 and f16 decode dots)", () => {
+  for (const simd of simdLevels()) {
+    using cpu = new CpuBackend({ simd, threads: 1 });
+    for (const c of cases) {
+      const want = new Uint32Array(Uint8Array.from(atob(c.bits), (ch) => ch.charCodeAt(0)).buffer);
+      const { ctx, inputs, output } = build(c);
+      const graph = Graph.build(output);
+      using _memory = allocTensors(cpu, [...ctx.tensors, ...graph.leafs, ...graph.nodes]);
+      for (const threads of [1, 2]) {
+        if (cpu.threads !== threads) cpu.setThreads(threads);
+        cpu.setTensor(output, new Uint8Array(output.nbytes).fill(0xff));
+        for (const [t, data] of inputs) cpu.setTensor(t, data);
+        cpu.graphCompute(graph);
+        const got = cpu.getTensor(output) as Float32Array;
+        assert.equal(got.length, want.length, label(c));
+        const gotBits = new Uint32Array(got.buffer, got.byteOffset, got.length);
+        const wantF = new Float32Array(want.buffer);
+        let differ = 0, worst = 0;
+        for (let i = 0; i < want.length; i++) {
+          if (gotBits[i] !== want[i]) {
+            differ++;
+            const scale = Math.max(Math.abs(wantF[i]!), 1e-3);
+            worst = Math.max(worst, Math.abs(got[i]! - wantF[i]!) / scale);
+          }
+        }
+        const what = `${simd} ${threads}t ${label(c)}`;
+        if (exact(c, simd)) {
+          assert.equal(
+            differ,
+            0,
+            `${what}: ${differ}/${want.length} elements differ from ggml (worst rel ${worst})`,
+          );
+        } else {
+          if (differ > 0) {
+            console.log(
+              `${what}: ${differ}/${want.length} differ from ggml (not claimed; worst rel ${
+                worst.toExponential(2)
+              })`,
+            );
+          }
+          assert.ok(worst < 1e-3, `${what}: relative difference ${worst}`);
+        }
+      }
+    }
+  }
+});
+
+const LLAMA_BUILD = `${
+  Deno.env.get("GRAFT_CACHE") ?? `${Deno.env.get("HOME")}/.cache/graft`
+}/llama.cpp-0.3.36/build-avx512/bin/libggml-cpu.so`;
+
+function haveBuild(): boolean {
+  try {
+    return Deno.statSync(LLAMA_BUILD).isFile;
+  } catch {
+    return false;
+  }
+}
+
+Deno.test("the fixture is what the pinned llama.cpp build computes now", async () => {
+  if (!haveBuild()) {
+    console.log(
+      `skipped: no llama.cpp build at ${LLAMA_BUILD} (deno task llama:build); the fixture test above still ran`,
+    );
+    return;
+  }
+  const out = await Deno.makeTempFile({ suffix: ".json" });
+  try {
+    const script = new URL("../bench/peers/ggml_exact_dots.sh", import.meta.url).pathname;
+    const run = await new Deno.Command(script, { args: [out], stdout: "piped", stderr: "piped" })
+      .output();
+    assert.ok(run.success, new TextDecoder().decode(run.stderr));
+    const fresh: Case[] = JSON.parse(await Deno.readTextFile(out)).cases;
+    assert.equal(fresh.length, cases.length);
+    for (let i = 0; i < cases.length; i++) {
+      assert.equal(fresh[i]!.bits, cases[i]!.bits, label(cases[i]!));
+    }
+  } finally {
+    await Deno.remove(out);
+  }
+});

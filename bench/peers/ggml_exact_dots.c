@@ -152,6 +152,9 @@ static size_t run_case(ggml_backend_t backend, const struct spec *s, float **out
 
 int main(int argc, char **argv) {
   const char *path = argc > 1 ? argv[1] : "-";
+  // "f16": only the kq / kqv cases (for the AVX2 build, whose quantized dots give its AVX-512
+  // build's bits: the same __AVX2__ code, and VNNI or not the same integer lanes).
+  const int only_f16 = argc > 2 && strcmp(argv[2], "f16") == 0;
   static const struct spec specs[] = {
       // SmolLM2-135M's q4_1 shapes (576 -> 1536 and back), decode and small prefill columns.
       {"quant", GGML_TYPE_Q4_1, 576, 1536, 1, 0, 101},
@@ -165,6 +168,8 @@ int main(int argc, char **argv) {
       {"quant", GGML_TYPE_Q8_0, 576, 2048, 1, 0, 201},
       {"quant", GGML_TYPE_Q8_0, 160, 37, 1, 0, 202},
       {"quant", GGML_TYPE_Q8_0, 576, 256, 2, 0, 203},
+      {"quant", GGML_TYPE_Q8_0, 576, 256, 3, 0, 204},
+      {"quant", GGML_TYPE_Q8_0, 96, 40, 5, 0, 205},
       // Decode attention (n = 1) and two tokens (tinyBLAS in ggml).
       {"kq", GGML_TYPE_F16, 64, 0, 1, 256, 301},
       {"kq", GGML_TYPE_F16, 64, 0, 1, 32, 302},
@@ -183,12 +188,15 @@ int main(int argc, char **argv) {
     return 1;
   }
   ggml_backend_t backend = ggml_backend_cpu_init();
-  fprintf(f, "{\n  \"about\": \"ggml CPU mul_mat results (pinned llama.cpp build, AVX-512) on inputs from "
-             "bench/peers/ggml_exact_dots.c's generator; written by bench/peers/ggml_exact_dots.sh\",\n");
+  fprintf(f, "{\n  \"about\": \"ggml CPU mul_mat results (pinned llama.cpp, %s build) on inputs from "
+             "bench/peers/ggml_exact_dots.c's generator; written by bench/peers/ggml_exact_dots.sh\",\n",
+          ggml_cpu_has_avx512() ? "AVX-512" : "AVX2");
   fprintf(f, "  \"cases\": [\n");
   size_t n_specs = sizeof specs / sizeof specs[0];
+  int first = 1;
   for (size_t i = 0; i < n_specs; i++) {
     const struct spec *s = &specs[i];
+    if (only_f16 && s->type != GGML_TYPE_F16) continue;
     float *one = NULL, *two = NULL;
     ggml_backend_cpu_set_n_threads(backend, 1);
     size_t count = run_case(backend, s, &one);
@@ -198,14 +206,15 @@ int main(int argc, char **argv) {
       fprintf(stderr, "ggml_exact_dots: case %zu: 1 and 2 threads differ\n", i);
       return 1;
     }
-    fprintf(f, "    {\"kind\": \"%s\", \"type\": \"%s\", \"k\": %d, \"m\": %d, \"n\": %d, \"n_kv\": %d, \"seed\": %u, \"bits\": \"",
-            s->kind, ggml_type_name(s->type), s->k, s->m, s->n, s->n_kv, s->seed);
+    fprintf(f, "%s    {\"kind\": \"%s\", \"type\": \"%s\", \"k\": %d, \"m\": %d, \"n\": %d, \"n_kv\": %d, \"seed\": %u, \"bits\": \"",
+            first ? "" : ",\n", s->kind, ggml_type_name(s->type), s->k, s->m, s->n, s->n_kv, s->seed);
+    first = 0;
     put_base64(f, (const uint8_t *)one, count * sizeof(float));
-    fprintf(f, "\"}%s\n", i + 1 < n_specs ? "," : "");
+    fprintf(f, "\"}");
     free(one);
     free(two);
   }
-  fprintf(f, "  ]\n}\n");
+  fprintf(f, "\n  ]\n}\n");
   if (f != stdout) fclose(f);
   ggml_backend_free(backend);
   return 0;

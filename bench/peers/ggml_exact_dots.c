@@ -14,7 +14,8 @@
 //          permuted to [64, n, 9] (GQA: 3 q heads per K head)
 //   kqv    llama.cpp's V * softmax(KQ) with the transposed V cache: f16 [256 cells] x 192 viewed
 //          as [n_kv, 64, 3] (row stride 512 bytes, head stride 512*64), times kq f32 [n_kv, n, 9]
-// f16 with n = 1 runs ggml_vec_dot_f16 per element; with n >= 2 llamafile_sgemm's tinyBLAS.
+// f16 with n = 1 runs ggml_vec_dot_f16 per element; with n >= 2 llamafile_sgemm's tinyBLAS when
+// k is a multiple of its vector width and m of 4, else vec_dot_f16 again.
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
@@ -181,6 +182,14 @@ int main(int argc, char **argv) {
       {"kqv", GGML_TYPE_F16, 0, 64, 1, 75, 404},
       {"kqv", GGML_TYPE_F16, 0, 64, 1, 160, 405},
       {"kqv", GGML_TYPE_F16, 0, 64, 2, 96, 406},
+      // Prefill-like: tinyBLAS where it takes the shape (n >= 2, k % KN == 0, m % 4 == 0),
+      // vec_dot_f16 where it declines (n_kv = 75: k or m not a multiple).
+      {"kq", GGML_TYPE_F16, 64, 0, 3, 32, 307},
+      {"kq", GGML_TYPE_F16, 64, 0, 2, 75, 308},
+      {"kq", GGML_TYPE_F16, 64, 0, 7, 256, 309},
+      {"kqv", GGML_TYPE_F16, 0, 64, 3, 75, 407},
+      {"kqv", GGML_TYPE_F16, 0, 64, 4, 256, 408},
+      {"kqv", GGML_TYPE_F16, 0, 64, 24, 128, 409},
   };
   FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
   if (!f) {

@@ -361,9 +361,12 @@ fn useDot(args: *const GemmArgs) bool {
     // matrix-vector kernels for them).
     if (args.a_dtype.dequantizes()) return false;
     const a_size: isize = @intCast(args.a_dtype.size_bytes());
+    const strides = args.a_element_stride_bytes == a_size and args.b_element_stride_bytes == @sizeOf(f32);
+    // f16 A (attention's K and V) always: ggml's order, vec_dot_f16 or tinyBLAS, is a dot per
+    // element (see dotColumns).
+    if (args.a_dtype == .f16) return strides;
     // Past a few columns the dot path pays a horizontal sum per element: only for long rows.
-    return (args.n <= 4 or (args.n <= dot_n_max and args.k >= 256)) and
-        args.a_element_stride_bytes == a_size and args.b_element_stride_bytes == @sizeOf(f32);
+    return (args.n <= 4 or (args.n <= dot_n_max and args.k >= 256)) and strides;
 }
 
 /// Whether rows of A are split statically or claimed in units (a function of the arguments and
@@ -849,7 +852,7 @@ fn dotPath(comptime T: type, args: *const GemmArgs, work: *const node.Work) void
 
 /// Rows m0..m0+R of C against every column, `dot_cols` columns at a time.
 fn dotColumns(comptime T: type, comptime R: usize, args: *const GemmArgs, m0: usize) void {
-    if (T == f16 and args.n <= f16_exact_n_max) {
+    if (T == f16 and !tinyBlasTakes(args)) {
         // ggml_vec_dot_f16's order, a column at a time, rows in groups small enough that their
         // 4 accumulators each stay in registers.
         const G = comptime min(R, f16_exact_rows);
@@ -910,18 +913,48 @@ fn dotRows(comptime T: type, comptime R: usize, comptime N: usize, args: *const 
         inline for (0..N) |j| {
             const offset = @as(isize, @intCast(n0 + j)) * args.c_row_stride_bytes + @as(isize, @intCast(m0 + r)) * args.c_element_stride_bytes;
             const p: *align(1) f32 = @ptrCast(offsetPtr(args.c, offset));
-            p.* = hsum(acc[r][j]);
+            p.* = if (T == f16) tinyHsum(acc[r][j]) else hsum(acc[r][j]);
         }
     }
 }
 
 // ---------------------------------------------------------------------------------------------
-// f16 A, few columns: ggml_vec_dot_f16 bit for bit (what llama.cpp's CPU backend runs for the
-// decode attention products kq = K·q and kqv = V·kq: one column, so its mul_mat skips
-// llamafile_sgemm, which takes only n >= 2, and calls vec_dot_f16 per element).
+// f16 A: ggml's CPU mul_mat bit for bit. ggml converts src1 to f16, then offers the product to
+// llamafile_sgemm, whose tinyBLAS<KN> (KN = 16 lanes in the AVX-512 build, 8 in the AVX2 one)
+// takes it when n >= 2, k % KN == 0 and m % 4 == 0: per element one accumulator,
+// acc = fma(a, b, acc) over k in steps of KN, then tinyBLAS's hsum (dotRows with `tinyHsum`).
+// Otherwise (one column: the decode attention products kq = K·q and kqv = V·kq) it calls
+// ggml_vec_dot_f16 per element (`dotRowsF16`).
 
-/// Columns up to which f16 A takes `dotRowsF16`.
-pub const f16_exact_n_max: usize = 4;
+/// Whether ggml's mul_mat runs this f16 product through llamafile_sgemm's tinyBLAS.
+fn tinyBlasTakes(args: *const GemmArgs) bool {
+    return args.n >= 2 and args.k % lanes == 0 and args.m % 4 == 0;
+}
+
+/// tinyBLAS's hsum (llamafile/sgemm.cpp): AVX-512 _mm512_reduce_add_ps as GCC expands it (high
+/// 256 bits + low, high 128 + low, lanes 2-3 + 0-1, lane 1 + lane 0); AVX2 the high 128 + low,
+/// then movehl and movehdup: (t0 + t2) + (t1 + t3).
+inline fn tinyHsum(x: V) f32 {
+    if (lanes == 16) return reduce512(x);
+    if (lanes == 8) {
+        const lo4: @Vector(4, f32) = @shuffle(f32, x, undefined, [4]i32{ 0, 1, 2, 3 });
+        const hi4: @Vector(4, f32) = @shuffle(f32, x, undefined, [4]i32{ 4, 5, 6, 7 });
+        const t = hi4 + lo4;
+        return (t[0] + t[2]) + (t[1] + t[3]);
+    }
+    return hsum(x);
+}
+
+/// _mm512_reduce_add_ps as GCC expands it (the pinned build's disassembly).
+inline fn reduce512(x: @Vector(16, f32)) f32 {
+    const lo8: @Vector(8, f32) = @shuffle(f32, x, undefined, [8]i32{ 0, 1, 2, 3, 4, 5, 6, 7 });
+    const hi8: @Vector(8, f32) = @shuffle(f32, x, undefined, [8]i32{ 8, 9, 10, 11, 12, 13, 14, 15 });
+    const h8 = hi8 + lo8;
+    const lo4: @Vector(4, f32) = @shuffle(f32, h8, undefined, [4]i32{ 0, 1, 2, 3 });
+    const hi4: @Vector(4, f32) = @shuffle(f32, h8, undefined, [4]i32{ 4, 5, 6, 7 });
+    const u = hi4 + lo4;
+    return (u[2] + u[0]) + (u[3] + u[1]);
+}
 /// Rows per `dotRowsF16` call: 4 accumulators each, 32 vector registers with AVX-512, 16 below.
 const f16_exact_rows: usize = if (has_avx512) 4 else 2;
 /// GGML_F16_STEP: elements per step of ggml's main loop, 4 vectors (GGML_F16_ARR) of
@@ -936,13 +969,7 @@ const f16_step: usize = 4 * lanes;
 inline fn f16Reduce(acc: *const [4]V) f32 {
     const x = (acc[0] + acc[2]) + (acc[1] + acc[3]);
     if (lanes == 16) {
-        const lo8: @Vector(8, f32) = @shuffle(f32, x, undefined, [8]i32{ 0, 1, 2, 3, 4, 5, 6, 7 });
-        const hi8: @Vector(8, f32) = @shuffle(f32, x, undefined, [8]i32{ 8, 9, 10, 11, 12, 13, 14, 15 });
-        const h8 = hi8 + lo8;
-        const lo4: @Vector(4, f32) = @shuffle(f32, h8, undefined, [4]i32{ 0, 1, 2, 3 });
-        const hi4: @Vector(4, f32) = @shuffle(f32, h8, undefined, [4]i32{ 4, 5, 6, 7 });
-        const u = hi4 + lo4;
-        return (u[2] + u[0]) + (u[3] + u[1]);
+        return reduce512(x);
     } else if (lanes == 8) {
         const lo4: @Vector(4, f32) = @shuffle(f32, x, undefined, [4]i32{ 0, 1, 2, 3 });
         const hi4: @Vector(4, f32) = @shuffle(f32, x, undefined, [4]i32{ 4, 5, 6, 7 });

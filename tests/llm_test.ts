@@ -193,7 +193,10 @@ Deno.test({
     let last = new Float32Array();
     for (const id of ids) last = (await llm.eval([id])).slice();
     const { nmse } = errors(last, Float64Array.from(batched));
-    assert.ok(nmse < 1e-6, `one token at a time vs batches of 4: NMSE ${nmse}`);
+    // Not bitwise: as in llama.cpp, f16 attention of one token sums in ggml_vec_dot_f16's order
+    // and a batch in tinyBLAS's (zig/kernels/gemm.zig), and 30 layers of q8 activations amplify
+    // the last-bit differences (2.9e-4 measured on the AVX2 build).
+    assert.ok(nmse < 1e-3, `one token at a time vs batches of 4: NMSE ${nmse}`);
     assert.equal(argmax(last), argmax(batched));
   },
 });

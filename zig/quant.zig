@@ -254,13 +254,14 @@ pub inline fn round_even(x: anytype) @TypeOf(x) {
 /// d * (sum of the quants), both as ggml. A block holding an infinity or NaN takes the
 /// reference (ggml's vector code has no defined result for it).
 fn quantize_activation_block(q8_1: bool, x: *const [qk]f32, y: []u8) void {
-    for (x) |v| {
-        if (!(@abs(v) <= std.math.floatMax(f32))) {
-            if (q8_1) quantize_q8_1(x, y[0..36]) else quantize_q8_0(x, y[0..34]);
-            return;
-        }
-    }
     const amax = absmax(x);
+    // Every element, not only amax: a NaN may not survive into the maximum.
+    var finite = true;
+    for (x) |v| finite = finite and @abs(v) <= std.math.floatMax(f32);
+    if (!finite) {
+        if (q8_1) quantize_q8_1(x, y[0..36]) else quantize_q8_0(x, y[0..34]);
+        return;
+    }
     const d = amax / 127.0;
     const id: f32 = if (amax != 0) 127.0 / amax else 0.0;
     write_f16(y[0..2], d);

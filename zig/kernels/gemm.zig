@@ -361,9 +361,12 @@ fn useDot(args: *const GemmArgs) bool {
     // matrix-vector kernels for them).
     if (args.a_dtype.dequantizes()) return false;
     const a_size: isize = @intCast(args.a_dtype.size_bytes());
+    const strides = args.a_element_stride_bytes == a_size and args.b_element_stride_bytes == @sizeOf(f32);
+    // f16 A (attention's K and V) always: ggml's order, vec_dot_f16 or tinyBLAS, is a dot per
+    // element (see dotColumns).
+    if (args.a_dtype == .f16) return strides;
     // Past a few columns the dot path pays a horizontal sum per element: only for long rows.
-    return (args.n <= 4 or (args.n <= dot_n_max and args.k >= 256)) and
-        args.a_element_stride_bytes == a_size and args.b_element_stride_bytes == @sizeOf(f32);
+    return (args.n <= 4 or (args.n <= dot_n_max and args.k >= 256)) and strides;
 }
 
 /// Whether rows of A are split statically or claimed in units (a function of the arguments and
@@ -849,6 +852,17 @@ fn dotPath(comptime T: type, args: *const GemmArgs, work: *const node.Work) void
 
 /// Rows m0..m0+R of C against every column, `dot_cols` columns at a time.
 fn dotColumns(comptime T: type, comptime R: usize, args: *const GemmArgs, m0: usize) void {
+    if (T == f16 and !tinyBlasTakes(args)) {
+        // ggml_vec_dot_f16's order, a column at a time, rows in groups small enough that their
+        // 4 accumulators each stay in registers.
+        const G = comptime min(R, f16_exact_rows);
+        comptime var r0: usize = 0;
+        inline while (r0 < R) : (r0 += G) {
+            const g = comptime min(G, R - r0);
+            for (0..args.n) |j| dotRowsF16(g, args, m0 + r0, j);
+        }
+        return;
+    }
     var n0: usize = 0;
     while (n0 < args.n) : (n0 += dot_cols) {
         switch (min(dot_cols, args.n - n0)) {
@@ -899,8 +913,118 @@ fn dotRows(comptime T: type, comptime R: usize, comptime N: usize, args: *const 
         inline for (0..N) |j| {
             const offset = @as(isize, @intCast(n0 + j)) * args.c_row_stride_bytes + @as(isize, @intCast(m0 + r)) * args.c_element_stride_bytes;
             const p: *align(1) f32 = @ptrCast(offsetPtr(args.c, offset));
-            p.* = hsum(acc[r][j]);
+            p.* = if (T == f16) tinyHsum(acc[r][j]) else hsum(acc[r][j]);
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// f16 A: ggml's CPU mul_mat bit for bit. ggml converts src1 to f16, then offers the product to
+// llamafile_sgemm, whose tinyBLAS<KN> (KN = 16 lanes in the AVX-512 build, 8 in the AVX2 one)
+// takes it when n >= 2, k % KN == 0 and m % 4 == 0: per element one accumulator,
+// acc = fma(a, b, acc) over k in steps of KN, then tinyBLAS's hsum (dotRows with `tinyHsum`).
+// Otherwise (one column: llama.cpp's decode attention products kq = K·q and kqv = V·kq, per
+// head) it calls ggml_vec_dot_f16 per element (`dotRowsF16`). Graft takes tinyBLAS's order from
+// 5 columns on only: see f16_vec_dot_n_max.
+
+/// Columns up to which f16 A takes ggml_vec_dot_f16's order even where tinyBLAS would take the
+/// shape. ggml's rule is n >= 2, but Graft's llama graph (src/llm/llama_graph.ts) puts the r
+/// query heads of a KV group side by side as r·T columns, where llama.cpp multiplies each head
+/// alone (n = T, broadcasting K and V): with SmolLM2's r = 3, decode (T = 1) has n = 3 here and
+/// vec_dot_f16 in llama.cpp, and any T >= 2 has n >= 6 here and tinyBLAS there. So n <= 4
+/// reproduces llama.cpp's attention for r <= 4, T = 1 or r·2 > 4; a plain mul_mat of 2 to 4
+/// columns then differs from ggml's (tinyBLAS) in the last bits.
+pub const f16_vec_dot_n_max: usize = 4;
+
+/// Whether this f16 product takes tinyBLAS's order: ggml's llamafile_sgemm conditions
+/// (k % KN == 0, m % 4 == 0) with `f16_vec_dot_n_max` for n >= 2.
+fn tinyBlasTakes(args: *const GemmArgs) bool {
+    return args.n > f16_vec_dot_n_max and args.k % lanes == 0 and args.m % 4 == 0;
+}
+
+/// tinyBLAS's hsum (llamafile/sgemm.cpp): AVX-512 _mm512_reduce_add_ps as GCC expands it (high
+/// 256 bits + low, high 128 + low, lanes 2-3 + 0-1, lane 1 + lane 0); AVX2 the high 128 + low,
+/// then movehl and movehdup: (t0 + t2) + (t1 + t3).
+inline fn tinyHsum(x: V) f32 {
+    if (lanes == 16) return reduce512(x);
+    if (lanes == 8) {
+        const lo4: @Vector(4, f32) = @shuffle(f32, x, undefined, [4]i32{ 0, 1, 2, 3 });
+        const hi4: @Vector(4, f32) = @shuffle(f32, x, undefined, [4]i32{ 4, 5, 6, 7 });
+        const t = hi4 + lo4;
+        return (t[0] + t[2]) + (t[1] + t[3]);
+    }
+    return hsum(x);
+}
+
+/// _mm512_reduce_add_ps as GCC expands it (the pinned build's disassembly).
+inline fn reduce512(x: @Vector(16, f32)) f32 {
+    const lo8: @Vector(8, f32) = @shuffle(f32, x, undefined, [8]i32{ 0, 1, 2, 3, 4, 5, 6, 7 });
+    const hi8: @Vector(8, f32) = @shuffle(f32, x, undefined, [8]i32{ 8, 9, 10, 11, 12, 13, 14, 15 });
+    const h8 = hi8 + lo8;
+    const lo4: @Vector(4, f32) = @shuffle(f32, h8, undefined, [4]i32{ 0, 1, 2, 3 });
+    const hi4: @Vector(4, f32) = @shuffle(f32, h8, undefined, [4]i32{ 4, 5, 6, 7 });
+    const u = hi4 + lo4;
+    return (u[2] + u[0]) + (u[3] + u[1]);
+}
+/// Rows per `dotRowsF16` call: 4 accumulators each, 32 vector registers with AVX-512, 16 below.
+const f16_exact_rows: usize = if (has_avx512) 4 else 2;
+/// GGML_F16_STEP: elements per step of ggml's main loop, 4 vectors (GGML_F16_ARR) of
+/// GGML_F16_EPR lanes (16 in the AVX-512 build, 8 in the AVX2 one).
+const f16_step: usize = 4 * lanes;
+
+/// ggml's GGML_F16_VEC_REDUCE of its 4 accumulators: x0 + x2 and x1 + x3, their sum, then the
+/// lanes. AVX-512: _mm512_reduce_add_ps as GCC expands it (the pinned build's disassembly: high
+/// 256 bits + low, high 128 + low, then lanes 2-3 + 0-1 (vpermilps 0x4e), lane 1 + lane 0).
+/// AVX2: GGML_F32x8_REDUCE: low 128 + high 128, then _mm_hadd_ps twice:
+/// (t0 + t1) + (t2 + t3).
+inline fn f16Reduce(acc: *const [4]V) f32 {
+    const x = (acc[0] + acc[2]) + (acc[1] + acc[3]);
+    if (lanes == 16) {
+        return reduce512(x);
+    } else if (lanes == 8) {
+        const lo4: @Vector(4, f32) = @shuffle(f32, x, undefined, [4]i32{ 0, 1, 2, 3 });
+        const hi4: @Vector(4, f32) = @shuffle(f32, x, undefined, [4]i32{ 4, 5, 6, 7 });
+        const t = lo4 + hi4;
+        return (t[0] + t[1]) + (t[2] + t[3]);
+    } else {
+        return (x[0] + x[1]) + (x[2] + x[3]);
+    }
+}
+
+/// C[j][m0 + r] for r < R: ggml_vec_dot_f16 of row m0 + r of A with column j of B rounded to f16
+/// (as ggml converts src1 to f16). Per row: 4 f32 accumulators over the whole steps
+/// (acc[i] = fma(a, b, acc[i]) for the i-th vector of each step, steps in order), reduced as
+/// `f16Reduce`, widened to f64; the leftover elements' f32 products added one by one in f64;
+/// the f64 sum rounded to f32.
+fn dotRowsF16(comptime R: usize, args: *const GemmArgs, m0: usize, j: usize) void {
+    const K = args.k;
+    const np = K - K % f16_step;
+    var a_rows: [R][*]const u8 = undefined;
+    inline for (0..R) |r| a_rows[r] = offsetPtr(args.a, @as(isize, @intCast(m0 + r)) * args.a_row_stride_bytes);
+    const b_row = offsetPtr(args.b, @as(isize, @intCast(j)) * args.b_row_stride_bytes);
+    var acc: [R][4]V = @splat(@splat(@splat(0)));
+    var k: usize = 0;
+    while (k < np) : (k += f16_step) {
+        inline for (0..4) |i| {
+            const bv = roundB(f16, loadVec(f32, lanes, b_row + (k + i * lanes) * 4));
+            inline for (0..R) |r| {
+                const av = loadVec(f16, lanes, a_rows[r] + (k + i * lanes) * 2);
+                acc[r][i] = @mulAdd(V, av, bv, acc[r][i]);
+            }
+        }
+    }
+    const b_rest: [*]align(1) const f32 = @ptrCast(b_row);
+    inline for (0..R) |r| {
+        var sum: f64 = f16Reduce(&acc[r]);
+        const a_rest: [*]align(1) const f16 = @ptrCast(a_rows[r]);
+        for (np..K) |i| {
+            const bf: f32 = @as(f16, @floatCast(b_rest[i]));
+            const af: f32 = a_rest[i];
+            sum += @as(f64, af * bf);
+        }
+        const offset = @as(isize, @intCast(j)) * args.c_row_stride_bytes + @as(isize, @intCast(m0 + r)) * args.c_element_stride_bytes;
+        const p: *align(1) f32 = @ptrCast(offsetPtr(args.c, offset));
+        p.* = @floatCast(sum);
     }
 }
 

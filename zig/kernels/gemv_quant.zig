@@ -3,8 +3,10 @@
 //! block of 32 (q8_0 for q8_0/q4_0 weights, q8_1 for q4_1: quant.zig's quantize_row, so the same
 //! integers and f16 scales as ggml's quantize_row_q8_*_ref), and each weight block's dot with it
 //! is an integer dot scaled by both blocks' scales, as ggml_vec_dot_q4_0_q8_0,
-//! ggml_vec_dot_q8_0_q8_0 and ggml_vec_dot_q4_1_q8_1 compute it (their per-block integer sums are
-//! exact; only the f32 summation order differs).
+//! ggml_vec_dot_q8_0_q8_0 and ggml_vec_dot_q4_1_q8_1 compute it. q4_1 and q8_0 give ggml's x86
+//! results bit for bit (the same 8 integer lanes per block, the same scale products, fma chain
+//! and horizontal sum: see dot_q4_1 and hsum_float_8; tests/ggml_exact_dots_test.ts checks it
+//! against the pinned llama.cpp build); q4_0 sums pairs of blocks per vector, another f32 order.
 //!
 //! The quantized src1 row is kept in a layout of its own (`Activation`): the 32 quants of every
 //! block in one aligned run, and the scales (and q8_1's sums) as f32 arrays beside it, so the
@@ -14,8 +16,9 @@
 //!
 //! The integer products use vpdpbusd (u8 x i8, groups of 4 summed into i32) in the AVX-512 build,
 //! which has VNNI, and vpmaddubsw + vpmaddwd (the same sums through i16) in the AVX2 build, as
-//! ggml's AVX2 code does. Both run 256-bit vectors (a q8_0 block, or a pair of q4 blocks, per
-//! vector; see dot_chunks): 512-bit ones measured no faster, their shuffles crowding one port.
+//! ggml's AVX2 code does. Both run 256-bit vectors (a q8_0 or q4_1 block, or a pair of q4_0
+//! blocks, per vector; see dot_chunks): 512-bit ones measured no faster, their shuffles crowding
+//! one port.
 
 const std = @import("std");
 const builtin = @import("builtin");
@@ -91,10 +94,11 @@ pub fn quantize_activation(weight: DType, values: []align(1) const f32, out: [*]
             qs[b * qk ..][0..qk].* = block[2..34].*;
         }
     }
-    // The q4 kernels read a pair of blocks as one vector: the low nibbles (elements 0-15) of
+    // The q4_0 kernel reads a pair of blocks as one vector: the low nibbles (elements 0-15) of
     // both blocks, then the high ones (16-31); the activation of each whole pair (pairs of
     // blocks counted from the row's start: chunks hold an even number) is laid out to match.
-    if (weight != .q8_0) {
+    // q4_1 (dot_q4_1, ggml's block-at-a-time order) and q8_0 keep each block's 32 quants in order.
+    if (weight == .q4_0) {
         for (0..blocks / 2) |pair| {
             const run = qs[pair * 2 * qk ..][0 .. 2 * qk];
             const original = run[0 .. 2 * qk].*;
@@ -190,7 +194,11 @@ pub fn dot_rows(
 ) void {
     assert(count >= 1 and count <= rows_max);
     switch (dtype) {
-        inline .q4_0, .q4_1, .q8_0 => |kind| switch (count) {
+        .q4_1 => switch (count) {
+            inline 1...rows_max => |r| return dot_q4_1(r, rows, y, blocks, out),
+            else => unreachable,
+        },
+        inline .q4_0, .q8_0 => |kind| switch (count) {
             inline 1...rows_max => |r| return dot_chunks(kind, r, rows, y, blocks, out),
             else => unreachable,
         },
@@ -339,7 +347,60 @@ fn dot_chunks(comptime kind: DType, comptime R: usize, rows: *const [rows_max][*
             }
         }
     }
-    inline for (0..R) |r| out[r] = @reduce(.Add, acc[r]) + @reduce(.Add, mins[r]);
+    inline for (0..R) |r| out[r] = if (kind == .q4_1) hsum_float_8(acc[r]) + @reduce(.Add, mins[r]) else hsum_float_8(acc[r]);
+}
+
+/// ggml's hsum_float_8 (x86 quants.c): the high half added to the low one, then lanes 2-3 to
+/// 0-1 (movehl), then lane 1 to lane 0 (movehdup): ((v0+v4)+(v2+v6)) + ((v1+v5)+(v3+v7)).
+inline fn hsum_float_8(v: F32x8) f32 {
+    const lo: @Vector(4, f32) = @shuffle(f32, v, undefined, [4]i32{ 0, 1, 2, 3 });
+    const hi: @Vector(4, f32) = @shuffle(f32, v, undefined, [4]i32{ 4, 5, 6, 7 });
+    const a = hi + lo;
+    return (a[0] + a[2]) + (a[1] + a[3]);
+}
+
+/// q4_1 rows times a q8_1 activation with ggml_vec_dot_q4_1_q8_1's f32 operations (x86, AVX2
+/// branch), so each row's result has its bits: per block, the 32 nibbles as [low nibbles
+/// (elements 0-15), high ones (16-31)] dotted with the block's quants into 8 i32 lanes (lane j:
+/// elements 4j..4j+3; exact integers, vpdpbusd or vpmaddubsw + vpmaddwd alike), converted to
+/// f32 and accumulated as acc = fma(d_x * d_y, lanes, acc), blocks in order; beside it
+/// summs = fma(m_x, s_y, summs) per block in order (GCC contracts ggml's `summs += m*s`: its
+/// build has vfmadd231ss there); the result hsum_float_8(acc) + summs. Several rows at once only
+/// interleave independent chains: one gather per block reads every row's d and m (lane r: row
+/// r), so the rows' summs chains run side by side in one vector.
+fn dot_q4_1(comptime R: usize, rows: *const [rows_max][*]const u8, y: Activation, blocks: usize, out: *[rows_max]f32) void {
+    const bb = comptime block_bytes(.q4_1);
+    const ahead = R * blocks * bb;
+    const base = @intFromPtr(rows[0]);
+    var index: I32x8 = @splat(0);
+    var gather_ok = has_avx2;
+    inline for (0..R) |r| {
+        const offset: isize = @bitCast(@intFromPtr(rows[r]) -% base);
+        if (offset < std.math.minInt(i32) or offset > std.math.maxInt(i32)) gather_ok = false else index[r] = @intCast(offset);
+    }
+    const lane: I32x8 = comptime std.simd.iota(i32, 8);
+    const mask: I32x8 = @select(i32, lane < @as(I32x8, @splat(R)), @as(I32x8, @splat(-1)), @as(I32x8, @splat(0)));
+    var acc: [R]F32x8 = @splat(@splat(0));
+    var summs: F32x8 = @splat(0);
+    const y_bytes: [*]align(32) const u8 = @ptrCast(y.qs);
+    for (0..blocks) |b| {
+        var heads: I32x8 = @splat(0);
+        if (has_avx2 and gather_ok) {
+            heads = @"llvm.x86.avx2.gather.d.d.256"(@splat(0), rows[0] + b * bb, index, mask, 1);
+        } else {
+            inline for (0..R) |r| heads[r] = std.mem.readInt(i32, rows[r][b * bb ..][0..4], .little);
+        }
+        const dxy = halves_to_f32(heads, false) * @as(F32x8, @splat(y.d[b]));
+        summs = @mulAdd(F32x8, halves_to_f32(heads, true), @as(F32x8, @splat(y.s[b])), summs);
+        const yq: I8x32 = @bitCast(y_bytes[b * qk ..][0..32].*);
+        inline for (0..R) |r| {
+            const block = rows[r] + b * bb;
+            @prefetch(block + ahead, .{ .locality = 2 });
+            const dot = dot_add(@splat(0), nibbles(block[4..][0..16]), yq);
+            acc[r] = @mulAdd(F32x8, @floatFromInt(dot), @as(F32x8, @splat(dxy[r])), acc[r]);
+        }
+    }
+    inline for (0..R) |r| out[r] = hsum_float_8(acc[r]) + summs[r];
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -426,12 +487,12 @@ test "the activation layout holds quant.zig's q8_0 / q8_1 activation bytes exact
             var block: [36]u8 = undefined;
             quant.quantize_row_activation(act_type, values[b * qk ..][0..qk], block[0..size]);
             const at: usize = if (weight == .q4_1) 4 else 2;
-            // Whole pairs of a q4 activation swap their middle halves (see quantize_activation).
+            // Whole pairs of a q4_0 activation swap their middle halves (see quantize_activation).
             const qs: [*]const u8 = @ptrCast(y.qs);
             var got: [qk]u8 = undefined;
             for (0..qk) |j| {
                 var index = b * qk + j;
-                if (weight == .q4_1 and b / 2 < k / qk / 2) {
+                if (weight == .q4_0 and b / 2 < k / qk / 2) {
                     const in_pair = (b % 2) * qk + j;
                     const swapped = if (in_pair >= 16 and in_pair < 48) (if (in_pair < 32) in_pair + 16 else in_pair - 16) else in_pair;
                     index = (b / 2) * 2 * qk + swapped;
@@ -441,6 +502,73 @@ test "the activation layout holds quant.zig's q8_0 / q8_1 activation bytes exact
             try std.testing.expectEqualSlices(u8, block[at..][0..qk], &got);
             try std.testing.expectEqual(@as(u32, @bitCast(f16_at(block[0..2]))), @as(u32, @bitCast(y.d[b])));
             if (weight == .q4_1) try std.testing.expectEqual(@as(u32, @bitCast(f16_at(block[2..4]))), @as(u32, @bitCast(y.s[b])));
+        }
+    }
+}
+
+/// ggml_vec_dot_q4_1_q8_1 / ggml_vec_dot_q8_0_q8_0 (x86, AVX2 branch) in scalar f32 steps, lane
+/// by lane: the reference dot_rows must match bit for bit.
+fn ggml_dot_ref(dtype: DType, x: []const u8, y: []const u8, blocks: usize) f32 {
+    var acc: [8]f32 = @splat(0);
+    var summs: f32 = 0;
+    const xb: usize = if (dtype == .q4_1) 20 else 34;
+    const yb: usize = if (dtype == .q4_1) 36 else 34;
+    for (0..blocks) |b| {
+        const xs = x[b * xb ..][0..xb];
+        const ys = y[b * yb ..][0..yb];
+        const d0 = f16_at(xs[0..2]);
+        const d1 = f16_at(ys[0..2]);
+        if (dtype == .q4_1) summs = @mulAdd(f32, f16_at(xs[2..4]), f16_at(ys[2..4]), summs);
+        const dd = d0 * d1;
+        const yq = ys[yb - 32 ..][0..32];
+        for (0..8) |j| {
+            var lane: i32 = 0;
+            for (4 * j..4 * j + 4) |e| {
+                const q: i32 = if (dtype == .q4_1)
+                    (if (e < 16) xs[4 + e] & 15 else xs[4 + e - 16] >> 4)
+                else
+                    @as(i8, @bitCast(xs[2 + e]));
+                lane += q * @as(i8, @bitCast(yq[e]));
+            }
+            acc[j] = @mulAdd(f32, dd, @floatFromInt(lane), acc[j]);
+        }
+    }
+    return hsum_float_8(acc) + if (dtype == .q4_1) summs else 0;
+}
+
+test "q4_1 and q8_0 dots are bitwise ggml's x86 vec_dot for every row count" {
+    const allocator = std.testing.allocator;
+    for ([_]DType{ .q4_1, .q8_0 }) |dtype| {
+        for ([_]usize{ 32, 64, 96, 576, 1056, 1536 }) |k| {
+            var prng = std.Random.DefaultPrng.init(k + 5);
+            const random = prng.random();
+            const row_len: usize = @intCast(quant.row_bytes(dtype, k));
+            const weights = try allocator.alloc(u8, row_len * rows_max);
+            defer allocator.free(weights);
+            const values = try allocator.alloc(f32, k);
+            defer allocator.free(values);
+            for (0..rows_max) |r| {
+                for (values) |*v| v.* = (random.float(f32) * 2 - 1) * 0.1 + if (r == 2) @as(f32, 0.03) else 0;
+                quant.quantize_row(dtype, values, weights[r * row_len ..][0..row_len]);
+            }
+            for (values) |*v| v.* = random.floatNorm(f32);
+            const activation = try allocator.alignedAlloc(u8, .@"64", Activation.bytes(k));
+            defer allocator.free(activation);
+            quantize_activation(dtype, values, activation.ptr);
+            const act_type: DType = if (dtype == .q4_1) .q8_1 else .q8_0;
+            const act_row = try allocator.alloc(u8, @intCast(quant.row_bytes(act_type, k)));
+            defer allocator.free(act_row);
+            quant.quantize_row_activation(act_type, values, act_row);
+            var rows: [rows_max][*]const u8 = undefined;
+            for (0..rows_max) |r| rows[r] = weights.ptr + r * row_len;
+            for (1..rows_max + 1) |count| {
+                var got: [rows_max]f32 = undefined;
+                dot_rows(dtype, &rows, count, Activation.at(activation.ptr, k), k / qk, &got);
+                for (0..count) |r| {
+                    const want = ggml_dot_ref(dtype, weights[r * row_len ..][0..row_len], act_row, k / qk);
+                    try std.testing.expectEqual(@as(u32, @bitCast(want)), @as(u32, @bitCast(got[r])));
+                }
+            }
         }
     }
 }

@@ -1,0 +1,230 @@
+// ggml's own CPU mul_mat results on seeded inputs, the reference tests/ggml_exact_dots_test.ts
+// checks Graft against bit for bit. Build and run with bench/peers/ggml_exact_dots.sh, which
+// writes tests/fixtures/ggml_exact_dots.json.
+//
+// Each case is one ggml_mul_mat computed by the pinned build's CPU backend (ggml_backend_cpu_init,
+// 1 and 2 threads: the two must agree) on inputs generated from a seed with xorshift32, the same
+// generator the Deno test runs (see gen_* below and the test's mirror of them), so the fixture
+// holds only the case parameters and the f32 results (base64, little-endian):
+//   quant  q4_1 / q8_0 weights [k, m] (raw blocks: random f16 scales, random quants) x f32 [k, n]
+//          (what ggml runs: vec_dot_q4_1_q8_1 / vec_dot_q8_0_q8_0 per element after quantizing
+//          src1; q8_0 with n >= 2 goes to llamafile_sgemm's tinyBLAS_Q0_AVX instead)
+//   kq     llama.cpp's decode K*Q: an f16 K cache of 256 cells x 192 (3 heads of 64), viewed as
+//          [64, n_kv, 3] (row stride 384 bytes, head stride 128), times q f32 [64, 9, n]
+//          permuted to [64, n, 9] (GQA: 3 q heads per K head)
+//   kqv    llama.cpp's V * softmax(KQ) with the transposed V cache: f16 [256 cells] x 192 viewed
+//          as [n_kv, 64, 3] (row stride 512 bytes, head stride 512*64), times kq f32 [n_kv, n, 9]
+// f16 with n = 1 runs ggml_vec_dot_f16 per element; with n >= 2 llamafile_sgemm's tinyBLAS when
+// k is a multiple of its vector width and m of 4, else vec_dot_f16 again.
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+#include "ggml.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint32_t rng_state;
+static uint32_t next_u32(void) {
+  uint32_t x = rng_state;
+  x ^= x << 13;
+  x ^= x >> 17;
+  x ^= x << 5;
+  rng_state = x;
+  return x;
+}
+// Uniform in [-1, 1), multiples of 2^-23: exact in f32.
+static float next_signed(void) { return (float)((double)(next_u32() >> 8) / 8388608.0 - 1.0); }
+// Uniform in [0, 1), multiples of 2^-24.
+static float next_unit(void) { return (float)((double)(next_u32() >> 8) / 16777216.0); }
+// An f16 of magnitude in [2^-3, 2), random sign.
+static uint16_t next_f16(void) {
+  uint32_t r = next_u32() >> 16;
+  return (uint16_t)((r & 0x8000) | ((12 + ((r >> 10) & 3)) << 10) | (r & 0x3ff));
+}
+
+static void gen_blocks(enum ggml_type type, uint8_t *out, size_t blocks) {
+  for (size_t b = 0; b < blocks; b++) {
+    if (type == GGML_TYPE_Q4_1) {
+      uint8_t *p = out + b * 20;
+      uint16_t d = (uint16_t)(0x2000 | (next_u32() & 0x3ff));
+      uint16_t m = (uint16_t)(0xAC00 | (next_u32() & 0x3ff));
+      memcpy(p, &d, 2);
+      memcpy(p + 2, &m, 2);
+      for (int i = 0; i < 16; i++) p[4 + i] = (uint8_t)(next_u32() & 0xff);
+    } else {
+      uint8_t *p = out + b * 34;
+      uint16_t d = (uint16_t)(0x1C00 | (next_u32() & 0x3ff));
+      memcpy(p, &d, 2);
+      for (int i = 0; i < 32; i++) p[2 + i] = (uint8_t)(int8_t)((int)(next_u32() % 255) - 127);
+    }
+  }
+}
+
+// src1 of the quant cases: [-1, 1) times 1, 2, 4 or 8 by block, so blocks' scales differ.
+static void gen_activations(float *x, size_t count) {
+  for (size_t i = 0; i < count; i++) x[i] = next_signed() * (float)(1u << ((i >> 5) % 4));
+}
+
+static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+static void put_base64(FILE *f, const uint8_t *p, size_t n) {
+  for (size_t i = 0; i < n; i += 3) {
+    uint32_t v = (uint32_t)p[i] << 16;
+    if (i + 1 < n) v |= (uint32_t)p[i + 1] << 8;
+    if (i + 2 < n) v |= p[i + 2];
+    fputc(b64[(v >> 18) & 63], f);
+    fputc(b64[(v >> 12) & 63], f);
+    fputc(i + 1 < n ? b64[(v >> 6) & 63] : '=', f);
+    fputc(i + 2 < n ? b64[v & 63] : '=', f);
+  }
+}
+
+struct spec {
+  const char *kind;  // quant | kq | kqv
+  enum ggml_type type;
+  int k, m, n, n_kv;
+  uint32_t seed;
+};
+
+enum { CELLS = 256, EMBD = 192, HEAD = 64, KV_HEADS = 3, Q_HEADS = 9 };
+
+// Builds the case's graph in a fresh context on `backend`, sets the inputs, computes, and copies
+// the result into `out` (allocated here); returns the element count.
+static size_t run_case(ggml_backend_t backend, const struct spec *s, float **out) {
+  struct ggml_init_params ip = {ggml_tensor_overhead() * 16 + ggml_graph_overhead(), NULL, true};
+  struct ggml_context *ctx = ggml_init(ip);
+  struct ggml_tensor *a, *b, *src0, *src1;
+  rng_state = s->seed;
+  if (strcmp(s->kind, "quant") == 0) {
+    a = ggml_new_tensor_2d(ctx, s->type, s->k, s->m);
+    b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, s->k, s->n);
+    src0 = a;
+    src1 = b;
+  } else if (strcmp(s->kind, "kq") == 0) {
+    a = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, EMBD, CELLS);
+    b = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, HEAD, Q_HEADS, s->n);
+    src0 = ggml_view_3d(ctx, a, HEAD, s->n_kv, KV_HEADS, a->nb[1], HEAD * 2, 0);
+    src1 = ggml_permute(ctx, b, 0, 2, 1, 3);
+  } else {
+    a = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, CELLS, EMBD);
+    b = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, s->n_kv, s->n, Q_HEADS);
+    src0 = ggml_view_3d(ctx, a, s->n_kv, HEAD, KV_HEADS, a->nb[1], a->nb[1] * HEAD, 0);
+    src1 = b;
+  }
+  struct ggml_tensor *c = ggml_mul_mat(ctx, src0, src1);
+  struct ggml_cgraph *gf = ggml_new_graph(ctx);
+  ggml_build_forward_expand(gf, c);
+  ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
+  if (!buf) {
+    fprintf(stderr, "ggml_exact_dots: allocation failed\n");
+    exit(1);
+  }
+  // Inputs: src0's bytes, then src1's floats, in memory order.
+  size_t a_bytes = ggml_nbytes(a);
+  uint8_t *ad = malloc(a_bytes);
+  if (strcmp(s->kind, "quant") == 0) {
+    gen_blocks(s->type, ad, a_bytes / (s->type == GGML_TYPE_Q4_1 ? 20 : 34));
+  } else {
+    uint16_t *h = (uint16_t *)ad;
+    for (size_t i = 0; i < a_bytes / 2; i++) h[i] = next_f16();
+  }
+  size_t b_count = ggml_nelements(b);
+  float *bd = malloc(b_count * sizeof(float));
+  if (strcmp(s->kind, "quant") == 0) gen_activations(bd, b_count);
+  else if (strcmp(s->kind, "kq") == 0) for (size_t i = 0; i < b_count; i++) bd[i] = next_signed();
+  else for (size_t i = 0; i < b_count; i++) bd[i] = next_unit();
+  ggml_backend_tensor_set(a, ad, 0, a_bytes);
+  ggml_backend_tensor_set(b, bd, 0, b_count * sizeof(float));
+  if (ggml_backend_graph_compute(backend, gf) != GGML_STATUS_SUCCESS) {
+    fprintf(stderr, "ggml_exact_dots: compute failed\n");
+    exit(1);
+  }
+  size_t count = ggml_nelements(c);
+  *out = malloc(count * sizeof(float));
+  ggml_backend_tensor_get(c, *out, 0, count * sizeof(float));
+  free(ad);
+  free(bd);
+  ggml_backend_buffer_free(buf);
+  ggml_free(ctx);
+  return count;
+}
+
+int main(int argc, char **argv) {
+  const char *path = argc > 1 ? argv[1] : "-";
+  // "f16": only the kq / kqv cases (for the AVX2 build, whose quantized dots give its AVX-512
+  // build's bits: the same __AVX2__ code, and VNNI or not the same integer lanes).
+  const int only_f16 = argc > 2 && strcmp(argv[2], "f16") == 0;
+  static const struct spec specs[] = {
+      // SmolLM2-135M's q4_1 shapes (576 -> 1536 and back), decode and small prefill columns.
+      {"quant", GGML_TYPE_Q4_1, 576, 1536, 1, 0, 101},
+      {"quant", GGML_TYPE_Q4_1, 576, 1536, 2, 0, 102},
+      {"quant", GGML_TYPE_Q4_1, 576, 1536, 3, 0, 103},
+      {"quant", GGML_TYPE_Q4_1, 1536, 576, 1, 0, 104},
+      {"quant", GGML_TYPE_Q4_1, 96, 45, 1, 0, 105},
+      {"quant", GGML_TYPE_Q4_1, 32, 13, 2, 0, 106},
+      {"quant", GGML_TYPE_Q4_1, 224, 19, 5, 0, 107},
+      // The tied q8_0 output layer (576 x 49152 in the model; fewer rows here).
+      {"quant", GGML_TYPE_Q8_0, 576, 2048, 1, 0, 201},
+      {"quant", GGML_TYPE_Q8_0, 160, 37, 1, 0, 202},
+      {"quant", GGML_TYPE_Q8_0, 576, 256, 2, 0, 203},
+      {"quant", GGML_TYPE_Q8_0, 576, 256, 3, 0, 204},
+      {"quant", GGML_TYPE_Q8_0, 96, 40, 5, 0, 205},
+      // Decode attention (n = 1) and two tokens (tinyBLAS in ggml).
+      {"kq", GGML_TYPE_F16, 64, 0, 1, 256, 301},
+      {"kq", GGML_TYPE_F16, 64, 0, 1, 32, 302},
+      {"kq", GGML_TYPE_F16, 64, 0, 1, 96, 303},
+      {"kq", GGML_TYPE_F16, 64, 0, 2, 96, 304},
+      {"kqv", GGML_TYPE_F16, 0, 64, 1, 256, 401},
+      {"kqv", GGML_TYPE_F16, 0, 64, 1, 32, 402},
+      {"kqv", GGML_TYPE_F16, 0, 64, 1, 96, 403},
+      {"kqv", GGML_TYPE_F16, 0, 64, 1, 75, 404},
+      {"kqv", GGML_TYPE_F16, 0, 64, 1, 160, 405},
+      {"kqv", GGML_TYPE_F16, 0, 64, 2, 96, 406},
+      // Prefill-like: tinyBLAS where it takes the shape (n >= 2, k % KN == 0, m % 4 == 0),
+      // vec_dot_f16 where it declines (n_kv = 75: k or m not a multiple).
+      {"kq", GGML_TYPE_F16, 64, 0, 3, 32, 307},
+      {"kq", GGML_TYPE_F16, 64, 0, 2, 75, 308},
+      {"kq", GGML_TYPE_F16, 64, 0, 7, 256, 309},
+      {"kqv", GGML_TYPE_F16, 0, 64, 3, 75, 407},
+      {"kqv", GGML_TYPE_F16, 0, 64, 4, 256, 408},
+      {"kqv", GGML_TYPE_F16, 0, 64, 24, 128, 409},
+  };
+  FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
+  if (!f) {
+    perror(path);
+    return 1;
+  }
+  ggml_backend_t backend = ggml_backend_cpu_init();
+  fprintf(f, "{\n  \"about\": \"ggml CPU mul_mat results (pinned llama.cpp, %s build) on inputs from "
+             "bench/peers/ggml_exact_dots.c's generator; written by bench/peers/ggml_exact_dots.sh\",\n",
+          ggml_cpu_has_avx512() ? "AVX-512" : "AVX2");
+  fprintf(f, "  \"cases\": [\n");
+  size_t n_specs = sizeof specs / sizeof specs[0];
+  int first = 1;
+  for (size_t i = 0; i < n_specs; i++) {
+    const struct spec *s = &specs[i];
+    if (only_f16 && s->type != GGML_TYPE_F16) continue;
+    float *one = NULL, *two = NULL;
+    ggml_backend_cpu_set_n_threads(backend, 1);
+    size_t count = run_case(backend, s, &one);
+    ggml_backend_cpu_set_n_threads(backend, 2);
+    run_case(backend, s, &two);
+    if (memcmp(one, two, count * sizeof(float)) != 0) {
+      fprintf(stderr, "ggml_exact_dots: case %zu: 1 and 2 threads differ\n", i);
+      return 1;
+    }
+    fprintf(f, "%s    {\"kind\": \"%s\", \"type\": \"%s\", \"k\": %d, \"m\": %d, \"n\": %d, \"n_kv\": %d, \"seed\": %u, \"bits\": \"",
+            first ? "" : ",\n", s->kind, ggml_type_name(s->type), s->k, s->m, s->n, s->n_kv, s->seed);
+    first = 0;
+    put_base64(f, (const uint8_t *)one, count * sizeof(float));
+    fprintf(f, "\"}");
+    free(one);
+    free(two);
+  }
+  fprintf(f, "\n  ]\n}\n");
+  if (f != stdout) fclose(f);
+  ggml_backend_free(backend);
+  return 0;
+}

@@ -11,8 +11,7 @@
  *
  * Bitwise on every kernel build the CPU has, with 1 and 2 threads, each build against ggml's
  * build of the same SIMD level (the quantized dots are the same bits in both ggml builds; the
- * f16 ones sum 16-lane vectors in one and 8-lane ones in the other, as Graft's builds do),
- * except f16 with 2 to 4 columns (see F16_VEC_DOT_N_MAX).
+ * f16 ones sum 16-lane vectors in one and 8-lane ones in the other, as Graft's builds do).
  *
  * A second test regenerates the fixtures with the llama.cpp builds and checks they are
  * unchanged; it is skipped with a message where the pinned build is absent (CI).
@@ -134,14 +133,6 @@ function label(c: Case): string {
     : `${c.kind} n_kv=${c.n_kv} n=${c.n}`;
 }
 
-/**
- * zig/kernels/gemm.zig's f16_vec_dot_n_max: f16 products of 2 to 4 columns take vec_dot_f16's
- * order, as llama.cpp's decode attention does per head (Graft's llama graph puts a KV group's
- * 3 query heads side by side as columns), where ggml's plain mul_mat of that many columns takes
- * tinyBLAS's: those cases are checked within a relative 1e-3 only.
- */
-const F16_VEC_DOT_N_MAX = 4;
-
 const cases: Case[] = JSON.parse(Deno.readTextFileSync(FIXTURE)).cases;
 /** The AVX2 build's f16 results (its quantized ones are the AVX-512 build's). */
 const casesAvx2: Case[] = JSON.parse(Deno.readTextFileSync(FIXTURE_AVX2)).cases;
@@ -186,16 +177,6 @@ Deno.test("mulMat equals ggml's CPU mul_mat bit for bit (q4_1, q8_0 and f16 atte
           }
         }
         const what = `${simd} ${threads}t ${label(c)}`;
-        if (c.kind !== "quant" && c.n >= 2 && c.n <= F16_VEC_DOT_N_MAX) {
-          // Not claimed: see F16_VEC_DOT_N_MAX.
-          if (differ > 0) {
-            console.log(
-              `${what}: ${differ}/${want.length} differ (not claimed; worst rel ${worst})`,
-            );
-          }
-          assert.ok(worst < 1e-3, `${what}: relative difference ${worst}`);
-          continue;
-        }
         assert.equal(
           differ,
           0,

@@ -1,26 +1,35 @@
 /**
  * The language model on SmolLM2-135M-Instruct Q4_1 (skipped when the file is not cached:
- * `deno task model:fetch`), against an f64 reference computed here from the dequantized weights
- * (tests/llm_reference.ts) and against llama.cpp's own logits and greedy ids
- * (tests/fixtures/llm/smollm2_greedy.json, tools/llm_fixtures.sh; flash attention off on both
- * sides). Tolerances, per numeric path:
+ * `deno task model:fetch`), against llama.cpp's own logits and greedy ids
+ * (tests/fixtures/llm/smollm2_greedy*.json, written by tools/llm_fixtures.sh from the pinned
+ * build; flash attention off on both sides) and against an f64 reference computed here from the
+ * dequantized weights (tests/llm_reference.ts). Numeric paths and their tolerances:
  *
- * - prefill of 20 or more tokens (the f32 GEMM over dequantized weights; f16 KV cache; q and
- *   softmax rounded to f16 before the f16 products, as ggml's mul_mat): NMSE <= 1e-6 and
- *   |error| <= 0.05 against f64 (measured 5e-7 and 0.024);
- * - one token at a time (ggml's decode arithmetic: activations quantized per block to q8_1 /
- *   q8_0 as ggml's x86 code does, integer dots): NMSE <= 3e-3, |error| <= 1.5 against f64
- *   (measured 1e-3 and 1.1): that is the activation quantization itself;
- * - against llama.cpp, following its greedy ids (teacher forcing): its top-8 logits within 2.0
- *   of Graft's at each of 32 steps, and its choice among Graft's top 3 (measured 1.59 and rank
- *   2). llama.cpp's own logits move by up to 1.24 between batched and one-token prompt
- *   processing of the same prompt (the fixture records it): quantized activations make tiny
- *   differences in rounding flip quants, which the 30 layers amplify.
+ * - `arithmetic: "ggml"` (the default) computes every op as ggml's x86 CPU code does, bit for
+ *   bit (tests/ggml_exact_ops_test.ts, tests/ggml_exact_dots_test.ts): against llama.cpp's
+ *   recorded logits, following its greedy ids, every top-8 logit within 1e-6 (the fixture's
+ *   nine printed digits; measured 5e-8), and free-running greedy ids equal for 32 steps. This
+ *   holds against the fixture of the kernels' own SIMD level: llama.cpp's AVX2 build sums f16
+ *   products and exps on 8 lanes where its AVX-512 build uses 16, and its logits differ from
+ *   the AVX-512 build's by up to 0.7 on this model (quantized activations amplify the last
+ *   bits), so the AVX2 kernels are held to llama.cpp's AVX2 build (smollm2_greedy_avx2.json).
+ * - against f64, the ggml path (activations quantized per block to q8_1 / q8_0, as ggml):
+ *   NMSE <= 5e-3 and |error| <= 1.5 (measured 3.4e-3 and 1.1): the quantization itself;
+ * - `arithmetic: "fast"` (prompts of 20+ tokens through Graft's f32 GEMM over the dequantized
+ *   weights; f16 KV cache; q and softmax rounded to f16 before the f16 products, as ggml):
+ *   NMSE <= 5e-6 and |error| <= 0.05 against f64 (measured 2e-6 and 0.024; mostly the f16
+ *   rounding of the softmax's probabilities).
  */
 
 import assert from "node:assert/strict";
 import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
-import { ContextFullError, liveAllocations, LLM, readLlamaHParams } from "../mod.ts";
+import {
+  ContextFullError,
+  type CpuBackend,
+  liveAllocations,
+  LLM,
+  readLlamaHParams,
+} from "../mod.ts";
 import { loadReferenceModel, referenceLogits, type ReferenceModel } from "./llm_reference.ts";
 
 const ignore = !smolLM2Cached();
@@ -38,9 +47,23 @@ interface Fixture {
   cases: FixtureCase[];
 }
 
-const fixture = JSON.parse(
-  Deno.readTextFileSync(new URL("./fixtures/llm/smollm2_greedy.json", import.meta.url)),
-) as Fixture;
+const fixture = readFixture("smollm2_greedy.json")!;
+
+function readFixture(name: string): Fixture | null {
+  try {
+    return JSON.parse(
+      Deno.readTextFileSync(new URL(`./fixtures/llm/${name}`, import.meta.url)),
+    ) as Fixture;
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return null;
+    throw error;
+  }
+}
+
+/** llama.cpp's fixture recorded by its build of the SIMD level the CPU backend runs. */
+function fixtureFor(simd: string): Fixture | null {
+  return simd === "avx512" ? fixture : readFixture("smollm2_greedy_avx2.json");
+}
 const STEPS = 32;
 
 function errors(got: Float32Array, want: Float64Array): { max: number; nmse: number } {
@@ -96,11 +119,12 @@ Deno.test({
 });
 
 Deno.test({
-  name: "llm: prefill logits against the f64 reference (NMSE <= 1e-6, |error| <= 0.05)",
+  name: 'llm: arithmetic "fast": prefill logits against the f64 reference (NMSE <= 5e-6, ' +
+    "|error| <= 0.05)",
   ignore,
   async fn(): Promise<void> {
     const model = await referenceModel();
-    using llm = await LLM.load(SMOLLM2_PATH, { threads: 2, nCtx: 64 });
+    using llm = await LLM.load(SMOLLM2_PATH, { threads: 2, nCtx: 64, arithmetic: "fast" });
     const V = llm.hparams.nVocab;
     for (const c of fixture.cases.filter((c) => c.prompt_ids.length >= 24).slice(0, 2)) {
       const ids = c.prompt_ids.slice(0, 24);
@@ -111,14 +135,15 @@ Deno.test({
       assert.equal(all.length, ids.length * V);
       positions.forEach((p, i) => {
         const { max, nmse } = errors(all.subarray(p * V, (p + 1) * V), want[i]!);
-        assert.ok(nmse <= 1e-6 && max <= 0.05, `${c.name} @${p}: NMSE ${nmse}, max ${max}`);
+        assert.ok(nmse <= 5e-6 && max <= 0.05, `${c.name} @${p}: NMSE ${nmse}, max ${max}`);
       });
     }
   },
 });
 
 Deno.test({
-  name: "llm: one token at a time against the f64 reference (NMSE <= 3e-3, |error| <= 1.5)",
+  name: "llm: ggml's arithmetic against the f64 reference, batched and one token at a time " +
+    "(NMSE <= 5e-3, |error| <= 1.5)",
   ignore,
   async fn(): Promise<void> {
     const model = await referenceModel();
@@ -126,55 +151,81 @@ Deno.test({
     const ids = fixture.cases.find((c) => c.prompt_ids.length >= 40)!.prompt_ids.slice(0, 40);
     const positions = [0, 17, 39];
     const want = referenceLogits(model, ids, positions);
+    const V = llm.hparams.nVocab;
+    const all = await llm.eval(ids, { allLogits: true });
+    positions.forEach((p, i) => {
+      const { max, nmse } = errors(all.subarray(p * V, (p + 1) * V), want[i]!);
+      assert.ok(nmse <= 5e-3 && max <= 1.5, `batched @${p}: NMSE ${nmse}, max ${max}`);
+    });
+    llm.reset();
     for (let p = 0; p < ids.length; p++) {
       const logits = await llm.eval([ids[p]!]);
       const i = positions.indexOf(p);
       if (i < 0) continue;
       const { max, nmse } = errors(logits, want[i]!);
-      assert.ok(nmse <= 3e-3 && max <= 1.5, `@${p}: NMSE ${nmse}, max ${max}`);
+      assert.ok(nmse <= 5e-3 && max <= 1.5, `@${p}: NMSE ${nmse}, max ${max}`);
     }
     assert.equal(llm.nPast, 40); // crossed the 32-position KV bucket
   },
 });
 
 Deno.test({
-  name:
-    "llm: llama.cpp's greedy steps, teacher-forced: its top-8 logits within 2.0, its choice in " +
-    "Graft's top 3",
+  name: "llm: llama.cpp's logits bit for bit along its greedy ids, and its greedy ids (32 steps)",
   ignore,
   async fn(): Promise<void> {
     using llm = await LLM.load(SMOLLM2_PATH, { threads: 2, nCtx: 256 });
-    const eog = fixture.source.eog_ids;
+    const simd = (llm.backend as CpuBackend).simd;
+    const want = fixtureFor(simd);
+    if (!want) {
+      console.log(
+        `no llama.cpp fixture for the ${simd} kernels (GRAFT_LLAMA_SIMD=${simd} ` +
+          "tools/llm_fixtures.sh records it): checked against nothing",
+      );
+      return;
+    }
+    const eog = want.source.eog_ids;
     const report: string[] = [];
-    for (const c of fixture.cases) {
+    for (const c of want.cases) {
+      // Teacher forcing: llama.cpp's ids in, its recorded logits out.
       llm.reset();
       let logits = await llm.eval(c.prompt_ids);
-      let worst = 0, worstRank = 0, free = -1;
+      let worst = 0;
       for (let step = 0; step < STEPS; step++) {
         for (const [id, value] of c.top[step]!) {
           worst = Math.max(worst, Math.abs(logits[id]! - value));
         }
-        const chosen = logits[c.ids[step]!]!;
-        let rank = 0;
-        for (let j = 0; j < logits.length; j++) {
-          if (logits[j]! > chosen && !eog.includes(j)) rank++;
-        }
-        worstRank = Math.max(worstRank, rank);
-        if (free < 0 && argmax(logits, eog) !== c.ids[step]) free = step;
         logits = await llm.eval([c.ids[step]!]);
       }
-      assert.ok(worst <= 2.0, `${c.name}: top-8 logits off by ${worst}`);
-      assert.ok(worstRank <= 2, `${c.name}: llama.cpp's choice ranks ${worstRank} in Graft's`);
+      assert.ok(worst <= 1e-6, `${c.name} (${simd}): a top-8 logit off by ${worst}`);
+      // Free running: Graft's own greedy ids (end-of-generation ids masked, as the fixture's
+      // --ignore-eos run) equal llama.cpp's; a step may differ only where llama.cpp's top two
+      // are within 0.05.
+      llm.reset();
+      logits = await llm.eval(c.prompt_ids);
+      let diverged = -1;
+      for (let step = 0; step < STEPS; step++) {
+        const id = argmax(logits, eog);
+        if (id !== c.ids[step]) {
+          diverged = step;
+          break;
+        }
+        logits = await llm.eval([id]);
+      }
+      if (diverged >= 0) {
+        assert.ok(
+          c.margins[diverged]! < 0.05,
+          `${c.name} (${simd}): greedy id ${diverged} differs where llama.cpp's margin is ` +
+            `${c.margins[diverged]}`,
+        );
+      }
       report.push(
-        `${c.name}: max |dlogit| ${worst.toFixed(3)}, ` +
-          (free < 0
-            ? "argmax equal at every step"
-            : `argmax first differs at step ${free} (llama.cpp margin ${
-              c.margins[free]!.toFixed(4)
-            })`),
+        `${c.name}: logits within ${worst.toExponential(1)}, ` +
+          (diverged < 0
+            ? `${STEPS} greedy ids equal`
+            : `ids equal to step ${diverged} (margin ${c.margins[diverged]})`),
       );
     }
-    console.log(report.join("\n"));
+    console.log(`${simd} kernels against llama.cpp's ${simd} build:\n${report.join("\n")}`);
   },
 });
 
@@ -296,6 +347,11 @@ Deno.test({
   ignore,
   async fn(): Promise<void> {
     await assert.rejects(() => LLM.load(SMOLLM2_PATH, { nCtx: 0 }), /nCtx/);
+    await assert.rejects(
+      // @ts-expect-error: a bad value on purpose
+      () => LLM.load(SMOLLM2_PATH, { arithmetic: "exact" }),
+      /arithmetic must be "ggml" or "fast"/,
+    );
     await assert.rejects(() => LLM.load("/nonexistent.gguf"), /nonexistent/);
     using llm = await LLM.load(SMOLLM2_PATH, { threads: 1, nCtx: 16 });
     await assert.rejects(() => llm.eval([]), /at least one token/);

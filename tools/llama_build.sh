@@ -45,7 +45,15 @@ fi
 # GGML_NATIVE compiles for this CPU (-march=native): a build from an AVX-512 machine dies with SIGILL
 # on an AVX2-only one, so each SIMD level gets its own build dir. (Finer differences within a level,
 # e.g. AVX-512 BF16 or AMX, are not told apart; delete the dir if a machine change breaks it.)
-if grep -qw avx512f /proc/cpuinfo; then
+# GRAFT_LLAMA_SIMD=avx2 builds the AVX2 variant on an AVX-512 machine too (not native: AVX2, FMA,
+# F16C, BMI2), what an AVX2-only CPU's native build computes: its fixtures are the AVX2 kernels'.
+native=ON
+simd_flags=()
+if [ "${GRAFT_LLAMA_SIMD:-}" = avx2 ]; then
+  simd=avx2
+  native=OFF
+  simd_flags=(-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
+elif grep -qw avx512f /proc/cpuinfo; then
   simd=avx512
 elif grep -qw avx2 /proc/cpuinfo; then
   simd=avx2
@@ -59,13 +67,16 @@ build="$root/build-$simd"
 # not reachable here, and no benchmark needs the server. LLAMA_OPENSSL=OFF: nothing here downloads.
 if [ ! -f "$build/build.ninja" ]; then
   CC=gcc CXX=g++ cmake -S "$src" -B "$build" -G Ninja \
-    -DGGML_RPC=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=ON -DGGML_NATIVE=ON \
+    -DGGML_RPC=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=ON -DGGML_NATIVE="$native" \
+    ${simd_flags[@]+"${simd_flags[@]}"} \
     -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF >&2
 fi
 
 # ggml, ggml-base, ggml-cpu, ggml-rpc: the shared libs (build/bin/lib*.so) the C peers link against.
-nice -n 10 ninja -C "$build" -j2 \
-  llama-completion llama-bench ggml-rpc-server test-backend-ops llama-quantize \
-  ggml ggml-base ggml-cpu ggml-rpc >&2
+# GRAFT_LLAMA_TARGETS narrows the targets (the fixture scripts need llama-completion only).
+targets=(llama-completion llama-bench ggml-rpc-server test-backend-ops llama-quantize
+  ggml ggml-base ggml-cpu ggml-rpc)
+if [ -n "${GRAFT_LLAMA_TARGETS:-}" ]; then read -r -a targets <<<"$GRAFT_LLAMA_TARGETS"; fi
+nice -n 10 ninja -C "$build" -j2 "${targets[@]}" >&2
 echo "$build"

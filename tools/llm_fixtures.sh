@@ -15,8 +15,14 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 model="${1:-$("$here/scripts/model_fetch.sh")}"
-out="$here/tests/fixtures/llm/smollm2_greedy.json"
-build="$("$here/tools/llama_build.sh" | tail -n 1)"
+# GRAFT_LLAMA_SIMD=avx2 records from the AVX2 build (tools/llama_build.sh) into
+# smollm2_greedy_avx2.json: the AVX2 kernels' llama.cpp (its f16 sums and exp run on 8 lanes, not
+# 16, so its logits differ from the AVX-512 build's in the last bits, then more).
+suffix=""
+if [ "${GRAFT_LLAMA_SIMD:-}" = avx2 ]; then suffix="_avx2"; fi
+out="$here/tests/fixtures/llm/smollm2_greedy$suffix.json"
+build="$(GRAFT_LLAMA_TARGETS="${GRAFT_LLAMA_TARGETS:-llama-completion llama-tokenize}" \
+  "$here/tools/llama_build.sh" | tail -n 1)"
 src="$(dirname "$build")/src"
 bin="$build/bin"
 exe="$bin/llama_greedy"

@@ -5,9 +5,9 @@
  * number of tokens, the number of cache positions attention reads (`nKv`, bucketed by the
  * caller) and whether every position's logits are wanted.
  *
- * Attention groups the query heads that share a kv head (GQA) into the rows of one matrix per
- * kv head: `K·Q` is one product per kv head with `r·nTokens` columns (r = heads per kv head),
- * and so is `V·p`. The mask's rows follow: row `h + r·t` is token t's.
+ * Attention multiplies each query head alone, as llama.cpp does: `K·Q` is one product per head
+ * with nTokens columns, the kv head that a group of heads shares (GQA) broadcast to them, and so
+ * is `V·p`; the mask has a row per token.
  * @module
  */
 
@@ -136,7 +136,7 @@ export interface LlamaGraph {
   readonly tokens: Tensor;
   /** i32 `[nTokens]` positions (cache rows written). */
   readonly positions: Tensor;
-  /** f32 `[nKv, r·nTokens]`: 0 where a query may see a key, -Infinity elsewhere. */
+  /** f32 `[nKv, nTokens]`: 0 where token t may see key j, -Infinity elsewhere. */
   readonly mask: Tensor;
   /** f32 `[nVocab, nTokens or 1]`. */
   readonly logits: Tensor;
@@ -144,22 +144,26 @@ export interface LlamaGraph {
   readonly inputs: readonly Tensor[];
 }
 
-/** Builds the llama graph for `shape` over `weights` and `cache`. */
+/**
+ * Builds the llama graph for `shape` over `weights` and `cache`. `ggml` (default true): every
+ * product computes as ggml's CPU backend does (`mulMat`'s `ggml` option), so logits are
+ * llama.cpp's bit for bit on the CPU; false lets prompts of 20+ tokens take the f32 GEMM.
+ */
 export function buildLlamaGraph(
   hparams: LlamaHParams,
   weights: LlamaWeights,
   cache: KvCache,
   shape: LlamaGraphShape,
+  ggml = true,
 ): LlamaGraph {
   const { nTokens: T, nKv } = shape;
   const { nEmbd, nHead, nHeadKv, headDim: hd, rmsEps } = hparams;
-  const r = nHead / nHeadKv;
   const g = nHeadKv;
   const width = hd * g;
   const ctx = new Context();
   const tokens = ctx.newTensor("i32", [T], "tokens");
   const positions = ctx.newTensor("i32", [T], "positions");
-  const mask = ctx.newTensor("f32", [nKv, r * T], "kq_mask");
+  const mask = ctx.newTensor("f32", [nKv, T], "kq_mask");
   const kqScale = 1 / Math.sqrt(hd);
   const ropeOptions = {
     nDims: hparams.nRot,
@@ -168,9 +172,9 @@ export function buildLlamaGraph(
     freqScale: hparams.ropeFreqScale,
   };
   const cacheBytes = cache.type === "f16" ? 2 : 4;
-  // Every product computes as ggml's CPU backend does (activations quantized per block for any
-  // token count), so the model follows llama.cpp's arithmetic rather than Graft's f32 GEMM.
-  const mulMat = (a: Tensor, b: Tensor): Tensor => mulMatAny(a, b, { ggml: true });
+  // With `ggml`, every product computes as ggml's CPU backend does (activations quantized per
+  // block at any token count), so the model follows llama.cpp's arithmetic.
+  const mulMat = (a: Tensor, b: Tensor): Tensor => mulMatAny(a, b, { ggml });
   const nCtx = cache.nCtx;
 
   let x = getRows(weights.tokenEmbd, tokens); // [nEmbd, T]
@@ -206,17 +210,16 @@ export function buildLlamaGraph(
     const values = view(vWritten, [nKv, hd, g], {
       nb: [cacheBytes, nCtx * cacheBytes, hd * nCtx * cacheBytes, width * nCtx * cacheBytes],
     });
-    // Queries grouped by kv head: [hd, r, g, T] -> [hd, r, T, g] -> [hd, r·T, g].
-    const grouped = T === 1
-      ? reshape(q, [hd, r, g])
-      : reshape(cont(permute(reshape(q, [hd, r, g, T]), [0, 1, 3, 2])), [hd, r * T, g]);
-    const scores = named(mulMat(keys, grouped), "kq"); // [nKv, r·T, g]
+    // Each head alone, as llama.cpp: queries [hd, T, nHead] (a view), the kv head broadcast to
+    // its r query heads (mulMat's batch broadcast: head h reads kv head h / r).
+    const queries = permute(q, [0, 2, 1, 3]);
+    const scores = named(mulMat(keys, queries), "kq"); // [nKv, T, nHead]
     const p = named(softmax(scores, { mask, scale: kqScale }), "kq_soft_max");
-    const kqv = named(mulMat(values, p), "kqv"); // [hd, r·T, g]
-    // [hd, r, T, g] -> [hd, r, g, T] -> [nEmbd, T]
+    const kqv = named(mulMat(values, p), "kqv"); // [hd, T, nHead]
+    // [hd, T, nHead] -> [hd, nHead, T] -> [nEmbd, T]
     const merged = T === 1
       ? reshape(kqv, [hd * nHead, 1])
-      : reshape(cont(permute(reshape(kqv, [hd, r, T, g]), [0, 1, 3, 2])), [hd * nHead, T]);
+      : reshape(cont(permute(kqv, [0, 2, 1, 3])), [hd * nHead, T]);
     x = named(add(x, named(mulMat(w.wo, merged), "attn_out")), "ffn_inp");
     const n2 = named(mul(rmsNorm(x, rmsEps), w.ffnNorm), "ffn_norm");
     const gate = named(mulMat(w.wGate, n2), "ffn_gate");

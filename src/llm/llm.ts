@@ -50,6 +50,13 @@ export interface LLMLoadOptions {
    * pads its KV length): one plan per bucket, the positions past the filled ones masked.
    */
   readonly kvBucket?: number;
+  /**
+   * `"ggml"` (default): every matrix product computes as ggml's CPU backend does, so on the CPU
+   * the logits are llama.cpp's bit for bit (x86, same SIMD level; `tests/llm_test.ts`).
+   * `"fast"`: prompts of 20+ tokens multiply quantized weights in Graft's f32 GEMM instead,
+   * about twice as fast and nearer the exact product, but not llama.cpp's bits.
+   */
+  readonly arithmetic?: "ggml" | "fast";
   /** Map the file (CPU default) or copy the weights into backend buffers. */
   readonly mmap?: boolean;
   /** Loading progress, bytes of weights done of the total. */
@@ -168,6 +175,7 @@ export class LLM implements Disposable {
     nBatch: number;
     kvBucket: number;
     split: LayerSplit | null;
+    ggml: boolean;
   }) {
     this.file = init.file;
     this.backend = init.backend;
@@ -185,6 +193,7 @@ export class LLM implements Disposable {
       init.cache,
       init.kvBucket,
       init.split,
+      init.ggml,
     );
   }
 
@@ -224,6 +233,12 @@ export class LLM implements Disposable {
       const gpuLayers = options.gpuLayers ?? 0;
       if (!Number.isInteger(gpuLayers) || gpuLayers < 0) {
         throw new ArgumentError(`LLM.load: gpuLayers must be an integer >= 0, got ${gpuLayers}`);
+      }
+      const arithmetic = options.arithmetic ?? "ggml";
+      if (arithmetic !== "ggml" && arithmetic !== "fast") {
+        throw new ArgumentError(
+          `LLM.load: arithmetic must be "ggml" or "fast", got ${String(arithmetic)}`,
+        );
       }
       const cacheType = options.cacheType ?? "f16";
       if (cacheType !== "f16" && cacheType !== "f32") {
@@ -296,6 +311,7 @@ export class LLM implements Disposable {
         nBatch,
         kvBucket,
         split,
+        ggml: arithmetic === "ggml",
       });
     } catch (error) {
       for (const w of weights) w.dispose();

@@ -52,6 +52,7 @@ export class PlanCache implements Disposable {
   readonly #cache: KvCache;
   readonly #bucket: number;
   readonly #split: LayerSplit | null;
+  readonly #ggml: boolean;
   readonly #entries = new Map<string, Entry>();
 
   /**
@@ -65,7 +66,9 @@ export class PlanCache implements Disposable {
     cache: KvCache,
     bucket: number,
     split: LayerSplit | null = null,
+    ggml = true,
   ) {
+    this.#ggml = ggml;
     this.#split = split;
     this.#backend = backend;
     this.#hparams = hparams;
@@ -100,13 +103,11 @@ export class PlanCache implements Disposable {
     const T = tokens.length;
     backend.setTensor(built.tokens, Int32Array.from(tokens));
     backend.setTensor(built.positions, Int32Array.from({ length: T }, (_, t) => nPast + t));
-    // Row h + r·t is token t's (llama_graph.ts): keys up to its position are visible.
+    // Row t is token t's (llama_graph.ts): keys up to its position are visible.
     const nKv = shape.nKv;
-    const rows = mask.length / nKv;
-    const r = rows / T;
-    for (let row = 0; row < rows; row++) {
-      const visible = nPast + Math.floor(row / r) + 1;
-      const line = mask.subarray(row * nKv, (row + 1) * nKv);
+    for (let t = 0; t < T; t++) {
+      const visible = nPast + t + 1;
+      const line = mask.subarray(t * nKv, (t + 1) * nKv);
       line.fill(0, 0, visible);
       line.fill(-Infinity, visible);
     }
@@ -124,7 +125,7 @@ export class PlanCache implements Disposable {
       this.#entries.set(key, found);
       return found;
     }
-    const built = buildLlamaGraph(this.#hparams, this.#weights, this.#cache, shape);
+    const built = buildLlamaGraph(this.#hparams, this.#weights, this.#cache, shape, this.#ggml);
     const inputs = allocTensors(this.#backend, built.inputs);
     try {
       const run = this.#split ? this.#scheduled(built, this.#split) : this.#planned(built);

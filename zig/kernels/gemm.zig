@@ -924,22 +924,13 @@ fn dotRows(comptime T: type, comptime R: usize, comptime N: usize, args: *const 
 // takes it when n >= 2, k % KN == 0 and m % 4 == 0: per element one accumulator,
 // acc = fma(a, b, acc) over k in steps of KN, then tinyBLAS's hsum (dotRows with `tinyHsum`).
 // Otherwise (one column: llama.cpp's decode attention products kq = K·q and kqv = V·kq, per
-// head) it calls ggml_vec_dot_f16 per element (`dotRowsF16`). Graft takes tinyBLAS's order from
-// 5 columns on only: see f16_vec_dot_n_max.
+// head) it calls ggml_vec_dot_f16 per element (`dotRowsF16`). Graft's llama graph multiplies
+// each head alone as llama.cpp does (src/llm/llama_graph.ts), so its attention takes the same
+// path at every token count.
 
-/// Columns up to which f16 A takes ggml_vec_dot_f16's order even where tinyBLAS would take the
-/// shape. ggml's rule is n >= 2, but Graft's llama graph (src/llm/llama_graph.ts) puts the r
-/// query heads of a KV group side by side as r·T columns, where llama.cpp multiplies each head
-/// alone (n = T, broadcasting K and V): with SmolLM2's r = 3, decode (T = 1) has n = 3 here and
-/// vec_dot_f16 in llama.cpp, and any T >= 2 has n >= 6 here and tinyBLAS there. So n <= 4
-/// reproduces llama.cpp's attention for r <= 4, T = 1 or r·2 > 4; a plain mul_mat of 2 to 4
-/// columns then differs from ggml's (tinyBLAS) in the last bits.
-pub const f16_vec_dot_n_max: usize = 4;
-
-/// Whether this f16 product takes tinyBLAS's order: ggml's llamafile_sgemm conditions
-/// (k % KN == 0, m % 4 == 0) with `f16_vec_dot_n_max` for n >= 2.
+/// Whether ggml's mul_mat runs this f16 product through llamafile_sgemm's tinyBLAS.
 fn tinyBlasTakes(args: *const GemmArgs) bool {
-    return args.n > f16_vec_dot_n_max and args.k % lanes == 0 and args.m % 4 == 0;
+    return args.n >= 2 and args.k % lanes == 0 and args.m % 4 == 0;
 }
 
 /// tinyBLAS's hsum (llamafile/sgemm.cpp): AVX-512 _mm512_reduce_add_ps as GCC expands it (high

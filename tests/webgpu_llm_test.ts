@@ -5,7 +5,7 @@
  * on WebGPU makes the same ids exactly when each position's argmax is the next id).
  *
  * The two backends compute differently: the CPU quantizes each matmul's activations per block
- * to q8 (ggml's arithmetic), the WebGPU shaders multiply the decoded weights by f32 activations
+ * to q8 (ggml's arithmetic, by default at every token count), the WebGPU shaders multiply the decoded weights by f32 activations
  * (about 0.6 logits apart at the top of the distribution). So a step may go the other way only
  * where the CPU's own top two are within 0.25 of each other, and the WebGPU argmax must then be
  * the CPU's second choice. Skipped without a WebGPU adapter or without the cached model.

@@ -71,14 +71,22 @@ interface Fixture {
   batch_cases: BatchCase[];
 }
 
-const fixture = JSON.parse(
-  await Deno.readTextFile(new URL("./fixtures/llm/smollm2_greedy.json", import.meta.url)),
-) as Fixture;
+/** The AVX-512 build's fixture, and the AVX2 build's when it was recorded. */
+const FIXTURES: [string, Fixture][] = [];
+for (const file of ["smollm2_greedy.json", "smollm2_greedy_avx2.json"]) {
+  try {
+    const url = new URL(`./fixtures/llm/${file}`, import.meta.url);
+    FIXTURES.push([file, JSON.parse(await Deno.readTextFile(url)) as Fixture]);
+  } catch (error) {
+    if (!(error instanceof Deno.errors.NotFound)) throw error;
+  }
+}
+const fixture = FIXTURES[0]![1];
 
 const N_VOCAB = 49152;
 const N_GEN = 64;
 const TOP = 8;
-const EOG = new Set(fixture.source.eog_ids);
+const EOG = new Set([0, 2, 4]); // every fixture's eog_ids (checked below)
 
 function assertIds(ids: unknown, what: string): asserts ids is number[] {
   assert.ok(Array.isArray(ids) && ids.length > 0, `${what}: not a non-empty array`);
@@ -129,80 +137,82 @@ function assertRun(r: Partial<Run> & { ids: number[]; margins: number[] }, what:
   assert.equal(r.eos_step, eos, `${what}: eos_step`);
 }
 
-Deno.test("llm fixture: source records the llama.cpp build, model and context params", () => {
-  const s = fixture.source;
-  assert.match(s.llama_cpp, /0\.3\.36.*0c1e5709/);
-  assert.equal(s.model, "SmolLM2-135M-Instruct.Q4_1.gguf");
-  assert.equal(
-    s.model_sha256,
-    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-  );
-  assert.equal(s.n_vocab, N_VOCAB);
-  assert.deepEqual(s.eog_ids, [0, 2, 4]);
-  assert.deepEqual(
-    { ...s.params },
-    {
-      n_ctx: 8192,
-      n_batch: 2048,
-      n_ubatch: 512,
-      flash_attn: "off (resolved: disabled)",
-      type_k: "f16",
-      type_v: "f16",
-      threads: 2,
-      use_extra_bufts: false,
-    },
-  );
-});
+for (const [file, fixture] of FIXTURES) {
+  Deno.test(`llm fixture ${file}: source records the llama.cpp build, model and context params`, () => {
+    const s = fixture.source;
+    assert.match(s.llama_cpp, /0\.3\.36.*0c1e5709/);
+    assert.equal(s.model, "SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert.equal(
+      s.model_sha256,
+      "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    );
+    assert.equal(s.n_vocab, N_VOCAB);
+    assert.deepEqual(s.eog_ids, [0, 2, 4]);
+    assert.deepEqual(
+      { ...s.params },
+      {
+        n_ctx: 8192,
+        n_batch: 2048,
+        n_ubatch: 512,
+        flash_attn: "off (resolved: disabled)",
+        type_k: "f16",
+        type_v: "f16",
+        threads: 2,
+        use_extra_bufts: false,
+      },
+    );
+  });
 
-Deno.test("llm fixture: cases are well-formed and self-consistent", () => {
-  const names = fixture.cases.map((c) => c.name);
-  assert.ok(names.length >= 6, `${names.length} cases`);
-  assert.equal(new Set(names).size, names.length, "duplicate case names");
-  for (const name of ["plain_short", "plain_long", "code", "chat_default_system", "chat_long"]) {
-    assert.ok(names.includes(name), `no case ${name}`);
-  }
-  for (const c of fixture.cases) {
-    assert.equal(typeof c.text, "string");
-    assertIds(c.prompt_ids, `${c.name}.prompt_ids`);
-    assertRun(c, c.name);
-    assert.ok(c.generated_text === null || typeof c.generated_text === "string");
-    const positions = Object.keys(c.prompt_top).map(Number);
-    assert.ok(positions.includes(0) && positions.includes(c.prompt_ids.length - 1));
-    for (const p of positions) {
-      assert.ok(Number.isInteger(p) && p >= 0 && p < c.prompt_ids.length, `${c.name}: pos ${p}`);
-      assertTop(c.prompt_top[String(p)]!, `${c.name}.prompt_top[${p}]`);
+  Deno.test(`llm fixture ${file}: cases are well-formed and self-consistent`, () => {
+    const names = fixture.cases.map((c) => c.name);
+    assert.ok(names.length >= 6, `${names.length} cases`);
+    assert.equal(new Set(names).size, names.length, "duplicate case names");
+    for (const name of ["plain_short", "plain_long", "code", "chat_default_system", "chat_long"]) {
+      assert.ok(names.includes(name), `no case ${name}`);
     }
-    // The last prompt position's logits are the first step's (same decode, same batch shape only
-    // when the whole-prompt runs agree, which all_logits_run records).
-    if (c.all_logits_run.max_abs_logit_diff === 0) {
-      assert.deepEqual(c.prompt_top[String(c.prompt_ids.length - 1)], c.top[0]);
+    for (const c of fixture.cases) {
+      assert.equal(typeof c.text, "string");
+      assertIds(c.prompt_ids, `${c.name}.prompt_ids`);
+      assertRun(c, c.name);
+      assert.ok(c.generated_text === null || typeof c.generated_text === "string");
+      const positions = Object.keys(c.prompt_top).map(Number);
+      assert.ok(positions.includes(0) && positions.includes(c.prompt_ids.length - 1));
+      for (const p of positions) {
+        assert.ok(Number.isInteger(p) && p >= 0 && p < c.prompt_ids.length, `${c.name}: pos ${p}`);
+        assertTop(c.prompt_top[String(p)]!, `${c.name}.prompt_top[${p}]`);
+      }
+      // The last prompt position's logits are the first step's (same decode, same batch shape only
+      // when the whole-prompt runs agree, which all_logits_run records).
+      if (c.all_logits_run.max_abs_logit_diff === 0) {
+        assert.deepEqual(c.prompt_top[String(c.prompt_ids.length - 1)], c.top[0]);
+      }
     }
-  }
-  const long = fixture.cases.filter((c) => c.name === "plain_long" || c.name === "chat_long");
-  for (const c of long) assert.ok(c.prompt_ids.length >= 100, `${c.name} is short`);
-  const chat = fixture.cases.find((c) => c.name === "chat_default_system")!;
-  assert.equal(
-    chat.text,
-    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face" +
-      "<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n" +
-      "<|im_start|>assistant\n",
-  );
-});
+    const long = fixture.cases.filter((c) => c.name === "plain_long" || c.name === "chat_long");
+    for (const c of long) assert.ok(c.prompt_ids.length >= 100, `${c.name} is short`);
+    const chat = fixture.cases.find((c) => c.name === "chat_default_system")!;
+    assert.equal(
+      chat.text,
+      "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face" +
+        "<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n" +
+        "<|im_start|>assistant\n",
+    );
+  });
 
-Deno.test("llm fixture: one-token-at-a-time batch cases", () => {
-  assert.ok(fixture.batch_cases.length > 0);
-  for (const b of fixture.batch_cases) {
-    const c = fixture.cases.find((c) => c.name === b.name);
-    assert.ok(c, `batch case ${b.name} has no case`);
-    assert.deepEqual(b.prompt_ids, c.prompt_ids);
-    assert.equal(b.n_batch, 1);
-    assertRun(b, `batch:${b.name}`);
-    const same = b.ids.every((id, i) => id === c.ids[i]);
-    assert.equal(b.ids_equal_to_batched, same, `${b.name}: ids_equal_to_batched`);
-  }
-  const short = fixture.batch_cases.find((b) => b.name === "plain_short");
-  assert.ok(short?.top && short.cli_checked, "plain_short batch case needs top and a CLI check");
-});
+  Deno.test(`llm fixture ${file}: one-token-at-a-time batch cases`, () => {
+    assert.ok(fixture.batch_cases.length > 0);
+    for (const b of fixture.batch_cases) {
+      const c = fixture.cases.find((c) => c.name === b.name);
+      assert.ok(c, `batch case ${b.name} has no case`);
+      assert.deepEqual(b.prompt_ids, c.prompt_ids);
+      assert.equal(b.n_batch, 1);
+      assertRun(b, `batch:${b.name}`);
+      const same = b.ids.every((id, i) => id === c.ids[i]);
+      assert.equal(b.ids_equal_to_batched, same, `${b.name}: ids_equal_to_batched`);
+    }
+    const short = fixture.batch_cases.find((b) => b.name === "plain_short");
+    assert.ok(short?.top && short.cli_checked, "plain_short batch case needs top and a CLI check");
+  });
+}
 
 Deno.test({
   name: "llm fixture: prompt ids equal Graft's tokenizer; generated ids detokenize to the CLI text",

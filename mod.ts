@@ -223,6 +223,7 @@ export {
   readLlamaHParams,
 } from "./src/llm/hparams.ts";
 export { KvCache, type KvCacheType, type KvLayer } from "./src/llm/kv_cache.ts";
+export { type LayerSplit, PlanCache, PLANS_KEPT } from "./src/llm/plan_cache.ts";
 export {
   buildLlamaGraph,
   type LlamaGraph,

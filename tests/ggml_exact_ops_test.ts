@@ -35,7 +35,7 @@ function executable(simd: SimdLevel): string | null {
   } catch {
     return null;
   }
-  const build = simd === "avx512" ? "build-avx512" : "build-ggml-avx2";
+  const build = simd === "avx512" ? "build-avx512" : "build-avx2";
   const path = `${cache}/llama.cpp-0.3.36/${build}/bin/ggml_exact_ops`;
   try {
     return Deno.statSync(path).isFile ? path : null;

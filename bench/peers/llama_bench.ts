@@ -17,8 +17,12 @@
 
 import { runWithPeakRss } from "../peak_rss.ts";
 
-/** The SIMD level tools/llama_build.sh names its build dir by (from the same /proc/cpuinfo flags). */
+/**
+ * The SIMD level tools/llama_build.sh names its build dir by (from the same /proc/cpuinfo flags,
+ * or GRAFT_LLAMA_SIMD=avx2 for its AVX2 build on an AVX-512 machine).
+ */
 export function simdLevel(): "avx512" | "avx2" | "generic" {
+  if (Deno.env.get("GRAFT_LLAMA_SIMD") === "avx2") return "avx2";
   const flags = cpuFlags();
   return flags.has("avx512f") ? "avx512" : flags.has("avx2") ? "avx2" : "generic";
 }

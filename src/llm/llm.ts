@@ -331,7 +331,7 @@ export class LLM implements Disposable {
     return this.#history;
   }
 
-  /** The logits of the last token evaluated (a copy is not made: do not keep it across evals). */
+  /** The logits of the last token evaluated (overwritten by later evals: copy to keep them). */
   get logits(): Float32Array {
     if (!this.#logits) throw new GraftError("LLM.logits: nothing has been evaluated yet");
     return this.#logits;
@@ -391,8 +391,9 @@ export class LLM implements Disposable {
 
   /**
    * Evaluates `ids` at the next positions of the cache, in batches of at most nBatch tokens,
-   * and returns the logits of the last one (or of every one, with `allLogits`). Running out
-   * of context is a ContextFullError and leaves the cache as it was.
+   * and returns the logits of the last one (or of every one, with `allLogits`), as llama.cpp's
+   * `llama_get_logits`: the array may be overwritten by the next eval, so copy (`slice()`) what
+   * must outlive it. Running out of context is a ContextFullError and leaves the cache as it was.
    */
   async eval(ids: readonly number[], options: EvalOptions = {}): Promise<Float32Array> {
     this.#alive("eval");

@@ -88,8 +88,9 @@ export class PlanCache implements Disposable {
   }
 
   /**
-   * Evaluates `tokens` at positions `nPast...`; returns the logits (a copy): of the last token,
-   * or of each with `all`.
+   * Evaluates `tokens` at positions `nPast...`; returns the logits of the last token, or of each
+   * with `all`. On the CPU the array is the plan's own, overwritten by its next run: copy what
+   * must outlive it (so that generating allocates nothing per token).
    */
   async run(tokens: readonly number[], nPast: number, all: boolean): Promise<Float32Array> {
     const shape: LlamaGraphShape = {
@@ -112,8 +113,7 @@ export class PlanCache implements Disposable {
       line.fill(-Infinity, visible);
     }
     backend.setTensor(built.mask, mask);
-    const data = await entry.compute();
-    return new Float32Array(data as Float32Array);
+    return (await entry.compute()) as Float32Array;
   }
 
   #entry(shape: LlamaGraphShape): Entry {
@@ -158,13 +158,17 @@ export class PlanCache implements Disposable {
     const activations = allocGraph(backend, built.graph);
     try {
       const plan = backend.graphPlanCreate(built.graph);
+      const logits = new Float32Array(built.logits.nelements);
       return {
         compute: (): Promise<TensorData> => {
           backend.graphPlanCompute(plan);
-          // The CPU reads its memory synchronously; other backends' getTensor may refuse to.
-          return backend instanceof CpuBackend
-            ? Promise.resolve(backend.getTensor(built.logits))
-            : backend.getTensorAsync(built.logits);
+          // The CPU reads its memory synchronously, into the plan's array; other backends'
+          // getTensor may refuse to.
+          if (backend instanceof CpuBackend) {
+            backend.getTensorInto(built.logits, logits);
+            return Promise.resolve(logits);
+          }
+          return backend.getTensorAsync(built.logits);
         },
         free: (): void => {
           plan.dispose();

@@ -257,6 +257,25 @@ export class CpuBackend implements Backend {
     return typedView(tensor.dtype, out, Math.floor(length / dtypeSize[tensor.dtype]));
   }
 
+  /**
+   * Reads the tensor's bytes (from `offset`) into `out`, which must hold `out.byteLength` of
+   * them: `getTensor` without allocating, for reads repeated every step (a model's logits).
+   */
+  getTensorInto(tensor: Tensor, out: ArrayBufferView, offset = 0): void {
+    this.#alive("getTensorInto");
+    this.#idle("getTensorInto");
+    requireReadable("getTensorInto", tensor);
+    const buffer = this.bufferOf(tensor, "getTensorInto");
+    requireTensorRange("getTensorInto", tensor, offset, out.byteLength);
+    const at = BigInt(tensor.placement!.offset + offset);
+    const bytes = new Uint8Array(out.buffer, out.byteOffset, out.byteLength);
+    check(
+      this.#lib,
+      this.#lib.graft_buffer_read(buffer.handle, at, bytes, BigInt(out.byteLength)),
+      "getTensorInto",
+    );
+  }
+
   #enqueue<T>(work: () => Promise<T> | T): Promise<T> {
     this.#pending++;
     // The count drops before the caller's await resumes, so it may use the backend at once.

@@ -9,7 +9,13 @@
  */
 
 import type { DType } from "../../dtype.ts";
-import { isWeightDType, weightBindings, weightLoad } from "./shader_quant.ts";
+import {
+  ACT_Q8_WGSL,
+  isWeightDType,
+  quantizesActivations,
+  weightBindings,
+  weightLoad,
+} from "./shader_quant.ts";
 import { PARAMS_WGSL, tensorBindings } from "./wgsl_common.ts";
 
 /** Output tile edge (M and N) of one workgroup. */
@@ -24,11 +30,28 @@ export function matmulShader(a: DType): string {
   const load = isWeightDType(a)
     ? weightLoad(a, "k", "m0 + rr, a2, a3")
     : "S0_f32(at(1u, vec4<u32>(k, m0 + rr, a2, a3)))";
-  // f16 weights multiply S1 rounded to f16, as ggml (and the CPU backend) do.
+  // f16 weights multiply S1 rounded to f16, as ggml (and the CPU backend) do; q8_0, q4_*, q5_*
+  // weights multiply S1 quantized to q8 blocks of 32 (the block's largest magnitude read here).
   const b = "S1_f32(at(2u, vec4<u32>(k, n0 + rr, i2, i3)))";
-  const loadB = a === "f16" ? `f16_to_f32(f32_to_f16(${b}))` : b;
+  const quantize = quantizesActivations(a);
+  const loadB = a === "f16"
+    ? `f16_to_f32(f32_to_f16(${b}))`
+    : quantize
+    ? `act_q8(${b}, block_amax(k - k % 32u, n0 + rr, i2, i3))`
+    : b;
+  const amax = quantize
+    ? `${ACT_Q8_WGSL}
+fn block_amax(kb: u32, n: u32, i2: u32, i3: u32) -> f32 {
+  var amax = 0.0;
+  for (var t = 0u; t < 32u; t = t + 1u) {
+    amax = max(amax, abs(S1_f32(at(2u, vec4<u32>(kb + t, n, i2, i3)))));
+  }
+  return amax;
+}`
+    : "";
   return `${PARAMS_WGSL}
 ${bindings}
+${amax}
 var<workgroup> As: array<f32, ${TK * MATMUL_TILE}>;
 var<workgroup> Bs: array<f32, ${TK * MATMUL_TILE}>;
 

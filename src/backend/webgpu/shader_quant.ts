@@ -309,6 +309,29 @@ export function weightLoad(dtype: WeightDType, k: string, rest: string): string 
  * dots it with every column's 32 values of S1. A tree reduction in workgroup memory then sums
  * the threads' partial dots. Batches broadcast S0 as ggml does.
  */
+/**
+ * Weight types whose products quantize the activations to q8 blocks of 32 first, as ggml's CPU
+ * backend does (q8_0, or q8_1 for q4_1/q5_1: the same quants); the CPU backend computes them so,
+ * and these shaders follow it, so both backends pick the same greedy tokens. (bf16 and the
+ * k-quants multiply f32 activations here.)
+ */
+export function quantizesActivations(dtype: DType): boolean {
+  return dtype === "q8_0" || dtype === "q4_0" || dtype === "q4_1" || dtype === "q5_0" ||
+    dtype === "q5_1";
+}
+
+/**
+ * WGSL: x as its q8 block quantizes it (the block's largest magnitude `amax`): d = amax / 127
+ * stored as f16, the quant x·(127 / amax) rounded half to even (WGSL's round), ggml's x86 code.
+ */
+export const ACT_Q8_WGSL = `
+fn act_q8(x: f32, amax: f32) -> f32 {
+  if (amax == 0.0) {
+    return 0.0;
+  }
+  return round(x * (127.0 / amax)) * f16_to_f32(f32_to_f16(amax / 127.0));
+}`;
+
 export function matvecShader(dtype: WeightDType): string {
   const rows = MATVEC_ROWS, cols = MATVEC_COLS, threads = MATVEC_THREADS;
   const outputs = rows * cols;
@@ -319,8 +342,10 @@ export function matvecShader(dtype: WeightDType): string {
       let c = 0u;`
     : `let a = rb + (k0 / ${size}u) * nb0;
       let c = (k0 % ${size}u) / 32u;`;
+  const quantize = quantizesActivations(dtype);
   return `${PARAMS_WGSL}
 ${weightBindings(dtype, ["f32"])}
+${quantize ? ACT_Q8_WGSL : ""}
 var<workgroup> red: array<f32, ${outputs * threads}>;
 
 @compute @workgroup_size(${threads})
@@ -356,9 +381,19 @@ fn main(
       W_chunk(a, c, n, &w);
       for (var j = 0u; j < nc; j = j + 1u) {
         let xb = at(2u, vec4<u32>(k0, n0 + j, i2, i3));
+        ${
+    quantize
+      ? `var amax = 0.0;
+        for (var l = 0u; l < n; l = l + 1u) {
+          amax = max(amax, abs(S1_f32(xb + l * xb0)));
+        }`
+      : ""
+  }
         var s = 0.0;
         for (var l = 0u; l < n; l = l + 1u) {
-          s = s + w[l] * S1_f32(xb + l * xb0);
+          s = s + w[l] * ${
+    quantize ? "act_q8(S1_f32(xb + l * xb0), amax)" : "S1_f32(xb + l * xb0)"
+  };
         }
         acc[r * ${cols}u + j] = acc[r * ${cols}u + j] + s;
       }

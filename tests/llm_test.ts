@@ -358,6 +358,13 @@ Deno.test({
     await assert.rejects(() => llm.eval([49152]), /outside \[0, 49152\)/);
     await assert.rejects(() => llm.eval([1.5]), /outside/);
     assert.throws(() => llm.reset(3), /keep/);
+    // A second eval (or a reset) while one awaits its backend is refused, not interleaved.
+    const first = llm.eval([1, 2]);
+    assert.throws(() => llm.reset(), /still running/);
+    const second = llm.eval([3]);
+    await assert.rejects(() => second, /still running/);
+    await first;
+    assert.equal(llm.nPast, 2);
     llm.dispose();
     await assert.rejects(() => llm.eval([1]), /disposed/);
   },

@@ -163,6 +163,7 @@ export class LLM implements Disposable {
   #template: ChatTemplate | null = null;
   #logits: Float32Array | null = null;
   #disposed = false;
+  #busy = false;
 
   private constructor(init: {
     file: GGUFFile;
@@ -380,6 +381,7 @@ export class LLM implements Disposable {
   /** Drops the cache from position `keep` on (default 0: empty). */
   reset(keep = 0): void {
     this.#alive("reset");
+    this.#idle("reset");
     if (!Number.isInteger(keep) || keep < 0 || keep > this.#history.length) {
       throw new ArgumentError(
         `LLM.reset: keep must be an integer in [0, ${this.#history.length}], got ${keep}`,
@@ -410,9 +412,11 @@ export class LLM implements Disposable {
           `positions are in use; reset() the cache or load with a larger nCtx`,
       );
     }
+    this.#idle("eval");
     const all = options.allLogits ?? false;
     const out = all ? new Float32Array(ids.length * nVocab) : null;
     const start = this.#history.length;
+    this.#busy = true;
     try {
       for (let at = 0; at < ids.length; at += this.#nBatch) {
         const chunk = ids.slice(at, at + this.#nBatch);
@@ -424,6 +428,8 @@ export class LLM implements Disposable {
     } catch (error) {
       this.#history.length = start;
       throw error;
+    } finally {
+      this.#busy = false;
     }
     if (out) this.#logits = out.subarray(out.length - nVocab);
     return out ?? this.#logits!;
@@ -511,6 +517,14 @@ export class LLM implements Disposable {
 
   #isEog(id: number): boolean {
     return this.eogTokens.has(id);
+  }
+
+  // Evals share the cache and the plans' buffers: a second one while the first awaits its
+  // backend would write the same positions.
+  #idle(verb: string): void {
+    if (this.#busy) {
+      throw new GraftError(`LLM.${verb}: an eval is still running; await it first`);
+    }
   }
 
   #alive(verb: string): void {

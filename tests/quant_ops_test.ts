@@ -20,7 +20,6 @@ import {
   DTypeError,
   DTYPES,
   getRows,
-  Graph,
   isQuantDType,
   liveAllocations,
   mulMat,
@@ -28,17 +27,15 @@ import {
   quantize,
   rmsNorm,
   ShapeError,
-  simdLevels,
-  type Tensor,
   transpose,
   WebGpuBackend,
   WEIGHT_DTYPES,
 } from "../mod.ts";
 import { refMulMatBatched, Rng } from "./reference.ts";
+import { compute } from "./compute_builds.ts";
 
 // Loads the library outside any test, so its resource is not reported as a test's leak.
 const baseline = liveAllocations();
-const SIMD_LEVELS = simdLevels();
 
 /** The dtypes getRows and mulMat take as src0 besides f32 and f16 (the table's weight trait). */
 const QUANT_WEIGHTS = WEIGHT_DTYPES.filter((d): d is QuantDType => isQuantDType(d));
@@ -61,43 +58,6 @@ function randoms(rng: Rng, count: number): Float32Array {
   const out = new Float32Array(count);
   for (let i = 0; i < count; i++) out[i] = rng.next() * 2 - 1;
   return out;
-}
-
-/**
- * Computes the graph of `output` on a fresh backend of each kernel build with 1 and 2 threads
- * (output poisoned before each run; `build` makes fresh tensors for each build); asserts the
- * two thread counts agree bitwise and returns each build's result (builds may differ: their
- * vector widths sum in other orders).
- */
-function compute(
-  build: () => { ctx: Context; inputs: [Tensor, ArrayBufferView][]; output: Tensor },
-): [string, Float32Array][] {
-  const results: [string, Float32Array][] = [];
-  for (const simd of SIMD_LEVELS) {
-    using cpu = new CpuBackend({ simd, threads: 1 });
-    const { ctx, inputs, output } = build();
-    const graph = Graph.build(output);
-    using _memory = allocTensors(cpu, [...ctx.tensors, ...graph.leafs, ...graph.nodes]);
-    let first: Float32Array | undefined;
-    for (const threads of [1, 2]) {
-      if (cpu.threads !== threads) cpu.setThreads(threads);
-      cpu.setTensor(output, new Uint8Array(output.nbytes).fill(0xff));
-      for (const [t, data] of inputs) cpu.setTensor(t, data);
-      cpu.graphCompute(graph);
-      const got = cpu.getTensor(output) as Float32Array;
-      assert.ok(got instanceof Float32Array);
-      if (first === undefined) first = got;
-      else {
-        assert.deepEqual(
-          new Uint8Array(got.buffer),
-          new Uint8Array(first.buffer),
-          `${simd}: 2 threads differ from 1`,
-        );
-      }
-    }
-    results.push([simd, first!]);
-  }
-  return results;
 }
 
 for (const dtype of QUANT_WEIGHTS) {

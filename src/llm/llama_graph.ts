@@ -15,6 +15,7 @@ import { ModelError } from "./hparams.ts";
 import type { LlamaHParams } from "./hparams.ts";
 import type { KvCache } from "./kv_cache.ts";
 import { Context } from "../context.ts";
+import { dtypeSize } from "../dtype.ts";
 import { Graph } from "../graph.ts";
 import type { Tensor } from "../tensor.ts";
 import { add, mul, silu } from "../ops/elementwise.ts";
@@ -171,7 +172,7 @@ export function buildLlamaGraph(
     freqBase: hparams.ropeFreqBase,
     freqScale: hparams.ropeFreqScale,
   };
-  const cacheBytes = cache.type === "f16" ? 2 : 4;
+  const cacheBytes = dtypeSize[cache.type];
   // With `ggml`, every product computes as ggml's CPU backend does (activations quantized per
   // block at any token count), so the model follows llama.cpp's arithmetic.
   const mulMat = (a: Tensor, b: Tensor): Tensor => mulMatAny(a, b, { ggml });

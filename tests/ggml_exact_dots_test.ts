@@ -19,13 +19,7 @@
 
 import assert from "node:assert/strict";
 import { compute } from "./compute_builds.ts";
-import {
-  Context,
-  mulMat,
-  permute,
-  type Tensor,
-  view,
-} from "../mod.ts";
+import { Context, mulMat, permute, type Tensor, view } from "../mod.ts";
 
 interface Case {
   kind: "quant" | "kq" | "kqv";

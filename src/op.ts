@@ -7,6 +7,8 @@
  * @module
  */
 
+import type { DType } from "./dtype.ts";
+
 /**
  * The core's op codes, by the core's names (`zig/node.zig`, `Op`). Graph ops map onto these
  * through the `core` column of the op table; the fused ops are emitted only by the CPU plan
@@ -61,6 +63,18 @@ export interface OpInfo {
   readonly core: CoreOpName | null;
   /** Whether the result may reuse src0's memory; the reasons come from the Zig kernels. */
   readonly inPlace: InPlaceRule;
+  /**
+   * The result dtypes each backend computes this op for (its float sources in the same dtype
+   * unless the op says otherwise). The op suite verifies every declared combination and that
+   * none is missing; `docs/ops.md` is generated from these lists. Absent: not yet declared.
+   */
+  readonly support?: OpSupport;
+}
+
+/** Per backend, the result dtypes an op is computed for (see {@link OpInfo.support}). */
+export interface OpSupport {
+  readonly cpu: readonly DType[];
+  readonly webgpu: readonly DType[];
 }
 
 const elementwise: InPlaceRule = {

@@ -74,6 +74,22 @@ export { rope, type RopeMode, type RopeOptions } from "./src/ops/rope.ts";
 export { mulMat, type MulMatOptions } from "./src/ops/matmul.ts";
 export { permute, reshape, transpose, view } from "./src/ops/view.ts";
 export { cont, cpy, getRows, setRows } from "./src/ops/copy.ts";
+export {
+  arange,
+  concat,
+  diagMaskInf,
+  fill,
+  pad,
+  type PadAmounts,
+  padExt,
+  padReflect1d,
+  repeatBack,
+  roll,
+  tri,
+  type TriKind,
+  TriType,
+} from "./src/ops/indexing.ts";
+export { argsort, type SortOrder, topK } from "./src/ops/sort.ts";
 export { dequantize, isQuantDType, QUANT_DTYPES, type QuantDType, quantize } from "./src/quant.ts";
 export type {
   Backend,

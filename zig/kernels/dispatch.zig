@@ -15,6 +15,8 @@ const soft_max = @import("soft_max.zig");
 const rope = @import("rope.zig");
 const mul_mat = @import("mul_mat.zig");
 const copy = @import("copy.zig");
+const indexing = @import("indexing.zig");
+const sort = @import("sort.zig");
 
 const assert = common.assert;
 const Node = common.Node;
@@ -62,6 +64,17 @@ fn dispatch(op: Op, n: *const Node, work: *const Work) Status {
         .cpy => copy.cpy(n, work),
         .get_rows => copy.get_rows(n, work),
         .set_rows => copy.set_rows(n, work),
+        .concat => indexing.concat(n, work),
+        .pad => indexing.pad(n, work),
+        .pad_reflect_1d => indexing.pad_reflect_1d(n, work),
+        .roll => indexing.roll(n, work),
+        .repeat_back => indexing.repeat_back(n, work),
+        .tri => indexing.mask(.tri, n, work),
+        .diag_mask_inf => indexing.mask(.diag_mask_inf, n, work),
+        .fill => indexing.fill(n, work),
+        .arange => indexing.arange(n, work),
+        .argsort => sort.argsort(n, work),
+        .top_k => sort.top_k(n, work),
         // Unary ops returned above; anything else is no op the core knows.
         else => .unsupported,
     };
@@ -76,6 +89,7 @@ pub fn work_size(n: *const Node, thread_count: u32) u64 {
     return switch (op) {
         .sum => reduce.sum_work_size_bytes,
         .mul_mat => mul_mat.work_size(n, thread_count),
+        .top_k => sort.top_k_work_size(n, thread_count),
         else => 0,
     };
 }

@@ -198,7 +198,11 @@ export class CpuBackend implements Backend {
    * builders accept (the core validates each node again when a plan is made).
    */
   supportsOp(tensor: Tensor): boolean {
-    return isViewOp(tensor.op) || opInfo(tensor.op).core !== null;
+    if (isViewOp(tensor.op)) return true;
+    const info = opInfo(tensor.op);
+    // An op that declares its result dtypes (the op table's support column) has kernels for
+    // those only; the builders admit no others, but a hand-made tensor might.
+    return info.core !== null && (info.support?.cpu.includes(tensor.dtype) ?? true);
   }
 
   /** The CPU buffer holding `tensor`; throws if it has no memory here. */

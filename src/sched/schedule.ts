@@ -253,22 +253,33 @@ export class Schedule implements Disposable {
     return true;
   }
 
-  /** One line per split: backend, node count, inputs copied in. */
+  /**
+   * One line per split: backend, node count, inputs copied in; then one line per node that
+   * runs on a fallback backend because a preferred one lacks its op.
+   */
   report(): string {
-    return this.splits.map((s) => {
+    const splits = this.splits.map((s) => {
       const work = s.nodes.filter((n) => !isViewOp(n.op)).length;
       const bytes = s.inputs.reduce((sum, i) => sum + i.copy.nbytes, 0);
       const inputs = s.inputs.map((i) => `${i.copy.name} (${i.copy.nbytes} B from ${i.from.name})`);
       return `split ${s.index} ${s.backend.name}: ${work} nodes, ${s.inputs.length} inputs ` +
         `${bytes} B${inputs.length ? `: ${inputs.join(", ")}` : ""}`;
-    }).join("\n");
+    });
+    const fallbacks = this.graph.nodes.flatMap((n) => {
+      const a = this.assignment.get(n)!;
+      return a.lacking
+        ? [`fallback: ${opName(n.op)} ${n.label} runs on ${a.backend.name}: ${lackingText(a)}`]
+        : [];
+    });
+    return [...splits, ...fallbacks].join("\n");
   }
 
   /** One line per node: which backend runs it, and why. */
   explain(): string {
     return this.graph.nodes.map((n, i) => {
       const a = this.assignment.get(n)!;
-      return `node${i} ${opName(n.op)} ${n.label}: ${a.backend.name} (${a.reason})`;
+      const why = a.lacking ? `${a.reason}: ${lackingText(a)}` : a.reason;
+      return `node${i} ${opName(n.op)} ${n.label}: ${a.backend.name} (${why})`;
     }).join("\n");
   }
 
@@ -316,6 +327,11 @@ export class Schedule implements Disposable {
   [Symbol.dispose](): void {
     this.dispose();
   }
+}
+
+/** "webgpu lacks it" for a fallback assignment. */
+function lackingText(a: Assignment): string {
+  return `${(a.lacking ?? []).map((b) => b.name).join(", ")} lacks it`;
 }
 
 /** True when `t` is a leaf or a view of one: no node of the schedule computes its memory. */

@@ -167,7 +167,10 @@ function checkCase(seed: number, build: (feed: Feed) => Check[]): void {
 // ---------------------------------------------------------------------------------------------
 // References (float64, on logical values).
 
-function build(ne: Dims4, fn: (i0: number, i1: number, i2: number, i3: number) => number) {
+function build(
+  ne: Dims4,
+  fn: (i0: number, i1: number, i2: number, i3: number) => number,
+): RefTensor {
   const out = new Float64Array(ne[0] * ne[1] * ne[2] * ne[3]);
   forEachIndex(ne, (i0, i1, i2, i3, k) => {
     out[k] = fn(i0, i1, i2, i3);
@@ -175,7 +178,7 @@ function build(ne: Dims4, fn: (i0: number, i1: number, i2: number, i3: number) =
   return new RefTensor(ne, out);
 }
 
-export function refConcat(a: RefTensor, b: RefTensor, dim: number): RefTensor {
+function refConcat(a: RefTensor, b: RefTensor, dim: number): RefTensor {
   const ne = [...a.ne] as [number, number, number, number];
   ne[dim] = a.ne[dim]! + b.ne[dim]!;
   return build(ne, (...i) => {
@@ -186,7 +189,7 @@ export function refConcat(a: RefTensor, b: RefTensor, dim: number): RefTensor {
   });
 }
 
-export function refPad(a: RefTensor, left: Dims4, right: Dims4): RefTensor {
+function refPad(a: RefTensor, left: Dims4, right: Dims4): RefTensor {
   const ne = a.ne.map((n, d) => n + left[d]! + right[d]!) as unknown as Dims4;
   return build(ne, (...i) => {
     const j = i.map((x, d) => x - left[d]!) as [number, number, number, number];
@@ -194,7 +197,7 @@ export function refPad(a: RefTensor, left: Dims4, right: Dims4): RefTensor {
   });
 }
 
-export function refPadReflect1d(a: RefTensor, p0: number, p1: number): RefTensor {
+function refPadReflect1d(a: RefTensor, p0: number, p1: number): RefTensor {
   const n = a.ne[0];
   return build([n + p0 + p1, a.ne[1], a.ne[2], a.ne[3]], (i0, i1, i2, i3) => {
     let j = i0 - p0;
@@ -204,14 +207,14 @@ export function refPadReflect1d(a: RefTensor, p0: number, p1: number): RefTensor
   });
 }
 
-export function refRoll(a: RefTensor, shifts: Dims4): RefTensor {
+function refRoll(a: RefTensor, shifts: Dims4): RefTensor {
   return build(a.ne, (...i) => {
     const j = i.map((x, d) => (((x - shifts[d]!) % a.ne[d]!) + a.ne[d]!) % a.ne[d]!);
     return a.at(...(j as [number, number, number, number]));
   });
 }
 
-export function refRepeatBack(a: RefTensor, ne: Dims4, round: (x: number) => number) {
+function refRepeatBack(a: RefTensor, ne: Dims4, round: (x: number) => number): RefTensor {
   const sums = build(ne, () => 0);
   forEachIndex(a.ne, (...i) => {
     const k = sums.index(i[0] % ne[0], i[1] % ne[1], i[2] % ne[2], i[3] % ne[3]);
@@ -227,11 +230,11 @@ const TRI_KEEPS: Readonly<Record<TriKind, (c: number, r: number) => boolean>> = 
   lower: (c, r) => c < r,
 };
 
-export function refTri(a: RefTensor, kind: TriKind): RefTensor {
+function refTri(a: RefTensor, kind: TriKind): RefTensor {
   return build(a.ne, (...i) => TRI_KEEPS[kind](i[0], i[1]) ? a.at(...i) : 0);
 }
 
-export function refDiagMaskInf(a: RefTensor, nPast: number): RefTensor {
+function refDiagMaskInf(a: RefTensor, nPast: number): RefTensor {
   return build(a.ne, (...i) => i[0] > nPast + i[1] ? -Infinity : a.at(...i));
 }
 
@@ -248,7 +251,7 @@ function sortedColumns(values: number[], descending: boolean): number[] {
   });
 }
 
-export function refArgsort(a: RefTensor, descending: boolean, k = a.ne[0]): RefTensor {
+function refArgsort(a: RefTensor, descending: boolean, k = a.ne[0]): RefTensor {
   const rows = new Map<string, number[]>();
   return build([k, a.ne[1], a.ne[2], a.ne[3]], (i0, i1, i2, i3) => {
     const key = `${i1},${i2},${i3}`;

@@ -12,6 +12,7 @@ import { sharedWebGpu } from "./gpu.ts";
 import {
   add,
   allocTensors,
+  arange,
   type Backend,
   Context,
   CpuBackend,
@@ -144,4 +145,30 @@ Deno.test({
     }
     assert.ok(device.supportsOp(buildCase().picks));
   },
+});
+
+/** A CPU backend that lacks add. */
+class NoAddCpu extends CpuBackend {
+  override supportsOp(tensor: Tensor): boolean {
+    return tensor.op !== Op.add && super.supportsOp(tensor);
+  }
+}
+
+Deno.test("a sourceless op (arange) is computed, not taken for an input, and crosses as a result", async () => {
+  using preferred = new NoAddCpu({ threads: 1, name: "accel" });
+  using cpu = new CpuBackend({ threads: 1, name: "cpu" });
+  const ctx = new Context();
+  const x = ctx.newTensor("f32", [5], "x");
+  const out = add(x, arange(0, 5, 1));
+  using _x = allocTensors(preferred, [x]);
+  preferred.setTensor(x, new Float32Array([10, 20, 30, 40, 50]));
+  using schedule = Schedule.create(Graph.build(out), { backends: [preferred, cpu] });
+  // arange runs on the preferred backend; add falls back to the CPU and copies both inputs.
+  assert.deepEqual(schedule.splits.map((s) => s.backend), [preferred, cpu]);
+  assert.equal(schedule.splits[1]!.inputs.length, 2);
+  assert.match(schedule.report(), /fallback: add .* runs on cpu: accel lacks it/);
+  for (let run = 0; run < 2; run++) {
+    await schedule.compute();
+    assert.deepEqual(await schedule.getOutput(out), new Float32Array([10, 21, 32, 43, 54]));
+  }
 });

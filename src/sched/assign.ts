@@ -216,6 +216,7 @@ function followSources(
   }
   for (const backend of backends) {
     if (supports(backend, node)) return { backend, reason: "first backend that supports the op" };
+    decline(declined, node, backend);
   }
   throw new GraftError(
     `schedule: no backend supports ${opName(node.op)} ${node.label} ` +

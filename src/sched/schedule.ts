@@ -10,7 +10,7 @@ import type { TensorData } from "../dtype.ts";
 import { DisposedError, GraftError } from "../errors.ts";
 import type { Graph } from "../graph.ts";
 import { graphToDot } from "../viz/graph_dot.ts";
-import { isViewOp, opName } from "../op.ts";
+import { isViewOp, Op, opName } from "../op.ts";
 import type { Tensor } from "../tensor.ts";
 import {
   assignBackends,
@@ -303,7 +303,7 @@ export class Schedule implements Disposable {
       groupOf: (t) => backendOf(t).name,
       clusterOf: (t) => {
         // A view sits with the split that computes its memory; views of leafs with none.
-        let local: Tensor | null = t.src.length === 0 ? null : this.result(t);
+        let local: Tensor | null = t.op === Op.none ? null : this.result(t);
         while (local && !splitOf.has(local)) local = local.viewSource;
         const split = local && splitOf.get(local);
         return split
@@ -341,7 +341,7 @@ function isLeafMemory(t: Tensor): boolean {
     if (!isViewOp(at.op)) return false;
     at = at.viewSource;
   }
-  return at.src.length === 0;
+  return at.op === Op.none;
 }
 
 /** Backends from hand-marked cuts; views and cpy still go where their memory is. */

@@ -465,7 +465,8 @@ Deno.test("fill writes one value (rounded for f16); arange counts in f32 steps",
         const round = dtype === "f32" ? Math.fround : roundF16;
         checks.push({
           tensor: fill(a, value),
-          want: build(a.ne, () => round(value)),
+          // The value travels as an f32 param, then rounds to f16 (ggml_fill's conversion).
+          want: build(a.ne, () => round(Math.fround(value))),
           tol: TOL_EXACT,
           label: `fill ${dtype} ${value}`,
         });

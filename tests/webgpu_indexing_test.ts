@@ -9,6 +9,7 @@
 
 import assert from "node:assert/strict";
 import { sharedWebGpu } from "./gpu.ts";
+import { SORT_COLUMNS_MAX } from "../src/backend/webgpu/kernels_indexing.ts";
 import {
   allocTensors,
   arange,
@@ -212,5 +213,20 @@ Deno.test({
       gpu!.graphCompute(Graph.build(out));
       await assert.rejects(gpu!.synchronize(), OutOfBoundsError);
     }
+  },
+});
+
+Deno.test({
+  name: "webgpu: sorts of rows longer than SORT_COLUMNS_MAX are left to the CPU",
+  ignore: gpu === null,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  fn: () => {
+    const ctx = new Context();
+    const short = ctx.newTensor("f32", [SORT_COLUMNS_MAX, 2]);
+    const long = ctx.newTensor("f32", [SORT_COLUMNS_MAX + 1, 2]);
+    assert.ok(gpu!.supportsOp(argsort(short)));
+    assert.equal(gpu!.supportsOp(argsort(long)), false);
+    assert.equal(gpu!.supportsOp(topK(long, 3)), false);
   },
 });

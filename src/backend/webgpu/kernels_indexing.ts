@@ -14,6 +14,12 @@ import { WORKGROUP_SIZE } from "./wgsl_common.ts";
 /** Whole numbers travel to the shaders as f32, exact below this. */
 const PARAM_EXACT_MAX = 2 ** 24;
 
+/**
+ * Longest row the rank-counting sorts take (n^2 reads per row): a longer one is refused, so
+ * `supportsOp` says no and the scheduler runs the sort on the CPU (a vocabulary-sized row).
+ */
+export const SORT_COLUMNS_MAX = 4096;
+
 const kinds: Partial<Record<number, IndexingKind>> = {
   [Op.concat]: "concat",
   [Op.pad]: "pad",
@@ -74,6 +80,12 @@ export function indexingKernel(node: Tensor): Kernel | null {
   const sort: SortKind = node.op === Op.argsort ? "argsort" : "topK";
   const a = node.src[0]!;
   requireExact(node, []);
+  if (a.ne[0] > SORT_COLUMNS_MAX) {
+    throw new LimitError(
+      Status.limitReached,
+      `webgpu: ${sort} ${node.label} sorts rows of ${a.ne[0]} > ${SORT_COLUMNS_MAX} elements`,
+    );
+  }
   return {
     key: `sort:${sort}:${a.dtype}`,
     source: () => sortShader(sort, a.dtype),

@@ -10,6 +10,7 @@
 import assert from "node:assert/strict";
 import { assertNothingLive } from "./leaks.ts";
 import {
+  add,
   allocTensors,
   arange,
   argsort,
@@ -28,8 +29,10 @@ import {
   pad,
   padExt,
   padReflect1d,
+  planGraph,
   repeatBack,
   roll,
+  scale,
   setRows,
   ShapeError,
   simdLevels,
@@ -619,6 +622,29 @@ Deno.test("the core refuses a node that breaks an op's rule with a status, never
     () => cpu.graphCompute(graph),
     (error: unknown) => error instanceof NativeError || error instanceof ShapeError,
   );
+});
+
+Deno.test("tri, diagMaskInf and fill run in place when the planner lets them", () => {
+  using cpu = new CpuBackend({ threads: 2 });
+  const ctx = new Context();
+  const x = ctx.newTensor("f32", [9, 9, 2], "x");
+  const masked = diagMaskInf(tri(scale(x, 2), "lowerDiag"), 1);
+  const out = add(masked, fill(scale(x, 3), 0.5));
+  const graph = Graph.build(out);
+  const plan = planGraph(graph);
+  // scale -> tri -> diagMaskInf, and scale -> fill, each overwrite their source's memory.
+  for (const op of ["tri", "diagMaskInf", "fill"]) {
+    assert.match(plan.report(), new RegExp(`\\) ${op} @\\d+ .* in place of`), plan.report());
+  }
+  using _x = allocTensors(cpu, [x]);
+  using _nodes = plan.allocate(cpu);
+  const rng = new Rng(10);
+  const data = rng.f32(9 * 9 * 2);
+  cpu.setTensor(x, data);
+  cpu.graphCompute(graph);
+  const r = RefTensor.of([9, 9, 2], Array.from(data, (v) => Math.fround(2 * v)));
+  const want = refDiagMaskInf(refTri(r, "lowerDiag"), 1).values().map((v) => Math.fround(v + 0.5));
+  assert.deepEqual(Array.from(cpu.getTensor(out) as Float32Array), Array.from(want));
 });
 
 Deno.test("ops_indexing_test leaves no native allocation behind", () => {

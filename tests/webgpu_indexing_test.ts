@@ -11,6 +11,7 @@ import assert from "node:assert/strict";
 import { sharedWebGpu } from "./gpu.ts";
 import { SORT_COLUMNS_MAX } from "../src/backend/webgpu/kernels_indexing.ts";
 import {
+  add,
   allocTensors,
   arange,
   argsort,
@@ -26,8 +27,10 @@ import {
   pad,
   padExt,
   padReflect1d,
+  planGraph,
   repeatBack,
   roll,
+  scale,
   setRows,
   type Tensor,
   topK,
@@ -228,5 +231,32 @@ Deno.test({
     assert.ok(gpu!.supportsOp(argsort(short)));
     assert.equal(gpu!.supportsOp(argsort(long)), false);
     assert.equal(gpu!.supportsOp(topK(long, 3)), false);
+  },
+});
+
+Deno.test({
+  name: "webgpu: tri, diagMaskInf and fill planned in place match the CPU",
+  ignore: gpu === null,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  fn: async () => {
+    using cpu = new CpuBackend({ threads: 2 });
+    const results: Uint8Array[] = [];
+    for (const backend of [cpu, gpu!] as Backend[]) {
+      const ctx = new Context();
+      const x = ctx.newTensor("f32", [9, 9, 2], "x");
+      const masked = diagMaskInf(tri(scale(x, 2), "lowerDiag"), 1);
+      const out = add(masked, fill(scale(x, 3), 0.5));
+      const graph = Graph.build(out);
+      const plan = planGraph(graph, { alignment: backend.alignment });
+      assert.match(plan.report(), /\) tri @\d+ .* in place of/);
+      using _x = allocTensors(backend, [x]);
+      using _nodes = plan.allocate(backend);
+      backend.setTensor(x, new Rng(10).f32(9 * 9 * 2));
+      backend.graphCompute(graph);
+      const data = await backend.getTensorAsync(out);
+      results.push(new Uint8Array(data.buffer, data.byteOffset, data.byteLength).slice());
+    }
+    assertBytesEqual(results[1]!, results[0]!, "in-place chain");
   },
 });

@@ -529,6 +529,17 @@ Deno.test("getRows and setRows take i64 indices, an i32 table and f16 rows", () 
         });
       }
     }
+    // ggml_set_rows broadcasts the indices over batches: [4, 1] serves rows [19, 4, 2, 2].
+    const [target, rtarget] = f.input("f16", [19, 11, 2, 2], "contiguous");
+    const [rows, rrows] = f.input("f32", [19, 4, 2, 2], "strided");
+    const picks = [6, 1, 8, 3];
+    const full = RefTensor.of([4, 2, 2], [...picks, ...picks, ...picks, ...picks]);
+    checks.push({
+      tensor: setRows(target, rows, i64Indices(f, [4, 1, 1], picks)),
+      want: refSetRows(rtarget, rrows, full, "f16"),
+      tol: TOL_EXACT,
+      label: "setRows with broadcast indices",
+    });
     return checks;
   });
 });

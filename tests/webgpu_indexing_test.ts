@@ -151,6 +151,12 @@ function cases(f: Feed): Out[] {
       exact(setRows(target, rows, f.raw("i64", [4, 2], i64([3, 0, 10, 7, 1, 2, 9, 5]))), "setRows");
     }
   }
+  const target = f.input("f16", [19, 11, 2, 2], "contiguous");
+  const rows = f.input("f32", [19, 4, 2, 2], "strided");
+  exact(
+    setRows(target, rows, f.raw("i64", [4, 1, 2], i64([6, 1, 8, 3, 0, 2, 9, 4]))),
+    "setRows bcast",
+  );
   return outs;
 }
 

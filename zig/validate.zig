@@ -303,7 +303,8 @@ fn check_get_rows(n: *const Node) Verdict {
     return .ok;
 }
 
-/// set_rows (kernels/copy.zig): f32 src0 [ne0, N, B, C], i32 src1 [N, B, C], dst f32 or f16
+/// set_rows (kernels/copy.zig): f32 | f16 src0 [ne0, N, B, C], i32 | i64 src1 [N, B', C'] (B' | B,
+/// C' | C: broadcast), dst f32 or f16
 /// [ne0, R, B, C] of any strides (a KV cache, or a transposed view of one).
 fn check_set_rows(n: *const Node) Verdict {
     const src = &n.src[0];
@@ -318,9 +319,11 @@ fn check_set_rows(n: *const Node) Verdict {
     if (n.dst.ne[2] != src.ne[2] or n.dst.ne[3] != src.ne[3]) {
         return fail(.shape_mismatch, "set_rows: dst.ne[2..4] != src0.ne[2..4]");
     }
-    const expected = [dims_max]i64{ src.ne[1], src.ne[2], src.ne[3], 1 };
-    if (!std.mem.eql(i64, &indices.ne, &expected)) {
-        return fail(.shape_mismatch, "set_rows: src1.ne != [src0.ne[1], src0.ne[2], src0.ne[3], 1]");
+    // As ggml_set_rows: src1 [N, B', C'] with B' dividing B and C' dividing C (broadcast).
+    if (indices.ne[0] != src.ne[1] or indices.ne[3] != 1 or @mod(src.ne[2], indices.ne[1]) != 0 or
+        @mod(src.ne[3], indices.ne[2]) != 0)
+    {
+        return fail(.shape_mismatch, "set_rows: src1.ne must be [src0.ne[1], a divisor of src0.ne[2], a divisor of src0.ne[3], 1]");
     }
     return .ok;
 }

@@ -117,6 +117,8 @@ export function getRows(a: Tensor, indices: Tensor): Tensor {
  * one plan serves every position. `rows` is f32 or f16 `[ne0, N, B, C]`, `indices` i32 or i64
  * (raw bytes of a BigInt64Array) `[N, B, C]`,
  * `target` f32 or f16 `[ne0, R, B, C]` with any strides (a transposed view of a cache is fine).
+ * As ggml's, the indices may be `[N, B', C']` with B' dividing B and C' dividing C: batch (b, c)
+ * uses the indices of batch (b mod B', c mod C').
  * An index outside `[0, R)` is an error at compute time, before anything is written.
  *
  * @example
@@ -136,13 +138,13 @@ export function setRows(target: Tensor, rows: Tensor, indices: Tensor): Tensor {
   requireDType("setRows", indices, ["i32", "i64"]);
   if (
     target.ne[0] !== rows.ne[0] || target.ne[2] !== rows.ne[2] || target.ne[3] !== rows.ne[3] ||
-    indices.ne[0] !== rows.ne[1] || indices.ne[1] !== rows.ne[2] ||
-    indices.ne[2] !== rows.ne[3] || indices.ne[3] !== 1
+    indices.ne[0] !== rows.ne[1] || rows.ne[2] % indices.ne[1] !== 0 ||
+    rows.ne[3] % indices.ne[2] !== 0 || indices.ne[3] !== 1
   ) {
     throw new ShapeError(
       `setRows: rows ${formatShape(rows.ne)} with indices ${formatShape(indices.ne)} do not ` +
         `fit target ${formatShape(target.ne)} (target [ne0, R, B, C], rows [ne0, N, B, C], ` +
-        `indices [N, B, C])`,
+        `indices [N, B', C'] with B' dividing B and C' dividing C)`,
     );
   }
   requireNoOverlap(rows, target);

@@ -261,9 +261,12 @@ fn load_index(indices: Tensor, address: usize) i64 {
     return @as(i32, @bitCast(common.load_u32(address)));
 }
 
-/// src1[n, b, c] for row (n, b, c); only called after `indices_in_range`.
+/// src1[n, b, c] for row (n, b, c), b and c modulo src1's extents (set_rows broadcasts its
+/// indices over batches as ggml does; get_rows' are whole); only called after `indices_in_range`.
 fn row_index_value(indices: Tensor, index: common.RowIndex) usize {
-    const offset = index.i1 * indices.nb[0] + index.i2 * indices.nb[1] + index.i3 * indices.nb[2];
+    const batch2 = index.i2 % indices.ne[1];
+    const batch3 = index.i3 % indices.ne[2];
+    const offset = index.i1 * indices.nb[0] + batch2 * indices.nb[1] + batch3 * indices.nb[2];
     const value = load_index(indices, indices.base + offset);
     assert(value >= 0);
     return @intCast(value);

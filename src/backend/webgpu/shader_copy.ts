@@ -70,7 +70,7 @@ ${
 
 /**
  * setRows, one item per element of the rows written (S0): D[i0, S1[n, b, c], b, c] =
- * S0[i0, n, b, c]. An index outside [0, R) skips the element and sets word 0 of the status
+ * S0[i0, n, b, c], the indices' batches broadcast (b mod S1.ne[1], c mod S1.ne[2]). An index outside [0, R) skips the element and sets word 0 of the status
  * binding to 1, which the backend reports on its next synchronize (other elements may have been
  * written by then: the CPU checks every index first).
  */
@@ -81,7 +81,8 @@ ${bindingWgsl("STATUS", 4, "i32", true)}
 ${indexWgsl(index)}
 ${
     flatKernel(`  let c = coords(1u, i);
-  let row = row_index(at(2u, vec4<u32>(c.y, c.z, c.w, 0u)), P.t[0].ne.y);
+  let b = vec4<u32>(c.y, c.z % P.t[2].ne.y, c.w % P.t[2].ne.z, 0u);
+  let row = row_index(at(2u, b), P.t[0].ne.y);
   if (row.y == 0u) {
     STATUS_set_bits(0u, 1u);
     return;

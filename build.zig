@@ -67,7 +67,15 @@ pub fn build(b: *std.Build) void {
 /// folder (`zig-out/dist/linux-x64/libgraft.so`, `.../win32-x64/graft.dll`, ...).
 fn addDist(b: *std.Build) void {
     const dist_step = b.step("dist", "Build the release library for every npm platform package into zig-out/dist/");
+    const only = b.option([]const u8, "dist-platform", "Only this platform for `dist` (e.g. linux-x64; host: this machine's)");
+    const wanted = if (only) |name| (if (std.mem.eql(u8, name, "host")) hostPlatform(b) else name) else null;
+    if (wanted) |name| {
+        for (dist_targets) |dist| {
+            if (std.mem.eql(u8, dist.platform, name)) break;
+        } else std.debug.panic("-Ddist-platform={s}: no such platform (see dist_targets in build.zig)", .{name});
+    }
     for (dist_targets) |dist| {
+        if (wanted) |name| if (!std.mem.eql(u8, dist.platform, name)) continue;
         var query = std.Target.Query.parse(.{ .arch_os_abi = dist.triple }) catch |err| {
             std.debug.panic("dist target {s}: {s}", .{ dist.triple, @errorName(err) });
         };
@@ -82,6 +90,23 @@ fn addDist(b: *std.Build) void {
         });
         dist_step.dependOn(&install.step);
     }
+}
+
+/// This machine's platform as npm names it (the platform package's suffix).
+fn hostPlatform(b: *std.Build) []const u8 {
+    const host = b.graph.host.result;
+    const os = switch (host.os.tag) {
+        .linux => "linux",
+        .macos => "darwin",
+        .windows => "win32",
+        else => @tagName(host.os.tag),
+    };
+    const cpu = switch (host.cpu.arch) {
+        .x86_64 => "x64",
+        .aarch64 => "arm64",
+        else => @tagName(host.cpu.arch),
+    };
+    return b.fmt("{s}-{s}", .{ os, cpu });
 }
 
 /// One core library for `target`: on x86-64 the kernels are compiled once per SIMD level (see

@@ -145,12 +145,10 @@ function localCandidates(options: LoadOptions): Candidate[] {
     fromEnv
       ? { place: "GRAFT_LIB", path: fromEnv }
       : { place: "GRAFT_LIB", note: fromEnv === undefined ? "not set" : "empty" },
-    checkout
-      ? { place: "the checkout's build output", path: checkout }
-      : {
-        place: "the checkout's build output",
-        note: `none: this module was loaded from ${new URL(".", import.meta.url).href}`,
-      },
+    checkout ? { place: "the checkout's build output", path: checkout } : {
+      place: "the checkout's build output",
+      note: `none: this module was loaded from ${new URL(".", import.meta.url).href}`,
+    },
   ];
 }
 
@@ -216,7 +214,9 @@ if (wantsPlatformPackage()) platform = await importPlatformPackage();
  * a file then, it says so).
  */
 export function candidates(options: LoadOptions = {}): Candidate[] {
-  const entry = typeof Deno === "undefined" ? null : platformPackage(Deno.build.os, Deno.build.arch);
+  const entry = typeof Deno === "undefined"
+    ? null
+    : platformPackage(Deno.build.os, Deno.build.arch);
   const skipped: Candidate = {
     place: entry ? `the platform package ${platformSpecifier(entry)}` : "the platform package",
     note: "not imported: an earlier place had a file, or FFI was not permitted, when Graft loaded",
@@ -226,7 +226,9 @@ export function candidates(options: LoadOptions = {}): Candidate[] {
 
 /** What to do when no place has a library, for the error message. */
 export function lookupHint(): string {
-  const entry = typeof Deno === "undefined" ? null : platformPackage(Deno.build.os, Deno.build.arch);
+  const entry = typeof Deno === "undefined"
+    ? null
+    : platformPackage(Deno.build.os, Deno.build.arch);
   const fromPackage = entry
     ? `let Deno fetch ${platformSpecifier(entry)} from npm (it needs network access to the ` +
       `npm registry the first time, and \`--min-dep-age\` must not exclude it), `

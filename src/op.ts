@@ -73,7 +73,9 @@ export interface OpInfo {
 
 /** Per backend, the result dtypes an op is computed for (see {@link OpInfo.support}). */
 export interface OpSupport {
+  /** The result dtypes the CPU backend computes. */
   readonly cpu: readonly DType[];
+  /** The result dtypes the WebGPU backend computes. */
   readonly webgpu: readonly DType[];
 }
 

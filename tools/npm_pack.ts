@@ -75,7 +75,7 @@ export async function packPlatform(
     }[];
     if (!packed) throw new Error(`npm pack ${entry.name} reported no tarball`);
     const files = packed.files.map((f) => f.path).sort();
-    const expected = [...manifest.files].sort();
+    const expected = [...manifest.files, "package.json"].sort();
     if (JSON.stringify(files) !== JSON.stringify(expected)) {
       throw new Error(`npm pack ${entry.name} packed ${files} instead of ${expected}`);
     }

@@ -252,6 +252,17 @@ async function pathWithoutZig(): Promise<string> {
   return kept.join(":");
 }
 
+/** Every file named `name` under `dir`. */
+async function findFiles(dir: string, name: string): Promise<string[]> {
+  const found: string[] = [];
+  for await (const entry of Deno.readDir(dir)) {
+    const path = `${dir}/${entry.name}`;
+    if (entry.isDirectory) found.push(...await findFiles(path, name));
+    else if (entry.name === name) found.push(path);
+  }
+  return found;
+}
+
 const platform = hostPlatform();
 const setup = await installVerdaccio();
 if ("skip" in setup) console.warn(`consumer test skipped: ${setup.skip}`);
@@ -310,8 +321,11 @@ Deno.test({
       const unpublished = server.requested.filter((p) => !files.has(p));
       assert.deepEqual(unpublished, [], "the consumer asked only for published files");
       // The library came from the npm cache (no checkout, no GRAFT_LIB: nowhere else to go).
-      const cached = await run("find", [`${work}/deno_dir`, "-name", platformEntry(platform).file]);
-      assert.match(cached.stdout, /npm\/.*@graft\/core-/, "the library is in Deno's npm cache");
+      const cached = await findFiles(`${work}/deno_dir`, platformEntry(platform).file);
+      assert.ok(
+        cached.some((path) => /[/\\]npm[/\\].*@graft[/\\]core-/.test(path)),
+        `the library is in Deno's npm cache: ${cached.join(", ")}`,
+      );
     } finally {
       for (const cleanup of cleanups.reverse()) await cleanup();
       await Deno.remove(work, { recursive: true });

@@ -176,6 +176,9 @@ export async function importPlatformPackage(
     return { place, note: "it has no bounds-checked build (GRAFT_SAFE=1)" };
   }
   try {
+    // `deno publish` warns that it cannot analyze these two specifiers: they are computed on
+    // purpose (a literal per platform would make Deno fetch every platform's package), and as
+    // complete `npm:` specifiers they need no import map to resolve.
     await import(platformSpecifier(entry));
     const url = new URL(import.meta.resolve(platformSpecifier(entry, entry.file)));
     if (url.protocol !== "file:") {

@@ -5,7 +5,7 @@
  * --dry-run` lists; a consumer in a temporary directory, with no Zig on PATH, no checkout, no
  * GRAFT_LIB and an empty Deno cache, imports `mod.ts` over http and computes a small graph on
  * the CPU, which must match a float64 reference. Run as `deno task test:consumer` (it builds
- * the library first). Skips, saying why, only where npm or verdaccio cannot be installed.
+ * the library first; see `platform` below for testing another platform's package). Skips, saying why, only where npm or verdaccio cannot be installed.
  */
 
 import assert from "node:assert/strict";
@@ -263,7 +263,15 @@ async function findFiles(dir: string, name: string): Promise<string[]> {
   return found;
 }
 
-const platform = hostPlatform();
+/**
+ * The platform package to test and the Deno that runs the consumer: this machine's, unless
+ * GRAFT_CONSUMER_PLATFORM and GRAFT_CONSUMER_DENO (a command, its words split on spaces) name
+ * another, e.g. `linux-arm64` with `qemu-aarch64-static -L /usr/aarch64-linux-gnu /path/to/deno`
+ * to check the arm64 package in an aarch64 Deno under emulation.
+ */
+const platform = Deno.env.get("GRAFT_CONSUMER_PLATFORM") || hostPlatform();
+const [consumerDeno, ...consumerDenoArgs] = (Deno.env.get("GRAFT_CONSUMER_DENO") || Deno.execPath())
+  .split(" ").filter((word) => word !== "");
 const setup = await installVerdaccio();
 if ("skip" in setup) console.warn(`consumer test skipped: ${setup.skip}`);
 
@@ -289,7 +297,8 @@ Deno.test({
       await Deno.writeTextFile(`${consumer}/main.ts`, consumerSource(`${server.url}mod.ts`));
       const host = new URL(server.url).host;
       const path = await pathWithoutZig();
-      const result = await run(Deno.execPath(), [
+      const result = await run(consumerDeno!, [
+        ...consumerDenoArgs,
         "run",
         "--no-prompt",
         "--no-config",

@@ -19,6 +19,7 @@
 import { LLM } from "../src/llm/llm.ts";
 import { GGUFFile } from "../src/gguf/file.ts";
 import { type GGUFArray, metadataValue } from "../src/gguf/reader.ts";
+import { arrayLength } from "../src/gguf/lazy_array.ts";
 import { tokenStream } from "./llm_tokens.ts";
 
 const [model, threads, nPrompt, nGen, nCtxPP, nCtxTG, reps, seed] = Deno.args;
@@ -32,7 +33,7 @@ function vocab(path: string): { nVocab: number; bos: number | undefined } {
   const tokens = metadataValue(file.header, "tokenizer.ggml.tokens") as GGUFArray;
   const addBos = metadataValue(file.header, "tokenizer.ggml.add_bos_token") === true;
   const bos = metadataValue(file.header, "tokenizer.ggml.bos_token_id");
-  return { nVocab: tokens.items.length, bos: addBos ? Number(bos) : undefined };
+  return { nVocab: arrayLength(tokens), bos: addBos ? Number(bos) : undefined };
 }
 
 const { nVocab, bos } = vocab(model!);

@@ -9,7 +9,7 @@
 import { planGraph } from "../mod.ts";
 import { buildBlock, DEFAULT_BLOCK } from "../demo/block.ts";
 import { planToSvg } from "../src/viz/timeline_svg.ts";
-import { buildGpt2, GPT2_SMALL } from "../bench/planner_bench.ts";
+import { buildGpt2, GPT2_SMALL } from "../bench/planner_perf.ts";
 
 const OUT_DIR = "bench/out";
 

@@ -9,7 +9,7 @@
  *
  * pp128: 128 random prompt tokens in one batch from an empty cache; tg64: 64 decodes of one token
  * each from an empty cache; tokens/s the mean over the repetitions, as llama-bench's avg_ts, after
- * one warmup (see bench/llm_graft.ts, bench/peers/llama_bench.ts for the settings read from
+ * one warmup (see bench/llm_graft.ts, bench/peers/llama_bench_cli.ts for the settings read from
  * llama-bench's source). Each side runs in a process of its own under bench/peers/rss.py, which
  * gives its peak RSS the same way (ru_maxrss: runtime, model mapping, KV cache and all, both tests
  * in one process). The sides alternate, `--rounds` times (the order reversed every other round),
@@ -30,7 +30,7 @@ import {
   type LlamaBenchSettings,
   runLlamaBench,
   simdLevel,
-} from "./peers/llama_bench.ts";
+} from "./peers/llama_bench_cli.ts";
 import { nodeLlamaCppMissing, runNodeLlamaCpp } from "./peers/node_llama_cpp.ts";
 
 const THREADS = 2;

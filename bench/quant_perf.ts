@@ -4,7 +4,7 @@
  *   perf gemv_<type>_4096 graft=<GB/s> read_bound=<GB/s> ratio=<graft/bound>
  *   perf gemv_<type>_4096_vs_ggml graft=<GB/s> ggml=<GB/s> ratio=<graft/ggml>
  *   perf prefill_<type>_4096x4096x512 graft=<GFLOP/s> sgemm_f32=<GFLOP/s> ratio=<graft/sgemm>
- *   perf gguf_load_smollm2_* ...   (bench/gguf_bench.ts, in a process of its own)
+ *   perf gguf_load_smollm2_* ...   (bench/gguf_perf.ts, in a process of its own)
  *
  * Matrix-vector: 4096x4096 weights times one f32 column, in GB/s of weight bytes read, over a
  * rotation of copies whose total is at least twice the last-level cache (so the weights come
@@ -15,7 +15,7 @@
  * measured alternately, best of 3 rounds. Prefill: 4096x4096 weights times 512 columns, against
  * Graft's own f32 sgemm of the same shape.
  *
- * Then the GGUF lines of bench/gguf_bench.ts (load time and RSS of the SmolLM2 file) when the model
+ * Then the GGUF lines of bench/gguf_perf.ts (load time and RSS of the SmolLM2 file) when the model
  * is cached (`deno task model:fetch`), run in a fresh process so that its RSS figures do not carry
  * this one's allocations.
  *
@@ -263,10 +263,10 @@ if (import.meta.main) {
     );
   } else if (!quick) {
     const gguf = new Deno.Command(Deno.execPath(), {
-      args: ["run", "--allow-ffi", "--allow-env", "--allow-read", `${root}bench/gguf_bench.ts`],
+      args: ["run", "--allow-ffi", "--allow-env", "--allow-read", `${root}bench/gguf_perf.ts`],
       stdout: "inherit",
       stderr: "inherit",
     }).outputSync();
-    if (!gguf.success) throw new Error("bench/gguf_bench.ts failed");
+    if (!gguf.success) throw new Error("bench/gguf_perf.ts failed");
   }
 }

@@ -25,6 +25,7 @@ import {
   loadOpenBlas,
 } from "./peers/openblas.ts";
 import { compare, compareAsync } from "./timing.ts";
+import { Progress } from "./progress.ts";
 import { onnxBlock } from "./peers/onnx_block.ts";
 import { relativeError } from "../demo/block_reference.ts";
 
@@ -194,18 +195,31 @@ async function block(cpu: CpuBackend): Promise<void> {
 }
 
 const threadsList = [1, 2];
+const sizes = [256, 512, 1024, 2048];
+// On a terminal, which case runs (the whole run takes minutes); nothing in a log.
+const progress = new Progress(threadsList.length * sizes.length + 6);
 for (const threads of threadsList) {
   using cpu = new CpuBackend({ threads });
-  for (const n of [256, 512, 1024, 2048]) sgemm(cpu, n, threads);
+  for (const n of sizes) {
+    progress.step(`sgemm n=${n} threads=${threads}`);
+    sgemm(cpu, n, threads);
+  }
 }
 {
   using cpu = new CpuBackend();
+  progress.step("gemv f32");
   gemv(cpu, "f32");
+  progress.step("gemv f16");
   gemv(cpu, "f16");
+  progress.step("add, rmsnorm bandwidth");
   bandwidth(cpu);
+  progress.step("graph overhead");
   graphOverhead(cpu);
+  progress.step("block vs onnxruntime");
   await block(cpu);
 }
+progress.step("writing results");
+progress.done();
 blas?.close();
 
 await Deno.mkdir(new URL("./out/", import.meta.url), { recursive: true });

@@ -32,6 +32,7 @@ import {
   simdLevel,
 } from "./peers/llama_bench_cli.ts";
 import { nodeLlamaCppMissing, runNodeLlamaCpp } from "./peers/node_llama_cpp.ts";
+import { Progress } from "./progress.ts";
 
 const THREADS = 2;
 const N_PROMPT = 128;
@@ -147,10 +148,16 @@ if (import.meta.main) {
 
   const graft = emptySide(), peer = emptySide(), node = emptySide();
   let nodeOk = !nodeMissing, nodeVersion = "";
+  // On a terminal, which side of which round runs (each takes tens of seconds).
+  const progress = new Progress(ROUNDS * 3);
   for (let round = 0; round < ROUNDS; round++) {
     const steps: (() => Promise<void>)[] = [
-      async () => add(graft, await runGraft()),
       async () => {
+        progress.step(`round ${round + 1}/${ROUNDS}: graft`);
+        add(graft, await runGraft());
+      },
+      async () => {
+        progress.step(`round ${round + 1}/${ROUNDS}: llama-bench`);
         if (!llamaBench) return;
         try {
           add(peer, await runLlamaBench(llamaBench, settings));
@@ -160,6 +167,7 @@ if (import.meta.main) {
         }
       },
       async () => {
+        progress.step(`round ${round + 1}/${ROUNDS}: node-llama-cpp`);
         if (!nodeOk) return;
         try {
           const run = await runNodeLlamaCpp({
@@ -178,6 +186,7 @@ if (import.meta.main) {
     ];
     for (const step of round % 2 === 0 ? steps : steps.reverse()) await step();
   }
+  progress.done();
 
   if (llamaBench) printLines("llama_bench", "", graft, peer);
   else {

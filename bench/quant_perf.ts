@@ -34,6 +34,7 @@ import {
   type Tensor,
 } from "../mod.ts";
 import { secondsPerCall } from "./timing.ts";
+import { Progress } from "./progress.ts";
 import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
 
 const THREADS = 2;
@@ -200,7 +201,10 @@ if (import.meta.main) {
   console.log(
     `# ${THREADS} threads, kernels ${cpu.simd}, last-level cache ${(llc / 2 ** 20).toFixed(0)} MiB`,
   );
+  // On a terminal, which case runs (each takes seconds to minutes); nothing in a log.
+  const progress = new Progress(GEMV_TYPES.length + PREFILL_TYPES.length);
   for (const type of GEMV_TYPES) {
+    progress.step(`gemv ${type}`);
     const bytes = quantize(values, type);
     const copies = Math.max(2, Math.ceil(Math.min(2 * llc, ROTATION_CAP_BYTES) / bytes.length));
     const set = products(cpu, type, bytes, copies, 1);
@@ -237,6 +241,7 @@ if (import.meta.main) {
   const flops = 2 * K * M * PREFILL_N;
   const f32 = products(cpu, "f32", values, 1, PREFILL_N);
   for (const type of PREFILL_TYPES) {
+    progress.step(`prefill ${type}`);
     const set = products(cpu, type, quantize(values, type), 1, PREFILL_N);
     let graft = 0, sgemm = 0;
     for (let r = 0; r < ROUNDS; r++) {
@@ -257,6 +262,7 @@ if (import.meta.main) {
     set.dispose();
   }
   f32.dispose();
+  progress.done();
   if (!smolLM2Cached()) {
     console.log(
       `# gguf_load_smollm2 skipped: ${SMOLLM2_PATH} is missing; run \`deno task model:fetch\``,

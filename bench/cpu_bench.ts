@@ -9,7 +9,7 @@
  *   onnxruntime-node (checked to compute the same output first);
  * - `graph overhead 1000 nodes`: a chain of 1000 small `scale` ops computed by one
  *   `graphPlanCompute` against 1000 one-op plans computed one call each (what an engine without
- *   graph plans pays per op).
+ *   graph plans pays per op), both on one thread.
  *
  * A missing peer drops its side of the group with a message saying how to get it. Run with
  * `deno task bench` (bench/deno.json: its permissions, onnxruntime-node from its own lock,
@@ -135,10 +135,14 @@ for (const n of [256, 1024]) {
   const x = ctx.newTensor("f32", [16]);
   let t = x;
   for (let i = 0; i < nodes; i++) t = scale(t, 1.0001);
-  const chain = new Case(cpu, [x], t);
+  // One thread: the group measures what a call costs, not a pool's barriers between 16-element
+  // ops (which, on a busy machine, wait for a descheduled thread and swamp the difference).
+  const serial = new CpuBackend({ threads: 1 });
+  held.push(serial);
+  const chain = new Case(serial, [x], t);
   const single = new Context();
   const y = single.newTensor("f32", [16]);
-  const one = new Case(cpu, [y], scale(y, 1.0001));
+  const one = new Case(serial, [y], scale(y, 1.0001));
   held.push(chain, one);
   Deno.bench({
     name: `${nodes} per-op calls`,

@@ -1,4 +1,3 @@
-// deno-lint-ignore-file explicit-function-return-type -- plain JavaScript for Node: no types to write
 // node-llama-cpp as a decode-step server for bench/decode_bench.ts: loads MODEL on the CPU
 // (gpu: false) with a context of N_CTX positions and THREADS threads, prints "ready", then answers
 // each line of stdin with one line of stdout:

@@ -1,8 +1,8 @@
 /**
- * Graft's side of `deno task bench:llm` (bench/llm_bench.ts), in a process of its own so that its
+ * Graft's side of `deno task bench:llm` (bench/llm_perf.ts), in a process of its own so that its
  * peak RSS is the model's and not the driver's. Measures as llama-bench does
  * (tools/llama-bench/llama-bench.cpp): each test on a fresh context (here a fresh LLM) of its own
- * size (N_CTX_PP, N_CTX_TG: what llama.cpp allocates for it, see bench/peers/llama_bench.ts), one warmup, then REPS timed runs, each from an empty cache (the reset is not timed):
+ * size (N_CTX_PP, N_CTX_TG: what llama.cpp allocates for it, see bench/peers/llama_bench_cli.ts), one warmup, then REPS timed runs, each from an empty cache (the reset is not timed):
  *
  * - pp: N_PROMPT tokens in one eval (llama-bench: one batch of n_prompt, last token's logits);
  * - tg: N_GEN evals of one token each (llama-bench: one decode per token, its logits); the warmup

@@ -53,7 +53,14 @@ export {
 export { type Dims, formatShape, type Placement, Tensor, type TensorInit } from "./src/tensor.ts";
 export { Context, type Shape } from "./src/context.ts";
 export { Graph } from "./src/graph.ts";
-export { type DotCluster, type DotOptions, graphToDot } from "./src/viz/graph_dot.ts";
+export {
+  type DotCluster,
+  type DotExtraEdge,
+  type DotOptions,
+  graphToDot,
+  toDot,
+  type ToDotOptions,
+} from "./src/viz/graph_dot.ts";
 export {
   add,
   div,

@@ -39,7 +39,7 @@ import {
 import { inPlaceRule } from "../internal.ts";
 import { randomDag } from "./random_dag.ts";
 import { planToSvg } from "../src/viz/timeline_svg.ts";
-import { buildGpt2 } from "../bench/planner_bench.ts";
+import { buildGpt2 } from "../bench/planner_perf.ts";
 import { randomValues } from "../demo/block.ts";
 
 const RANDOM_DAGS = 300;

@@ -84,9 +84,9 @@ export interface OpInfo {
 
 /** Per backend, the result dtypes an op is computed for (see {@link OpInfo.support}). */
 export interface OpSupport {
-  /** The result dtypes the CPU backend computes. */
+  /** Result dtypes the CPU backend (the Zig core) computes. */
   readonly cpu: readonly DType[];
-  /** The result dtypes the WebGPU backend computes. */
+  /** Result dtypes the WebGPU backend's shaders compute. */
   readonly webgpu: readonly DType[];
 }
 

@@ -91,7 +91,7 @@ import {
   tolMulMat,
 } from "./reference.ts";
 
-type Simd = "avx2" | "avx512";
+type Simd = "avx2" | "avx512" | "neon";
 
 // Loads the library outside any test, so its resource is not reported as a test's leak.
 const baseline = liveAllocations();

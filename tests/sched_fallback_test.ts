@@ -8,7 +8,7 @@
  */
 
 import assert from "node:assert/strict";
-import { sharedWebGpu } from "./gpu.ts";
+import { closeSharedWebGpuTest, sharedWebGpu } from "./gpu.ts";
 import {
   add,
   allocTensors,
@@ -172,3 +172,5 @@ Deno.test("a sourceless op (arange) is computed, not taken for an input, and cro
     assert.deepEqual(await schedule.getOutput(out), new Float32Array([10, 21, 32, 43, 54]));
   }
 });
+
+closeSharedWebGpuTest();

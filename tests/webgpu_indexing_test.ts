@@ -8,7 +8,7 @@
  */
 
 import assert from "node:assert/strict";
-import { sharedWebGpu } from "./gpu.ts";
+import { closeSharedWebGpuTest, sharedWebGpu } from "./gpu.ts";
 import { SORT_COLUMNS_MAX } from "../src/backend/webgpu/kernels_indexing.ts";
 import {
   add,
@@ -266,3 +266,5 @@ Deno.test({
     assertBytesEqual(results[1]!, results[0]!, "in-place chain");
   },
 });
+
+closeSharedWebGpuTest();

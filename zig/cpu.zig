@@ -1,8 +1,12 @@
-//! Run-time CPU feature detection: which kernel build this machine can run.
+//! Run-time CPU feature detection: which kernel build this machine can run. The wasm build has
+//! one kernel build (SIMD128, checked by the engine when it compiles the module), so there is
+//! nothing to detect: `detect` names it.
 
 const std = @import("std");
+const builtin = @import("builtin");
 
-pub const SimdLevel = enum(u32) { none = 0, avx2 = 1, avx512 = 2 };
+/// Kernel builds by number (shared with TypeScript, `src/backend/cpu/simd.ts`).
+pub const SimdLevel = enum(u32) { none = 0, avx2 = 1, avx512 = 2, wasm_simd128 = 3 };
 
 const Registers = struct { eax: u32, ebx: u32, ecx: u32, edx: u32 };
 
@@ -42,6 +46,8 @@ fn bit(value: u32, index: u5) bool {
 /// FMA, F16C, BMI1/2, MOVBE and LZCNT). An AVX-512 CPU without VNNI (Skylake-SP) runs the AVX2
 /// build.
 pub fn detect() SimdLevel {
+    if (comptime builtin.cpu.arch.isWasm()) return .wasm_simd128;
+    if (comptime builtin.cpu.arch != .x86_64) return .none;
     const basic = cpuid(1, 0);
     if (!bit(basic.ecx, 27)) return .none; // OSXSAVE: xgetbv is usable
     const xcr0 = xgetbv();

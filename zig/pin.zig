@@ -7,6 +7,7 @@
 const std = @import("std");
 const Status = @import("node.zig").Status;
 const fail = @import("status.zig").fail;
+const target = @import("target.zig");
 
 const DlInfo = extern struct {
     dli_fname: ?[*:0]const u8,
@@ -21,6 +22,8 @@ var pinned = std.atomic.Value(bool).init(false);
 
 /// Pins the library (idempotent). Called by the loader right after it opens the library.
 pub fn pin() Status {
+    // A wasm instance is never unloaded under running code: nothing to pin.
+    if (comptime target.is_wasm) return .ok;
     if (pinned.load(.acquire)) return .ok;
     var info: DlInfo = undefined;
     if (dladdr(@ptrCast(&pin), &info) == 0 or info.dli_fname == null) {

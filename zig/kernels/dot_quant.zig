@@ -36,6 +36,7 @@
 const std = @import("std");
 const builtin = @import("builtin");
 const quant = @import("../quant.zig");
+const common = @import("common.zig");
 
 const assert = std.debug.assert;
 
@@ -216,7 +217,7 @@ const BlockDot = struct { ints: I32x8, scales: @Vector(4, f32) };
 inline fn blockScales(xb: *const [4]u8, yb: *const [4]u8) @Vector(4, f32) {
     const bits = @as(u64, std.mem.readInt(u32, xb, .little)) | @as(u64, std.mem.readInt(u32, yb, .little)) << 32;
     const halves: @Vector(4, f16) = @bitCast(bits);
-    const values: @Vector(4, f32) = halves;
+    const values: @Vector(4, f32) = common.widen_f16(4, halves);
     return values * @shuffle(f32, values, undefined, [4]i32{ 2, 3, 0, 1 });
 }
 

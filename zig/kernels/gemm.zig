@@ -34,6 +34,7 @@ const std = @import("std");
 const builtin = @import("builtin");
 const node = @import("../node.zig");
 const quant = @import("../quant.zig");
+const common = @import("common.zig");
 
 const assert = std.debug.assert;
 
@@ -117,7 +118,7 @@ inline fn loadScalar(comptime T: type, base: [*]const u8, offset: isize) f32 {
 inline fn loadVec(comptime T: type, comptime n: usize, p: [*]const u8) @Vector(n, f32) {
     const q: *align(1) const [n]T = @ptrCast(p);
     const v: @Vector(n, T) = q.*;
-    return if (T == f32) v else @floatCast(v);
+    return if (T == f32) v else common.widen_f16(n, v);
 }
 
 inline fn iota(comptime n: usize) @Vector(n, i32) {
@@ -342,7 +343,7 @@ fn roundUp(x: usize, to: usize) usize {
 /// the results follow ggml's (and llama.cpp's attention) rather than a more exact f32 B.
 inline fn roundB(comptime T: type, v: V) V {
     if (T != f16) return v;
-    return @floatCast(@as(@Vector(lanes, f16), @floatCast(v)));
+    return common.widen_f16(lanes, common.narrow_f16(lanes, v));
 }
 
 /// `roundB` over a packed B panel of `count` floats when A is f16.
@@ -905,7 +906,7 @@ fn dotRows(comptime T: type, comptime R: usize, comptime N: usize, args: *const 
             var buf: [lanes]T = @splat(0);
             const src: [*]align(1) const T = @ptrCast(a_rows[r] + k * @sizeOf(T));
             for (0..rest) |i| buf[i] = src[i];
-            const av: V = if (T == f32) buf else @floatCast(@as(@Vector(lanes, T), buf));
+            const av: V = if (T == f32) buf else common.widen_f16(lanes, buf);
             inline for (0..N) |j| acc[r][j] = @mulAdd(V, av, bv[j], acc[r][j]);
         }
     }

@@ -23,6 +23,7 @@
 const std = @import("std");
 const builtin = @import("builtin");
 const quant = @import("../quant.zig");
+const common = @import("common.zig");
 const node = @import("../node.zig");
 
 const assert = std.debug.assert;
@@ -243,7 +244,7 @@ inline fn halves_to_f32(heads: I32x8, comptime high: bool) F32x8 {
     const bits: @Vector(8, u32) = @bitCast(heads);
     const shifted = if (high) bits >> @splat(16) else bits;
     const h: @Vector(8, f16) = @bitCast(@as(@Vector(8, u16), @truncate(shifted)));
-    return @floatCast(h);
+    return common.widen_f16(8, h);
 }
 
 /// Lanes [s[2p] x 4, s[2p+1] x 4]: the scales of pair p for its 8 i32 lanes of sums.

@@ -8,14 +8,23 @@
 import { GraftError } from "../../errors.ts";
 import { loadCore, type LoadOptions, type NativeCore } from "../../core/core.ts";
 
-/** A kernel build. */
-export type SimdLevel = "avx2" | "avx512";
+/** A kernel build: the x86 builds of the native core, or the WebAssembly core's SIMD128. */
+export type SimdLevel = "avx2" | "avx512" | "simd128";
 
 /** What `simd` in the backend's options accepts. */
 export type SimdChoice = "auto" | SimdLevel;
 
 /** The kernel builds by their core level number (0: the CPU runs none of them). */
-const LEVELS = ["none", "avx2", "avx512"] as const;
+const LEVELS = ["none", "avx2", "avx512", "simd128"] as const;
+
+/** The name of a core level number (1 AVX2, 2 AVX-512, 3 SIMD128). */
+export function simdLevelName(level: number): SimdLevel {
+  const name = LEVELS[level];
+  if (name === undefined || name === "none") {
+    throw new GraftError(`simd level ${level} names no kernel build`);
+  }
+  return name;
+}
 
 /** The value `GRAFT_CPU` may take. */
 const CHOICES: readonly string[] = ["auto", "avx2", "avx512"];

@@ -1,7 +1,8 @@
 /**
  * `deno task bundle`: bundles `mod.ts` with esbuild into `dist/graft.js` (ESM, minified, with a
  * source map) for browsers and other ESM hosts, and copies the WebAssembly core beside it as
- * `dist/graft.wasm`, where the loader looks (`new URL("./graft.wasm", import.meta.url)`).
+ * `dist/graft.wasm`, where the loader looks (`new URL("./graft.wasm", import.meta.url)`). The
+ * web page's script (`web/main.ts`) becomes `dist/web.js` the same way.
  * Prints each file's size and the bundle's gzip size. Unused exports are shaken out by the
  * bundler of an app that imports the bundle (it is plain ESM without side effects at load).
  *
@@ -33,7 +34,11 @@ async function main(): Promise<void> {
   await Deno.mkdir(outDir, { recursive: true });
   const bundle = new URL("graft.js", outDir);
   const result = await esbuild.build({
-    entryPoints: [new URL("mod.ts", root).pathname],
+    entryPoints: [
+      { in: new URL("mod.ts", root).pathname, out: "graft" },
+      // The web page's script (web/index.html loads it): the library and the page in one file.
+      { in: new URL("web/main.ts", root).pathname, out: "web" },
+    ],
     bundle: true,
     format: "esm",
     platform: "neutral",
@@ -41,7 +46,7 @@ async function main(): Promise<void> {
     minify: true,
     sourcemap: true,
     treeShaking: true,
-    outfile: bundle.pathname,
+    outdir: outDir.pathname,
     metafile: true,
     logLevel: "warning",
   });
@@ -52,13 +57,18 @@ async function main(): Promise<void> {
   const js = await Deno.readFile(bundle);
   const module = await Deno.readFile(wasm);
   const map = await Deno.stat(new URL("graft.js.map", outDir));
-  const inputs = Object.keys(result.metafile.inputs).length;
+  const output = Object.entries(result.metafile.outputs).find(([path]) =>
+    path.endsWith("graft.js")
+  );
+  const inputs = Object.keys(output?.[1].inputs ?? {}).length;
   const at = outDir.pathname;
   console.log(
     `${at}graft.js      ${kib(js.length)} (gzip ${kib(await gzipSize(js))}), ${inputs} modules`,
   );
   console.log(`${at}graft.js.map  ${kib(map.size)}`);
   console.log(`${at}graft.wasm    ${kib(module.length)} (gzip ${kib(await gzipSize(module))})`);
+  const page = await Deno.readFile(new URL("web.js", outDir));
+  console.log(`${at}web.js        ${kib(page.length)} (the web page: only what it uses)`);
 }
 
 await main();

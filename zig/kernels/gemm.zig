@@ -68,7 +68,7 @@ const V = @Vector(lanes, f32);
 pub const mr_vectors: usize = 2;
 /// Micro-tile: MR elements of m (vectors) by NR elements of n (broadcasts).
 pub const mr: usize = mr_vectors * lanes;
-pub const nr: usize = if (has_avx512) 12 else if (has_avx2) 6 else 4;
+pub const nr: usize = if (has_avx512) 12 else if (has_avx2) 6 else if (builtin.cpu.arch.isWasm()) 8 else 4;
 /// Cache blocks: a KC x NR panel of B stays in L1, an MC x KC block of A in L2, a KC x NC block of
 /// B in L3.
 pub const kc_max: usize = 256;
@@ -279,7 +279,7 @@ fn microKernel(
         inline for (0..mr_vectors) |v| av[v] = pa[v * lanes ..][0..lanes].*;
         inline for (0..cols) |j| {
             const bv: V = @splat(pb[j]);
-            inline for (0..mr_vectors) |v| acc[j][v] = @mulAdd(V, av[v], bv, acc[j][v]);
+            inline for (0..mr_vectors) |v| acc[j][v] = common.fma(V, av[v], bv, acc[j][v]);
         }
         pa += mr;
         pb += nr;
@@ -890,7 +890,7 @@ fn dotRows(comptime T: type, comptime R: usize, comptime N: usize, args: *const 
         inline for (0..R) |r| {
             if (dot_prefetch_bytes > 0) @prefetch(a_rows[r] + k * @sizeOf(T) + dot_prefetch_bytes, .{});
             const av = loadVec(T, lanes, a_rows[r] + k * @sizeOf(T));
-            inline for (0..N) |j| acc[r][j] = @mulAdd(V, av, bv[j], acc[r][j]);
+            inline for (0..N) |j| acc[r][j] = common.fma(V, av, bv[j], acc[r][j]);
         }
     }
     if (k < K) {
@@ -907,7 +907,7 @@ fn dotRows(comptime T: type, comptime R: usize, comptime N: usize, args: *const 
             const src: [*]align(1) const T = @ptrCast(a_rows[r] + k * @sizeOf(T));
             for (0..rest) |i| buf[i] = src[i];
             const av: V = if (T == f32) buf else common.widen_f16(lanes, buf);
-            inline for (0..N) |j| acc[r][j] = @mulAdd(V, av, bv[j], acc[r][j]);
+            inline for (0..N) |j| acc[r][j] = common.fma(V, av, bv[j], acc[r][j]);
         }
     }
     inline for (0..R) |r| {
@@ -1001,7 +1001,7 @@ fn dotRowsF16(comptime R: usize, args: *const GemmArgs, m0: usize, j: usize) voi
             const bv = roundB(f16, loadVec(f32, lanes, b_row + (k + i * lanes) * 4));
             inline for (0..R) |r| {
                 const av = loadVec(f16, lanes, a_rows[r] + (k + i * lanes) * 2);
-                acc[r][i] = @mulAdd(V, av, bv, acc[r][i]);
+                acc[r][i] = common.fma(V, av, bv, acc[r][i]);
             }
         }
     }

@@ -35,7 +35,6 @@ export interface PageResult {
 }
 
 declare global {
-  // deno-lint-ignore no-var
   var graftResults: { done: boolean; results: PageResult[]; webgpu: string; error?: string };
 }
 

@@ -12,9 +12,11 @@ import {
   ArgumentError,
   CpuBackend,
   liveAllocations,
+  LLM,
   planGraph,
   WasmBackend,
 } from "../mod.ts";
+import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
 import { blockData, buildBlock, setBlockInputs } from "../demo/block.ts";
 import { assertNothingLive, NOTHING_LIVE } from "./leaks.ts";
 
@@ -99,6 +101,26 @@ Deno.test("a buffer larger than the WebAssembly limit is refused before any allo
   using wasm = await WasmBackend.create();
   assert.throws(() => wasm.allocBuffer(2 ** 31 + 64), ArgumentError);
   await assert.rejects(() => WasmBackend.create({ maxBufferSize: 2 ** 32 }), ArgumentError);
+});
+
+/** Greedy text of `prompt` on `backend`, and the model's ids for it. */
+async function greedy(backend: "cpu" | WasmBackend, prompt: string): Promise<string> {
+  using llm = await LLM.load(SMOLLM2_PATH, { backend });
+  let text = "";
+  for await (const piece of llm.generate(prompt, { maxTokens: 8, temperature: 0 })) text += piece;
+  return text;
+}
+
+Deno.test({
+  name: "SmolLM2 (q4_1) generates on the WebAssembly backend the CPU's greedy tokens",
+  ignore: !smolLM2Cached(),
+  fn: async () => {
+    using wasm = await WasmBackend.create();
+    const prompt = "The capital of France is";
+    const [onWasm, onCpu] = [await greedy(wasm, prompt), await greedy("cpu", prompt)];
+    assert.equal(onWasm, onCpu);
+    assert.match(onWasm, /Paris/);
+  },
 });
 
 Deno.test("wasm_test leaves nothing alive in either core", () => {

@@ -20,9 +20,22 @@ const baseline: std.Target.Query = .{
     .cpu_model = .{ .explicit = &std.Target.x86.cpu.x86_64_v2 },
 };
 
+/// The prebuilt libraries `zig build dist` makes, one per npm platform package (`npm/core-*`,
+/// named as npm names OS and CPU): each goes into `zig-out/dist/<platform>/`. Linux targets
+/// glibc 2.17 so the library loads on every glibc distribution of the last decade; macOS and
+/// Windows libraries are built here too (Zig cross-compiles them) and link-tested where CI has
+/// such a machine.
+const dist_targets = [_]struct { platform: []const u8, triple: []const u8 }{
+    .{ .platform = "linux-x64", .triple = "x86_64-linux-gnu.2.17" },
+    .{ .platform = "linux-arm64", .triple = "aarch64-linux-gnu.2.17" },
+    .{ .platform = "darwin-x64", .triple = "x86_64-macos.11.0" },
+    .{ .platform = "darwin-arm64", .triple = "aarch64-macos.11.0" },
+    .{ .platform = "win32-x64", .triple = "x86_64-windows-gnu" },
+};
+
 pub fn build(b: *std.Build) void {
-    const fast = addCore(b, "graft", .ReleaseFast);
-    const safe = addCore(b, "graft-safe", .ReleaseSafe);
+    const fast = addCore(b, "graft", .ReleaseFast, baseline, false);
+    const safe = addCore(b, "graft-safe", .ReleaseSafe, baseline, false);
     b.installArtifact(fast);
     b.installArtifact(safe);
 
@@ -34,6 +47,7 @@ pub fn build(b: *std.Build) void {
         .link_libc = true,
     }) });
     test_step.dependOn(&b.addRunArtifact(unit).step);
+    addDist(b);
     // The AVX-512 kernel build's own code paths (two blocks per vector), where this CPU runs them.
     const host = b.graph.host.result.cpu;
     if (host.arch == .x86_64 and host.has(.x86, .avx512bw) and host.has(.x86, .avx512vnni)) {
@@ -100,29 +114,102 @@ fn addWasm(b: *std.Build) void {
     step.dependOn(&install.step);
 }
 
-fn addCore(b: *std.Build, name: []const u8, optimize: std.builtin.OptimizeMode) *std.Build.Step.Compile {
+/// `zig build dist`: the release library for every platform package, stripped, each in its own
+/// folder (`zig-out/dist/linux-x64/libgraft.so`, `.../win32-x64/graft.dll`, ...).
+fn addDist(b: *std.Build) void {
+    const dist_step = b.step("dist", "Build the release library for every npm platform package into zig-out/dist/");
+    const only = b.option([]const u8, "dist-platform", "Only this platform for `dist` (e.g. linux-x64; host: this machine's)");
+    const wanted = if (only) |name| (if (std.mem.eql(u8, name, "host")) hostPlatform(b) else name) else null;
+    if (wanted) |name| {
+        for (dist_targets) |dist| {
+            if (std.mem.eql(u8, dist.platform, name)) break;
+        } else std.debug.panic("-Ddist-platform={s}: no such platform (see dist_targets in build.zig)", .{name});
+    }
+    for (dist_targets) |dist| {
+        if (wanted) |name| if (!std.mem.eql(u8, dist.platform, name)) continue;
+        var query = std.Target.Query.parse(.{ .arch_os_abi = dist.triple }) catch |err| {
+            std.debug.panic("dist target {s}: {s}", .{ dist.triple, @errorName(err) });
+        };
+        // x86-64 code outside the kernels runs on the same pinned baseline as the local build;
+        // aarch64's baseline (ARMv8-A) includes NEON.
+        if (query.cpu_arch == .x86_64) query.cpu_model = baseline.cpu_model;
+        const library = addCore(b, "graft", .ReleaseFast, query, true);
+        const install = b.addInstallArtifact(library, .{
+            .dest_dir = .{ .override = .{ .custom = b.fmt("dist/{s}", .{dist.platform}) } },
+            .implib_dir = .disabled,
+            .pdb_dir = .disabled,
+        });
+        dist_step.dependOn(&install.step);
+    }
+}
+
+/// This machine's platform as npm names it (the platform package's suffix).
+fn hostPlatform(b: *std.Build) []const u8 {
+    const host = b.graph.host.result;
+    const os = switch (host.os.tag) {
+        .linux => "linux",
+        .macos => "darwin",
+        .windows => "win32",
+        else => @tagName(host.os.tag),
+    };
+    const cpu = switch (host.cpu.arch) {
+        .x86_64 => "x64",
+        .aarch64 => "arm64",
+        else => @tagName(host.cpu.arch),
+    };
+    return b.fmt("{s}-{s}", .{ os, cpu });
+}
+
+/// One core library for `target`: on x86-64 the kernels are compiled once per SIMD level (see
+/// `variants`) and chosen at run time; on aarch64 once, for the baseline with NEON.
+fn addCore(
+    b: *std.Build,
+    name: []const u8,
+    optimize: std.builtin.OptimizeMode,
+    target: std.Target.Query,
+    strip: bool,
+) *std.Build.Step.Compile {
     const root = b.createModule(.{
         .root_source_file = b.path("zig/root.zig"),
-        .target = b.resolveTargetQuery(baseline),
+        .target = b.resolveTargetQuery(target),
         .optimize = optimize,
         .link_libc = true,
         .pic = true,
+        .strip = strip,
     });
+    if (target.cpu_arch == .aarch64) {
+        addVariant(b, root, name, "neon", target, optimize, strip);
+        return b.addLibrary(.{ .linkage = .dynamic, .name = name, .root_module = root });
+    }
     inline for (variants) |variant| {
-        var query = baseline;
+        var query = target;
         query.cpu_model = .{ .explicit = variant[1] };
         query.cpu_features_add = std.Target.x86.featureSet(variant[2]);
-        const options = b.addOptions();
-        options.addOption([]const u8, "variant", variant[0]);
-        const module = b.createModule(.{
-            .root_source_file = b.path("zig/variant.zig"),
-            .target = b.resolveTargetQuery(query),
-            .optimize = optimize,
-            .link_libc = true,
-            .pic = true,
-        });
-        module.addOptions("build_options", options);
-        root.addObject(b.addObject(.{ .name = b.fmt("{s}-{s}", .{ name, variant[0] }), .root_module = module }));
+        addVariant(b, root, name, variant[0], query, optimize, strip);
     }
     return b.addLibrary(.{ .linkage = .dynamic, .name = name, .root_module = root });
+}
+
+/// Compiles `zig/variant.zig` for one kernel build and links it into `root`.
+fn addVariant(
+    b: *std.Build,
+    root: *std.Build.Module,
+    name: []const u8,
+    variant: []const u8,
+    query: std.Target.Query,
+    optimize: std.builtin.OptimizeMode,
+    strip: bool,
+) void {
+    const options = b.addOptions();
+    options.addOption([]const u8, "variant", variant);
+    const module = b.createModule(.{
+        .root_source_file = b.path("zig/variant.zig"),
+        .target = b.resolveTargetQuery(query),
+        .optimize = optimize,
+        .link_libc = true,
+        .pic = true,
+        .strip = strip,
+    });
+    module.addOptions("build_options", options);
+    root.addObject(b.addObject(.{ .name = b.fmt("{s}-{s}", .{ name, variant }), .root_module = module }));
 }

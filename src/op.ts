@@ -73,7 +73,9 @@ export interface OpInfo {
 
 /** Per backend, the result dtypes an op is computed for (see {@link OpInfo.support}). */
 export interface OpSupport {
+  /** Result dtypes the CPU backend (the Zig core) computes. */
   readonly cpu: readonly DType[];
+  /** Result dtypes the WebGPU backend's shaders compute. */
   readonly webgpu: readonly DType[];
 }
 

@@ -8,7 +8,7 @@
  */
 
 import assert from "node:assert/strict";
-import { sharedWebGpu } from "./gpu.ts";
+import { closeSharedWebGpuTest, sharedWebGpu } from "./gpu.ts";
 import {
   add,
   allocGraph,
@@ -513,7 +513,7 @@ const backends: { name: string; backend: Backend | null }[] = [
 
 globalThis.addEventListener("unload", () => {
   reference.dispose();
-  // The shared WebGPU backend (tests/gpu.ts) is never disposed.
+  // The shared WebGPU backend closes in the file's last test (tests/gpu.ts).
   backends[0]!.backend?.dispose();
   backends[2]!.backend?.dispose();
 });
@@ -570,3 +570,5 @@ Deno.test("backend_ops: the suite covers every op of the foundation set", () => 
     assert.ok(covered.has(op), `no case for ${op}`);
   }
 });
+
+closeSharedWebGpuTest();

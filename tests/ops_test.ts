@@ -93,7 +93,7 @@ import {
 } from "./reference.ts";
 import { WasmBackend } from "../src/backend/wasm/backend.ts";
 
-type Simd = "avx2" | "avx512" | "simd128";
+type Simd = "avx2" | "avx512" | "neon" | "simd128";
 
 // Loads the library outside any test, so its resource is not reported as a test's leak.
 const baseline = liveAllocations();

@@ -60,73 +60,49 @@ var live_plan_bytes = target.Counter64.init(0);
 var live_mappings = target.Counter64.init(0);
 var live_mapped_bytes = target.Counter64.init(0);
 
-/// The kernel builds of this target: AVX2 and AVX-512 natively (picked at run time), SIMD128 in
-/// the wasm build. Each is a separate object (variant.zig) whose exports these declare.
-const builds = if (target.is_wasm) struct {
-    extern fn graft_wasm_compute_node(node: *const Node, work: *const node_abi.Work) callconv(.c) c_int;
-    extern fn graft_wasm_work_size(node: *const Node, thread_count: u32) callconv(.c) u64;
-    extern fn graft_wasm_prepacked_size(node: *const Node) callconv(.c) u64;
-    extern fn graft_wasm_prepack(node: *const Node, work: *const node_abi.Work) callconv(.c) c_int;
-
-    const wasm: plan_module.Kernels = .{
-        .compute_node = graft_wasm_compute_node,
-        .work_size = graft_wasm_work_size,
-        .prepacked_size = graft_wasm_prepacked_size,
-        .prepack = graft_wasm_prepack,
+/// The kernel builds linked into this library (build.zig): AVX2 and AVX-512 on x86-64, one
+/// NEON build on aarch64, one SIMD128 build in the wasm module. Each is a variant object
+/// exporting `graft_<variant>_*`.
+fn variant_kernels(comptime variant: []const u8) plan_module.Kernels {
+    const Compute = fn (node: *const Node, work: *const node_abi.Work) callconv(.c) c_int;
+    const WorkSize = fn (node: *const Node, thread_count: u32) callconv(.c) u64;
+    const PrepackedSize = fn (node: *const Node) callconv(.c) u64;
+    const prefix = "graft_" ++ variant;
+    return .{
+        .compute_node = @extern(*const Compute, .{ .name = prefix ++ "_compute_node" }),
+        .work_size = @extern(*const WorkSize, .{ .name = prefix ++ "_work_size" }),
+        .prepacked_size = @extern(*const PrepackedSize, .{ .name = prefix ++ "_prepacked_size" }),
+        .prepack = @extern(*const Compute, .{ .name = prefix ++ "_prepack" }),
     };
-} else x86;
-
-const x86 = struct {
-    extern fn graft_avx2_compute_node(node: *const Node, work: *const node_abi.Work) callconv(.c) c_int;
-    extern fn graft_avx2_work_size(node: *const Node, thread_count: u32) callconv(.c) u64;
-    extern fn graft_avx2_prepacked_size(node: *const Node) callconv(.c) u64;
-    extern fn graft_avx2_prepack(node: *const Node, work: *const node_abi.Work) callconv(.c) c_int;
-    extern fn graft_avx512_compute_node(node: *const Node, work: *const node_abi.Work) callconv(.c) c_int;
-    extern fn graft_avx512_work_size(node: *const Node, thread_count: u32) callconv(.c) u64;
-    extern fn graft_avx512_prepacked_size(node: *const Node) callconv(.c) u64;
-    extern fn graft_avx512_prepack(node: *const Node, work: *const node_abi.Work) callconv(.c) c_int;
-
-    const kernels_avx2: plan_module.Kernels = .{
-        .compute_node = graft_avx2_compute_node,
-        .work_size = graft_avx2_work_size,
-        .prepacked_size = graft_avx2_prepacked_size,
-        .prepack = graft_avx2_prepack,
-    };
-    const kernels_avx512: plan_module.Kernels = .{
-        .compute_node = graft_avx512_compute_node,
-        .work_size = graft_avx512_work_size,
-        .prepacked_size = graft_avx512_prepacked_size,
-        .prepack = graft_avx512_prepack,
-    };
-};
+}
 
 /// The kernel build for a SIMD level (0: the best this CPU supports), or null with a message
 /// when the CPU cannot run it. Each plan holds its own, so backends choose independently.
 fn kernels_for(level: u32) ?plan_module.Kernels {
-    if (comptime target.is_wasm) {
-        if (level == 0 or level == @intFromEnum(cpu.SimdLevel.wasm_simd128)) return builds.wasm;
-        _ = fail(.unsupported, "simd level {d}: the wasm build has only level 3 (SIMD128)", .{level});
-        return null;
-    }
     const supported = cpu.detect();
     const wanted: cpu.SimdLevel = switch (level) {
         0 => supported,
         1 => .avx2,
         2 => .avx512,
-        3 => .wasm_simd128,
+        3 => .neon,
+        4 => .wasm_simd128,
         else => {
-            _ = fail(.invalid_argument, "simd level {d} is not 0, 1, 2 or 3", .{level});
+            _ = fail(.invalid_argument, "simd level {d} is not 0, 1, 2, 3 or 4", .{level});
             return null;
         },
     };
-    if (wanted == .none or wanted == .wasm_simd128 or @intFromEnum(wanted) > @intFromEnum(supported)) {
-        _ = fail(.unsupported, "this CPU does not support simd level {d} (best: {d}; AVX2, FMA and F16C are the minimum)", .{ @intFromEnum(wanted), @intFromEnum(supported) });
+    if (wanted == .none or !cpu.runs(supported, wanted)) {
+        _ = fail(.unsupported, "this CPU does not support simd level {d} (best: {d}; AVX2, FMA and F16C are the minimum on x86-64)", .{ @intFromEnum(wanted), @intFromEnum(supported) });
         return null;
     }
-    return switch (wanted) {
-        .none, .wasm_simd128 => unreachable,
-        .avx2 => builds.kernels_avx2,
-        .avx512 => builds.kernels_avx512,
+    return switch (comptime cpu.arch_family) {
+        .x86_64 => switch (wanted) {
+            .avx2 => variant_kernels("avx2"),
+            .avx512 => variant_kernels("avx512"),
+            .none, .neon, .wasm_simd128 => unreachable,
+        },
+        .aarch64 => variant_kernels("neon"),
+        .wasm32 => variant_kernels("wasm"),
     };
 }
 
@@ -160,7 +136,8 @@ export fn graft_last_error(destination: [*]u8, capacity: u32) u32 {
     return @intCast(status_module.copy_message(destination[0..capacity]));
 }
 
-/// The best SIMD level this CPU supports (0 none, 1 AVX2, 2 AVX-512; 3 SIMD128 in the wasm build).
+/// The best SIMD level this CPU supports (0 none, 1 AVX2, 2 AVX-512, 3 NEON on aarch64, 4 SIMD128
+/// in the wasm build).
 export fn graft_simd_supported() u32 {
     return @intFromEnum(cpu.detect());
 }

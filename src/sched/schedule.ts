@@ -86,11 +86,26 @@ export interface ScheduleOptions extends AssignOptions {
  * A graph split across backends.
  *
  * @example
- * ```ts ignore
- * const schedule = Schedule.create(graph, { backends: [gpu, cpu] });
+ * ```ts
+ * import { allocTensors, Context, CpuBackend, Graph, mulMat, Schedule, silu } from "../../mod.ts";
+ * // Two backends (a WebGpuBackend and a CpuBackend, say; two CPU ones here): each weight lives
+ * // on one, and every node runs where its weight is.
+ * using a = new CpuBackend({ threads: 1, name: "a" });
+ * using b = new CpuBackend({ threads: 1, name: "b" });
+ * const ctx = new Context();
+ * const x = ctx.newTensor("f32", [16, 4], "x");
+ * const w1 = ctx.newTensor("f32", [16, 16], "w1");
+ * const w2 = ctx.newTensor("f32", [16, 16], "w2");
+ * const output = mulMat(w2, silu(mulMat(w1, x)));
+ * using _a = allocTensors(a, [x, w1]);
+ * using _b = allocTensors(b, [w2]);
+ * for (const t of [x, w1]) a.setTensor(t, new Float32Array(t.nelements).fill(0.1));
+ * b.setTensor(w2, new Float32Array(w2.nelements).fill(0.1));
+ * using schedule = Schedule.create(Graph.build(output), { backends: [b, a] });
  * console.log(schedule.report());
- * const stats = await schedule.compute();
+ * await schedule.compute();
  * const out = await schedule.getOutput(output);
+ * console.log(out.length); // 64
  * ```
  */
 export class Schedule implements Disposable {
@@ -277,8 +292,19 @@ export class Schedule implements Disposable {
    * its backend, and the edges that cross between backends (the copies) in red.
    *
    * @example
-   * ```ts ignore
-   * await Deno.writeTextFile("splits.dot", schedule.toDot()); // dot -Tsvg splits.dot
+   * ```ts
+   * import { allocTensors, Context, CpuBackend, Graph, mulMat, Schedule } from "../../mod.ts";
+   * using a = new CpuBackend({ threads: 1, name: "a" });
+   * using b = new CpuBackend({ threads: 1, name: "b" });
+   * const ctx = new Context();
+   * const x = ctx.newTensor("f32", [8, 2], "x");
+   * const w1 = ctx.newTensor("f32", [8, 8], "w1");
+   * const w2 = ctx.newTensor("f32", [8, 8], "w2");
+   * using _a = allocTensors(a, [x, w1]);
+   * using _b = allocTensors(b, [w2]);
+   * using schedule = Schedule.create(Graph.build(mulMat(w2, mulMat(w1, x))), { backends: [b, a] });
+   * const path = await Deno.makeTempFile({ suffix: ".dot" });
+   * await Deno.writeTextFile(path, schedule.toDot()); // render with: dot -Tsvg
    * ```
    */
   toDot(): string {

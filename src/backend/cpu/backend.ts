@@ -63,7 +63,7 @@ export interface CpuBackendOptions extends CoreBackendOptions {
 export interface CoreBinding {
   /** The core's functions (FFI or WebAssembly). */
   readonly core: NativeCore;
-  /** The kernel build's level number (1 AVX2, 2 AVX-512, 3 SIMD128). */
+  /** The kernel build's level number (1 AVX2, 2 AVX-512, 3 NEON, 4 SIMD128). */
   readonly simdLevel: number;
   /** The class, as errors name it ("CpuBackend", "WasmBackend"; minifiers rename classes). */
   readonly label: string;

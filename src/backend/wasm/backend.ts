@@ -27,7 +27,7 @@ export interface WasmBackendOptions extends CoreBackendOptions {
 export const WASM_MAX_BUFFER_SIZE: number = 2 ** 31;
 
 /** The SIMD128 kernel build's level number in the core (`zig/cpu.zig`). */
-const WASM_SIMD_LEVEL = 3;
+const WASM_SIMD_LEVEL = 4;
 
 /**
  * The WebAssembly backend. Single-threaded (`threads` is 1); buffers live in the instance's

@@ -61,6 +61,57 @@ pub fn build(b: *std.Build) void {
         }) });
         test_step.dependOn(&b.addRunArtifact(unit512).step);
     }
+
+    addWasm(b);
+}
+
+/// The wasm kernel build: SIMD128 (`@Vector(4, f32)` lowers to v128), bulk memory for memcpy
+/// and memset. One build: a wasm module cannot choose instructions at run time (an engine
+/// without a feature rejects the whole module), so the loader picks among whole modules.
+const wasm_features = [_]std.Target.wasm.Feature{ .simd128, .bulk_memory, .sign_ext, .nontrapping_fptoint, .mutable_globals };
+
+/// `zig build wasm`: zig-out/wasm/graft.wasm, the core for browsers and a Deno without
+/// --allow-ffi. An executable with no entry point whose exports are the C ABI of root.zig
+/// (ghostty's lib_vt wasm build does the same); freestanding, so the module imports nothing.
+/// Single-threaded: the pool runs every job on the calling thread.
+fn addWasm(b: *std.Build) void {
+    const query: std.Target.Query = .{
+        .cpu_arch = .wasm32,
+        .os_tag = .freestanding,
+        .cpu_model = .{ .explicit = &std.Target.wasm.cpu.mvp },
+        .cpu_features_add = std.Target.wasm.featureSet(&wasm_features),
+    };
+    const target = b.resolveTargetQuery(query);
+    const root = b.createModule(.{
+        .root_source_file = b.path("zig/root.zig"),
+        .target = target,
+        .optimize = .ReleaseFast,
+        .single_threaded = true,
+        // Shipped to browsers: no debug sections.
+        .strip = true,
+    });
+    const options = b.addOptions();
+    options.addOption([]const u8, "variant", "wasm");
+    const module = b.createModule(.{
+        .root_source_file = b.path("zig/variant.zig"),
+        .target = target,
+        .optimize = .ReleaseFast,
+        .single_threaded = true,
+        // Shipped to browsers: no debug sections.
+        .strip = true,
+    });
+    module.addOptions("build_options", options);
+    root.addObject(b.addObject(.{ .name = "graft-wasm-kernels", .root_module = module }));
+    const exe = b.addExecutable(.{ .name = "graft", .root_module = root });
+    exe.entry = .disabled;
+    exe.rdynamic = true;
+    // Memory grows on demand; the first 16 MiB cover the stack and small graphs.
+    exe.initial_memory = 16 << 20;
+    exe.max_memory = 4 << 30;
+    exe.stack_size = 1 << 20;
+    const install = b.addInstallArtifact(exe, .{ .dest_dir = .{ .override = .{ .custom = "wasm" } } });
+    const step = b.step("wasm", "Build zig-out/wasm/graft.wasm (wasm32, SIMD128, single-threaded)");
+    step.dependOn(&install.step);
 }
 
 /// `zig build dist`: the release library for every platform package, stripped, each in its own

@@ -110,6 +110,14 @@ export {
   CpuBackend,
   type CpuBackendOptions,
 } from "./src/backend/cpu/backend.ts";
+export { CoreBackend, type CoreBackendOptions } from "./src/backend/cpu/backend.ts";
+export {
+  WASM_MAX_BUFFER_SIZE,
+  WasmBackend,
+  type WasmBackendOptions,
+} from "./src/backend/wasm/backend.ts";
+export { type WasmLoadOptions } from "./src/core/wasm.ts";
+export { defaultBackend, type DefaultBackendOptions } from "./src/backend/default.ts";
 export { CpuBuffer, CpuMappedBuffer, mappedAlignment } from "./src/backend/cpu/buffer.ts";
 export { PlanIdentity } from "./src/backend/plan_identity.ts";
 export { type SimdChoice, type SimdLevel, simdLevels } from "./src/backend/cpu/simd.ts";

@@ -10,6 +10,7 @@ const builtin = @import("builtin");
 const windows = if (builtin.os.tag == .windows) @import("windows.zig") else struct {};
 const Status = @import("node.zig").Status;
 const fail = @import("status.zig").fail;
+const target = @import("target.zig");
 
 const DlInfo = extern struct {
     dli_fname: ?[*:0]const u8,
@@ -24,6 +25,8 @@ var pinned = std.atomic.Value(bool).init(false);
 
 /// Pins the library (idempotent). Called by the loader right after it opens the library.
 pub fn pin() Status {
+    // A wasm instance is never unloaded under running code: nothing to pin.
+    if (comptime target.is_wasm) return .ok;
     if (pinned.load(.acquire)) return .ok;
     if (comptime builtin.os.tag == .windows) {
         var code: u32 = 0;

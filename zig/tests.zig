@@ -9,4 +9,5 @@ test {
     _ = @import("kernels/gemv_quant.zig");
     _ = @import("kernels/dot_quant.zig");
     _ = @import("mapping.zig");
+    _ = @import("target.zig");
 }

@@ -44,10 +44,10 @@ pub fn cpy(n: *const common.Node, work: *const common.Work) common.Status {
         for (range.begin..range.end) |row| {
             if (src.dtype.block_size() > 1) {
                 const bytes: [*]const u8 = @ptrFromInt(src.row(row).base);
-                dequantize_row_to(dst.dtype, dst.row(row).base, src.dtype, bytes[0..quant.row_bytes(src.dtype, count)], count);
+                dequantize_row_to(dst.dtype, dst.row(row).base, src.dtype, bytes[0..@intCast(quant.row_bytes(src.dtype, count))], count);
             } else {
                 const bytes: [*]u8 = @ptrFromInt(dst.row(row).base);
-                quantize_row_from(src.dtype, src.row(row).base, dst.dtype, bytes[0..quant.row_bytes(dst.dtype, count)], count);
+                quantize_row_from(src.dtype, src.row(row).base, dst.dtype, bytes[0..@intCast(quant.row_bytes(dst.dtype, count))], count);
             }
         }
         return .ok;
@@ -252,7 +252,7 @@ fn dequantize_into(dst: Strided, src: Strided, dtype: DType, count: usize) void 
     assert(dst.stride == @sizeOf(f32));
     const bytes: [*]const u8 = @ptrFromInt(src.base);
     const floats: [*]align(1) f32 = @ptrFromInt(dst.base);
-    quant.dequantize_row(dtype, bytes[0..quant.row_bytes(dtype, count)], floats[0..count]);
+    quant.dequantize_row(dtype, bytes[0..@intCast(quant.row_bytes(dtype, count))], floats[0..count]);
 }
 
 /// An index element of src1 (i32 or i64), widened.

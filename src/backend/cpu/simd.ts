@@ -6,16 +6,28 @@
  */
 
 import { GraftError } from "../../errors.ts";
-import { loadCore, type LoadOptions, type NativeCore } from "../../core/core.ts";
+import { loadNativeLibrary, type LoadOptions, type NativeCore } from "../../core/core.ts";
 
-/** A kernel build: AVX2 or AVX-512 on x86-64, NEON on aarch64. */
-export type SimdLevel = "avx2" | "avx512" | "neon";
+/**
+ * A kernel build: AVX2 or AVX-512 on x86-64, NEON on aarch64 (the native core), or the
+ * WebAssembly core's SIMD128.
+ */
+export type SimdLevel = "avx2" | "avx512" | "neon" | "simd128";
 
 /** What `simd` in the backend's options accepts. */
 export type SimdChoice = "auto" | SimdLevel;
 
 /** The kernel builds by their core level number (0: the CPU runs none of them). */
-const LEVELS = ["none", "avx2", "avx512", "neon"] as const;
+const LEVELS = ["none", "avx2", "avx512", "neon", "simd128"] as const;
+
+/** The name of a core level number (1 AVX2, 2 AVX-512, 3 NEON, 4 SIMD128). */
+export function simdLevelName(level: number): SimdLevel {
+  const name = LEVELS[level];
+  if (name === undefined || name === "none") {
+    throw new GraftError(`simd level ${level} names no kernel build`);
+  }
+  return name;
+}
 
 /** The value `GRAFT_CPU` may take. */
 const CHOICES: readonly string[] = ["auto", "avx2", "avx512", "neon"];
@@ -86,7 +98,7 @@ export function resolveSimd(lib: NativeCore, choice: SimdChoice | undefined): nu
  * ```
  */
 export function simdLevels(options: LoadOptions = {}): SimdLevel[] {
-  const { level } = bestLevel(loadCore(options));
+  const { level } = bestLevel(loadNativeLibrary(options));
   if (LEVELS[level] === "neon") return ["neon"];
   return (["avx2", "avx512"] as const).slice(0, level);
 }

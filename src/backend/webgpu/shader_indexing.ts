@@ -79,7 +79,7 @@ const bodies: Readonly<Record<IndexingKind, string>> = {
   // P.f.x: n_past; column i of row j is -inf when i > n_past + j.
   diagMaskInf: `  let c = coords(0u, i);
   if (c.x > u32(P.f.x) + c.y) {
-    D_set_f32(at(0u, c), bitcast<f32>(0xff800000u));
+    D_set_f32(at(0u, c), neg_inf());
   } else {
     D_set_bits(at(0u, c), S0_bits(at(1u, c)));
   }`,

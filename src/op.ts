@@ -38,6 +38,7 @@ export const CoreOp = {
   rms_norm_mul: 21,
   rope: 23,
   set_rows: 24,
+  flash_attn_ext: 110,
 } as const;
 
 /** A core op's name. */
@@ -203,6 +204,18 @@ export const OPS = {
     inPlace: view,
   },
   transpose: { code: 103, arity: 1, params: [], core: null, inPlace: view },
+  // Graph/core ops 110-149: attention, convolution, pooling and the other neural-network ops
+  // (src/ops/attention.ts, zig/kernels/attention.zig, shader_attention.ts).
+  flashAttnExt: {
+    code: 110,
+    arity: 4,
+    params: ["scale", "maxBias", "softcap"],
+    core: "flash_attn_ext",
+    // attention.zig reads whole K and V rows for every query row; dst is laid out
+    // [DV, heads, tokens] (a permutation of q's), so no source shares its layout anyway.
+    inPlace: { safe: false, reason: "each dst row reads every row of K and V" },
+    support: { cpu: ["f32"], webgpu: ["f32"] },
+  },
 } as const satisfies Record<string, OpInfo>;
 
 /** An op's name in the table. */

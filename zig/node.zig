@@ -5,7 +5,7 @@
 const std = @import("std");
 
 pub const dims_max = 4;
-pub const sources_max = 3;
+pub const sources_max = 4;
 pub const params_max = 8;
 
 /// Element types: the dtype traits table (dtype.zig).
@@ -45,6 +45,10 @@ pub const Op = enum(u32) {
     // dst (the target's memory, f32 | f16, any strides) [ne0, R, B, C]: row (src1[n, b, c], b, c)
     // <- src0 row (n, b, c) converted; src0 f32 [ne0, N, B, C], src1 i32 [N, B, C] (kernels/copy.zig)
     set_rows = 24,
+    // params (f32): scale, max_bias (ALiBi), logit_softcap (0: none); src0 q f32 [DK, T, Hq, B],
+    // src1 k f32|f16 [DK, nKv, Hkv, B'], src2 v f32|f16 [DV, nKv, Hkv, B'], src3 (optional)
+    // mask f32|f16 [nKv, >=T, Hq/m, B/m']; dst f32 [DV, Hq, T, B] (kernels/attention.zig)
+    flash_attn_ext = 110,
     _,
 
     /// The unary element-wise ops (named as above): validation and dispatch derive their
@@ -131,7 +135,7 @@ comptime {
     std.debug.assert(@offsetOf(Node, "params") == 8);
     std.debug.assert(@offsetOf(Node, "dst") == 40);
     std.debug.assert(@offsetOf(Node, "src") == 120);
-    std.debug.assert(@sizeOf(Node) == 360);
+    std.debug.assert(@sizeOf(Node) == 440);
 }
 
 /// Status codes shared by every export and every kernel. 0 is success; errors are negative.

@@ -71,6 +71,7 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
         .set_rows => check_set_rows(n),
         .silu_mul => check_silu_mul(n),
         .rms_norm_mul => check_rms_norm_mul(n),
+        .flash_attn_ext => check_flash_attn_ext(n),
         // Unary ops returned above (op is comptime-known); unnamed codes never get here.
         else => unreachable,
     };
@@ -81,6 +82,7 @@ fn source_counts(comptime op: Op) [2]u32 {
     return switch (op) {
         .add, .sub, .mul, .div, .mul_mat, .get_rows, .silu_mul, .rms_norm_mul, .rope, .set_rows => .{ 2, 2 },
         .soft_max => .{ 1, 2 },
+        .flash_attn_ext => .{ 3, 4 },
         else => .{ 1, 1 },
     };
 }
@@ -382,4 +384,67 @@ fn check_rms_norm_mul(n: *const Node) Verdict {
         }
     }
     return .ok;
+}
+
+/// flash_attn_ext (kernels/attention.zig), ggml_flash_attn_ext's rules: q f32 [DK, T, Hq, B];
+/// k [DK, nKv, Hkv, Bk] and v [DV, nKv, Hkv, Bk] f32 or f16 whose heads and batches divide q's
+/// (GQA); rows of q, k and v contiguous; an optional mask f32 or f16 [nKv, >= T, m2, m3] with
+/// m2 | Hq and m3 | B; dst f32 [DV, Hq, T, B] with contiguous rows. params: scale (finite),
+/// max_bias (finite, >= 0; > 0 needs the mask, which carries the positions), logit_softcap
+/// (finite, >= 0).
+fn check_flash_attn_ext(n: *const Node) Verdict {
+    const q = &n.src[0];
+    const k = &n.src[1];
+    const v = &n.src[2];
+    const kv_types = (dtype_of(k) == .f32 or dtype_of(k) == .f16) and
+        (dtype_of(v) == .f32 or dtype_of(v) == .f16);
+    if (dtype_of(q) != .f32 or !kv_types or dtype_of(&n.dst) != .f32) {
+        return fail(.unsupported, "flash_attn_ext: q and dst must be f32, k and v f32 or f16");
+    }
+    if (!node_rows_contiguous(q) or !node_rows_contiguous(k) or !node_rows_contiguous(v) or
+        !node_rows_contiguous(&n.dst))
+    {
+        return fail(.unsupported, "flash_attn_ext: rows of q, k, v and dst must be contiguous");
+    }
+    if (k.ne[0] != q.ne[0]) return fail(.shape_mismatch, "flash_attn_ext: k.ne[0] != q.ne[0]");
+    if (v.ne[1] != k.ne[1]) return fail(.shape_mismatch, "flash_attn_ext: v.ne[1] != k.ne[1]");
+    for (2..dims_max) |d| {
+        if (@mod(q.ne[d], k.ne[d]) != 0 or @mod(q.ne[d], v.ne[d]) != 0) {
+            return fail(.shape_mismatch, "flash_attn_ext: k.ne[2..4] or v.ne[2..4] does not divide q's");
+        }
+    }
+    const expected = [dims_max]i64{ v.ne[0], q.ne[2], q.ne[1], q.ne[3] };
+    if (!std.mem.eql(i64, &n.dst.ne, &expected)) {
+        return fail(.shape_mismatch, "flash_attn_ext: dst.ne != [v.ne[0], q.ne[2], q.ne[1], q.ne[3]]");
+    }
+    if (n.src_count == 4) {
+        const mask = &n.src[3];
+        if (dtype_of(mask) != .f32 and dtype_of(mask) != .f16) {
+            return fail(.unsupported, "flash_attn_ext: mask (src3) must be f32 or f16");
+        }
+        if (!node_rows_contiguous(mask)) return fail(.unsupported, "flash_attn_ext: mask rows must be contiguous");
+        if (mask.ne[0] != k.ne[1]) return fail(.shape_mismatch, "flash_attn_ext: mask.ne[0] != k.ne[1]");
+        if (mask.ne[1] < q.ne[1]) return fail(.shape_mismatch, "flash_attn_ext: mask.ne[1] < q.ne[1]");
+        if (@mod(q.ne[2], mask.ne[2]) != 0 or @mod(q.ne[3], mask.ne[3]) != 0) {
+            return fail(.shape_mismatch, "flash_attn_ext: mask.ne[2..4] does not divide q's");
+        }
+    }
+    const scale = n.param_f32(0);
+    const max_bias = n.param_f32(1);
+    const softcap = n.param_f32(2);
+    if (!std.math.isFinite(scale)) return fail(.invalid_argument, "flash_attn_ext: params[0] (scale) must be finite");
+    if (!std.math.isFinite(max_bias) or max_bias < 0) {
+        return fail(.invalid_argument, "flash_attn_ext: params[1] (max_bias) must be finite and >= 0");
+    }
+    if (max_bias > 0 and n.src_count != 4) {
+        return fail(.invalid_argument, "flash_attn_ext: params[1] (max_bias) > 0 needs a mask");
+    }
+    if (!std.math.isFinite(softcap) or softcap < 0) {
+        return fail(.invalid_argument, "flash_attn_ext: params[2] (logit_softcap) must be finite and >= 0");
+    }
+    return .ok;
+}
+
+fn node_rows_contiguous(t: *const TensorDesc) bool {
+    return t.nb[0] == @as(i64, @intCast(dtype_of(t).size_bytes()));
 }

@@ -15,6 +15,7 @@ const soft_max = @import("soft_max.zig");
 const rope = @import("rope.zig");
 const mul_mat = @import("mul_mat.zig");
 const copy = @import("copy.zig");
+const attention = @import("attention.zig");
 
 const assert = common.assert;
 const Node = common.Node;
@@ -62,6 +63,7 @@ fn dispatch(op: Op, n: *const Node, work: *const Work) Status {
         .cpy => copy.cpy(n, work),
         .get_rows => copy.get_rows(n, work),
         .set_rows => copy.set_rows(n, work),
+        .flash_attn_ext => attention.flash_attn_ext(n, work),
         // Unary ops returned above; anything else is no op the core knows.
         else => .unsupported,
     };
@@ -76,6 +78,7 @@ pub fn work_size(n: *const Node, thread_count: u32) u64 {
     return switch (op) {
         .sum => reduce.sum_work_size_bytes,
         .mul_mat => mul_mat.work_size(n, thread_count),
+        .flash_attn_ext => attention.work_size(n, thread_count),
         else => 0,
     };
 }

@@ -1,0 +1,346 @@
+/**
+ * The neural-network ops (flashAttnExt, ...) on the CPU backend against float64 references, on
+ * odd shapes (head dims that are no multiple of a vector, token counts that are no multiple of
+ * a block), f16 and f32 operands, grouped-query heads and non-contiguous (permuted) K and V.
+ * Every case runs on each kernel build of this CPU with 1 and 2 threads (bitwise equal,
+ * tests/compute_builds.ts). flashAttnExt is also checked against the unfused attention graph
+ * (mulMat, softmax with the mask, mulMat) that it replaces.
+ */
+
+import assert from "node:assert/strict";
+import {
+  allocTensors,
+  cont,
+  Context,
+  CpuBackend,
+  DTypeError,
+  flashAttnExt,
+  type FlashAttnOptions,
+  Graph,
+  mulMat,
+  permute,
+  ShapeError,
+  softmax,
+  type Tensor,
+  transpose,
+} from "../mod.ts";
+import { compute } from "./compute_builds.ts";
+import { assertClose, RefTensor, Rng, type Tolerance } from "./reference.ts";
+
+type Dims4 = [number, number, number, number];
+
+/** An input: the tensor the graph reads and its logical values (for the reference). */
+interface Input {
+  tensor: Tensor;
+  /** Element (i0, i1, i2, i3) of the tensor as the engine sees it. */
+  at(i0: number, i1: number, i2: number, i3: number): number;
+}
+
+/** Builds inputs in one context and remembers the data to upload. */
+class Feed {
+  readonly ctx = new Context();
+  readonly inputs: [Tensor, ArrayBufferView][] = [];
+  readonly rng: Rng;
+
+  constructor(seed: number) {
+    this.rng = new Rng(seed);
+  }
+
+  /** A contiguous tensor of `values` (f16 rounds them). */
+  of(dtype: "f32" | "f16", ne: Dims4, values: ArrayLike<number>): Input {
+    const t = this.ctx.newTensor(dtype, ne);
+    const data = dtype === "f16" ? Float16Array.from(values) : Float32Array.from(values);
+    this.inputs.push([t, data]);
+    const [n0, n1, n2] = ne;
+    return {
+      tensor: t,
+      at: (i0, i1, i2, i3) => data[i0 + n0 * (i1 + n1 * (i2 + n2 * i3))]!,
+    };
+  }
+
+  random(dtype: "f32" | "f16", ne: Dims4, lo = -1, hi = 1): Input {
+    return this.of(dtype, ne, this.rng.f32(ne[0] * ne[1] * ne[2] * ne[3], lo, hi));
+  }
+
+  /**
+   * `ne` as a permuted view: the data is stored with dims 1 and 2 swapped (a KV cache laid out
+   * [D, heads, positions]), so the view's nb[1] > nb[2].
+   */
+  swapped12(dtype: "f32" | "f16", ne: Dims4): Input {
+    const stored = this.random(dtype, [ne[0], ne[2], ne[1], ne[3]]);
+    return {
+      tensor: permute(stored.tensor, [0, 2, 1, 3]),
+      at: (i0, i1, i2, i3) => stored.at(i0, i2, i1, i3),
+    };
+  }
+}
+
+/** A causal mask [nKv, rows] for queries at positions nKv - T .. nKv - 1 (rows >= T: padding). */
+function causal(nKv: number, rows: number, t: number): number[] {
+  const out: number[] = [];
+  for (let i = 0; i < rows; i++) {
+    for (let j = 0; j < nKv; j++) out.push(j <= nKv - t + i ? 0 : -Infinity);
+  }
+  return out;
+}
+
+/** ggml's ALiBi slope of head h of `heads` (1 without maxBias). */
+function slope(maxBias: number, h: number, heads: number): number {
+  if (maxBias <= 0) return 1;
+  const log2 = 2 ** Math.floor(Math.log2(heads));
+  const m0 = 2 ** (-maxBias / log2);
+  const m1 = 2 ** (-(maxBias / 2) / log2);
+  return h < log2 ? m0 ** (h + 1) : m1 ** (2 * (h - log2) + 1);
+}
+
+/** float64 flash attention: dst [Dv, Hq, T, B]. */
+function refFlashAttn(
+  q: Input,
+  k: Input,
+  v: Input,
+  mask: Input | undefined,
+  options: FlashAttnOptions,
+): RefTensor {
+  const [d, t, hq, b] = q.tensor.ne;
+  const [, nKv, hk, bk] = k.tensor.ne;
+  const [dv, , hv, bv] = v.tensor.ne;
+  const scale = options.scale ?? 1;
+  const softcap = options.softcap ?? 0;
+  const out = new Float64Array(dv * hq * t * b);
+  const s = new Float64Array(nKv);
+  for (let i3 = 0; i3 < b; i3++) {
+    for (let h = 0; h < hq; h++) {
+      const m = slope(options.maxBias ?? 0, h, hq);
+      const [kh, kb] = [Math.floor(h / (hq / hk)), Math.floor(i3 / (b / bk))];
+      const [vh, vb] = [Math.floor(h / (hq / hv)), Math.floor(i3 / (b / bv))];
+      for (let i1 = 0; i1 < t; i1++) {
+        let top = -Infinity;
+        for (let j = 0; j < nKv; j++) {
+          let dot = 0;
+          for (let e = 0; e < d; e++) dot += q.at(e, i1, h, i3) * k.at(e, j, kh, kb);
+          let logit = dot * scale;
+          if (softcap > 0) logit = softcap * Math.tanh(logit / softcap);
+          if (mask) {
+            const [, , m2, m3] = mask.tensor.ne;
+            logit += m * mask.at(j, i1, h % m2, i3 % m3);
+          }
+          s[j] = logit;
+          top = Math.max(top, logit);
+        }
+        let total = 0;
+        for (let j = 0; j < nKv; j++) {
+          s[j] = top === -Infinity ? 0 : Math.exp(s[j]! - top);
+          total += s[j]!;
+        }
+        for (let e = 0; e < dv; e++) {
+          let acc = 0;
+          for (let j = 0; j < nKv; j++) acc += s[j]! * v.at(e, j, vh, vb);
+          out[e + dv * (h + hq * (i1 + t * i3))] = total === 0 ? 0 : acc / total;
+        }
+      }
+    }
+  }
+  return new RefTensor([dv, hq, t, b], out);
+}
+
+/**
+ * f32 accumulation over up to a few hundred positions: dot products of D terms in [-1, 1] and a
+ * weighted mean of V rows, each within ~sqrt(n) f32 roundings; exp within a few ulps. Outputs
+ * are means of values in [-1, 1], so an absolute floor of 2e-5 has margin and still catches a
+ * wrong position, head or scale.
+ */
+const TOL_ATTENTION: Tolerance = { nmse: 1e-9, rtol: 1e-4, atol: 2e-5 };
+
+interface AttnCase {
+  name: string;
+  q: Dims4;
+  kv: [number, number, number, number, number]; // D(k), nKv, Hkv, Bkv, Dv
+  dtype: "f32" | "f16";
+  mask?: "causal" | "random" | "hidden";
+  maskDType?: "f32" | "f16";
+  maskRows?: number;
+  options?: FlashAttnOptions;
+  permutedKv?: boolean;
+}
+
+const CASES: AttnCase[] = [
+  { name: "f32, no mask, odd head dim", q: [40, 7, 3, 1], kv: [40, 37, 3, 1, 40], dtype: "f32" },
+  {
+    name: "f16 K/V, GQA 6:2, 2 batches, causal f16 mask padded to 8 rows, scale",
+    q: [64, 5, 6, 2],
+    kv: [64, 70, 2, 2, 64],
+    dtype: "f16",
+    mask: "causal",
+    maskDType: "f16",
+    maskRows: 8,
+    options: { scale: 0.125 },
+  },
+  {
+    name: "Dv != Dk, f32 random mask, softcap and ALiBi (5 heads: both slope ranges)",
+    q: [24, 9, 5, 1],
+    kv: [24, 33, 5, 1, 33],
+    dtype: "f32",
+    mask: "random",
+    maskDType: "f32",
+    options: { scale: 0.3, softcap: 2.5, maxBias: 8 },
+  },
+  {
+    name: "permuted K and V (a [D, heads, positions] cache), 1 query row",
+    q: [32, 1, 4, 1],
+    kv: [32, 50, 4, 1, 32],
+    dtype: "f16",
+    permutedKv: true,
+    options: { scale: 0.2 },
+  },
+  {
+    name: "enough rows for 2 threads, f32 causal mask, head dim 64",
+    q: [64, 40, 4, 1],
+    kv: [64, 100, 1, 1, 64],
+    dtype: "f32",
+    mask: "causal",
+    maskDType: "f32",
+    options: { scale: 0.125 },
+  },
+  {
+    name: "mask hides every position of some rows: those rows are zeros",
+    q: [16, 6, 2, 1],
+    kv: [16, 20, 2, 1, 16],
+    dtype: "f32",
+    mask: "hidden",
+    maskDType: "f16",
+  },
+];
+
+function buildCase(c: AttnCase, seed: number): {
+  feed: Feed;
+  q: Input;
+  k: Input;
+  v: Input;
+  mask?: Input;
+  options: FlashAttnOptions;
+} {
+  const feed = new Feed(seed);
+  const [dk, nKv, hkv, bkv, dv] = c.kv;
+  const q = feed.random("f32", c.q);
+  const k = c.permutedKv ? feed.swapped12(c.dtype, [dk, nKv, hkv, bkv]) : feed.random(c.dtype, [
+    dk,
+    nKv,
+    hkv,
+    bkv,
+  ]);
+  const v = c.permutedKv ? feed.swapped12(c.dtype, [dv, nKv, hkv, bkv]) : feed.random(c.dtype, [
+    dv,
+    nKv,
+    hkv,
+    bkv,
+  ]);
+  let mask: Input | undefined;
+  const rows = c.maskRows ?? c.q[1];
+  if (c.mask === "causal") {
+    mask = feed.of(c.maskDType!, [nKv, rows, 1, 1], causal(nKv, rows, c.q[1]));
+  }
+  if (c.mask === "random") {
+    const values = Array.from(feed.rng.f32(nKv * rows, -2, 2));
+    for (let i = 0; i < values.length; i += 7) values[i] = -Infinity;
+    mask = feed.of(c.maskDType!, [nKv, rows, 1, 1], values);
+  }
+  if (c.mask === "hidden") {
+    const values = Array.from(feed.rng.f32(nKv * rows, -1, 1));
+    for (const row of [0, 3]) values.fill(-Infinity, row * nKv, (row + 1) * nKv);
+    mask = feed.of(c.maskDType!, [nKv, rows, 1, 1], values);
+  }
+  const options = { ...c.options, ...(mask ? { mask: mask.tensor } : {}) };
+  return { feed, q, k, v, mask, options };
+}
+
+for (const [index, c] of CASES.entries()) {
+  Deno.test(`flashAttnExt matches float64: ${c.name}`, () => {
+    let reference: RefTensor | undefined;
+    const results = compute(() => {
+      const { feed, q, k, v, mask, options } = buildCase(c, 1000 + index);
+      reference ??= refFlashAttn(q, k, v, mask, options);
+      const output = flashAttnExt(q.tensor, k.tensor, v.tensor, options);
+      return { ctx: feed.ctx, inputs: feed.inputs, output };
+    });
+    for (const [simd, got] of results) {
+      assertClose(
+        new RefTensor(reference!.ne, Float64Array.from(got)),
+        reference!,
+        TOL_ATTENTION,
+        `${c.name} (${simd})`,
+      );
+    }
+  });
+}
+
+/** The unfused graph of the same attention (llama.cpp's non-flash path). */
+function unfused(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | undefined, scale: number): Tensor {
+  const scores = mulMat(k, q); // [nKv, T, H]
+  const p = softmax(scores, { ...(mask ? { mask } : {}), scale });
+  const vt = cont(transpose(v)); // [nKv, Dv, H]
+  const out = mulMat(vt, p); // [Dv, T, H]
+  return cont(permute(out, [0, 2, 1, 3])); // [Dv, H, T]
+}
+
+Deno.test("flashAttnExt equals the unfused attention graph (mulMat, softmax with mask, mulMat)", () => {
+  const ne: Dims4 = [64, 33, 4, 1];
+  const nKv = 45;
+  const run = (fused: boolean): Float32Array => {
+    const results = compute(() => {
+      const feed = new Feed(77);
+      const q = feed.random("f32", ne);
+      const k = feed.random("f32", [64, nKv, 4, 1]);
+      const v = feed.random("f32", [64, nKv, 4, 1]);
+      const mask = feed.of("f32", [nKv, ne[1], 1, 1], causal(nKv, ne[1], ne[1]));
+      const output = fused
+        ? flashAttnExt(q.tensor, k.tensor, v.tensor, { mask: mask.tensor, scale: 0.125 })
+        : unfused(q.tensor, k.tensor, v.tensor, mask.tensor, 0.125);
+      return { ctx: feed.ctx, inputs: feed.inputs, output };
+    });
+    return results[0]![1];
+  };
+  const fused = run(true);
+  const plain = run(false);
+  const ne4: Dims4 = [64, 4, 33, 1];
+  assertClose(
+    new RefTensor(ne4, Float64Array.from(fused)),
+    new RefTensor(ne4, Float64Array.from(plain)),
+    TOL_ATTENTION,
+    "fused vs unfused",
+  );
+});
+
+Deno.test("flashAttnExt refuses bad dtypes and shapes, naming the op and the argument", () => {
+  const ctx = new Context();
+  const q = ctx.newTensor("f32", [16, 4, 4]);
+  const k = ctx.newTensor("f16", [16, 9, 2]);
+  const v = ctx.newTensor("f16", [16, 9, 2]);
+  assert.throws(() => flashAttnExt(ctx.newTensor("f16", [16, 4, 4]), k, v), DTypeError);
+  assert.throws(() => flashAttnExt(q, ctx.newTensor("i32", [16, 9, 2]), v), DTypeError);
+  assert.throws(() => flashAttnExt(q, ctx.newTensor("f16", [8, 9, 2]), v), /flashAttnExt: q/);
+  assert.throws(() => flashAttnExt(q, k, ctx.newTensor("f16", [16, 9, 3])), ShapeError);
+  assert.throws(
+    () => flashAttnExt(q, k, v, { mask: ctx.newTensor("f16", [9, 3]) }),
+    /flashAttnExt: mask \[9, 3/,
+  );
+  assert.throws(() => flashAttnExt(q, k, v, { maxBias: 1 }), /needs a mask/);
+  assert.throws(() => flashAttnExt(q, k, v, { softcap: -1 }), /softcap/);
+  assert.throws(() => flashAttnExt(q, k, v, { scale: NaN }), /scale/);
+  assert.throws(() => flashAttnExt(q, transpose(k), v), ShapeError);
+  const out = flashAttnExt(q, k, v);
+  assert.deepEqual(out.ne, [16, 4, 4, 1]);
+  assert.equal(out.dtype, "f32");
+});
+
+Deno.test("flashAttnExt: the CPU backend supports it and computes a one-row graph", () => {
+  using cpu = new CpuBackend({ threads: 1 });
+  const ctx = new Context();
+  const q = ctx.newTensor("f32", [8, 2, 1]);
+  const k = ctx.newTensor("f32", [8, 3, 1]);
+  const v = ctx.newTensor("f32", [8, 3, 1]);
+  const out = flashAttnExt(q, k, v);
+  assert.ok(cpu.supportsOp(out));
+  const graph = Graph.build(out);
+  using _memory = allocTensors(cpu, [...ctx.tensors, ...graph.leafs, ...graph.nodes]);
+  cpu.graphCompute(graph);
+});

@@ -82,7 +82,7 @@ export { rope, type RopeMode, type RopeOptions } from "./src/ops/rope.ts";
 export { mulMat, type MulMatOptions } from "./src/ops/matmul.ts";
 export { permute, reshape, transpose, view } from "./src/ops/view.ts";
 export { cont, cpy, getRows, setRows } from "./src/ops/copy.ts";
-export { type FlashAttnOptions, flashAttnExt } from "./src/ops/attention.ts";
+export { flashAttnExt, type FlashAttnOptions } from "./src/ops/attention.ts";
 export { dequantize, isQuantDType, QUANT_DTYPES, type QuantDType, quantize } from "./src/quant.ts";
 export type {
   Backend,

@@ -178,12 +178,12 @@ fn attend_head(args: *const Args, scratch: *const Scratch, h: usize, b: usize, b
     var tile_begin: usize = 0;
     while (tile_begin < args.kv_count) : (tile_begin += tile) {
         const count = @min(tile, args.kv_count - tile_begin);
-        if (tile_hidden(args, h, b, row_begin, row_end, tile_begin, count)) continue;
         load_k_tile(args, scratch, kv_head, kv_batch, tile_begin, count);
         load_v_tile(args, scratch, v_head, v_batch, tile_begin, count);
         var row = row_begin;
         while (row < row_end) : (row += rows_block) {
             const rows = @min(rows_block, row_end - row);
+            if (block_hidden(args, h, b, row, rows, tile_begin, count)) continue;
             scores_block(args, scratch, h, b, row, rows);
             for (0..rows) |r| {
                 softmax_row(args, scratch, h, b, row + r, row_begin, r, tile_begin, count, slope);
@@ -212,17 +212,26 @@ fn mask_row(args: *const Args, mask: Tensor, h: usize, t: usize, b: usize) commo
     return mask.row_at(.{ .i1 = t, .i2 = h % mask.ne[2], .i3 = b % mask.ne[3] });
 }
 
-fn mask_value(mask: Tensor, row: common.Strided, j: usize) f32 {
-    return if (mask.dtype == .f16) @floatCast(common.load_f16(row.at(j))) else common.load_f32(row.at(j));
+/// Lanes [first, first + width) of a mask row as f32 (width >= 1); padding lanes are -inf.
+fn mask_chunk(mask: Tensor, row: common.Strided, first: usize, width: usize) F32x {
+    const value = if (mask.dtype == .f16)
+        common.load_chunk_f16(row, first, width)
+    else
+        common.load_chunk(row, first, width, 0);
+    if (width == lanes) return value;
+    return @select(f32, common.lane_mask(width), value, splat(negative_infinity));
 }
 
-/// True when the mask is -inf at every (row, position) of the tile: nothing there to attend to.
-fn tile_hidden(args: *const Args, h: usize, b: usize, row_begin: usize, row_end: usize, tile_begin: usize, count: usize) bool {
+/// True when the mask is -inf at every position of the tile for every row of the block: the
+/// block has nothing to attend to there (a causal mask's upper triangle), so it is skipped.
+fn block_hidden(args: *const Args, h: usize, b: usize, row: usize, rows: usize, tile_begin: usize, count: usize) bool {
     const mask = args.mask orelse return false;
-    for (row_begin..row_end) |t| {
-        const row = mask_row(args, mask, h, t, b);
-        for (tile_begin..tile_begin + count) |j| {
-            if (mask_value(mask, row, j) != negative_infinity) return false;
+    for (row..row + rows) |t| {
+        const mask_at = mask_row(args, mask, h, t, b);
+        var first: usize = 0;
+        while (first < count) : (first += lanes) {
+            const chunk = mask_chunk(mask, mask_at, tile_begin + first, @min(lanes, count - first));
+            if (@reduce(.Or, chunk != splat(negative_infinity))) return false;
         }
     }
     return true;
@@ -306,9 +315,7 @@ fn softmax_row(args: *const Args, scratch: *const Scratch, h: usize, b: usize, t
         const first = half * lanes;
         const width = if (count > first) @min(lanes, count - first) else 0;
         if (mask_at) |row| {
-            var bias: [lanes]f32 = @splat(0);
-            for (0..width) |lane| bias[lane] = slope * mask_value(args.mask.?, row, tile_begin + first + lane);
-            value += @as(F32x, bias);
+            if (width > 0) value += splat(slope) * mask_chunk(args.mask.?, row, tile_begin + first, width);
         }
         if (width < lanes) {
             const keep = if (width == 0) @as(@Vector(lanes, bool), @splat(false)) else common.lane_mask(width);

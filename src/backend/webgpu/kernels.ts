@@ -20,6 +20,7 @@ import {
 import { MATMUL_TILE, matmulShader } from "./shader_matmul.ts";
 import { type RowKind, rowShader, sumShader } from "./shader_rows.ts";
 import { ropeShader } from "./shader_rope.ts";
+import { ATTENTION_DK_MAX, ATTENTION_DV_PER_THREAD, flashAttnShader } from "./shader_attention.ts";
 import {
   isWeightDType,
   MATVEC_COLS,
@@ -47,6 +48,14 @@ export interface Kernel {
   /** `P.f`: op parameters. */
   readonly floats: readonly number[];
   readonly workgroups: readonly [number, number, number];
+  /**
+   * Which of `tensors` the uniform slot describes, in slot order (default: all of them). A
+   * kernel with five tensors leaves out its contiguous destination, whose byte offset then goes
+   * to `P.u.y`.
+   */
+  readonly described?: readonly number[];
+  /** `P.u.z`, `P.u.w`: extra u32 parameters. */
+  readonly uints?: readonly number[];
 }
 
 /** A grid of `groups` workgroups folded into two dimensions. */
@@ -150,6 +159,35 @@ function rope(node: Tensor): Kernel {
   };
 }
 
+// One workgroup per query row (shader_attention.ts); the slot describes q, k, v and the mask.
+function flashAttn(node: Tensor): Kernel {
+  const [q, k, v, mask] = node.src as [Tensor, Tensor, Tensor, Tensor | undefined];
+  const [scale, maxBias, softcap] = node.params as [number, number, number];
+  if (q.ne[0] > ATTENTION_DK_MAX || v.ne[0] > ATTENTION_DV_PER_THREAD * WORKGROUP_SIZE) {
+    throw new LimitError(
+      Status.limitReached,
+      `webgpu: flashAttnExt ${node.label} has head dims ${q.ne[0]}/${v.ne[0]} (at most ` +
+        `${ATTENTION_DK_MAX}/${ATTENTION_DV_PER_THREAD * WORKGROUP_SIZE})`,
+    );
+  }
+  const heads = q.ne[2];
+  const log2 = 2 ** Math.floor(Math.log2(heads));
+  const [m0, m1] = maxBias > 0 ? [2 ** (-maxBias / log2), 2 ** (-(maxBias / 2) / log2)] : [1, 1];
+  const maskKey = mask ? mask.dtype : "none";
+  const rows = node.nrows;
+  return {
+    key: `flashAttn:${k.dtype}:${v.dtype}:${maskKey}`,
+    source: () => flashAttnShader(k.dtype, v.dtype, mask ? mask.dtype : null),
+    tensors: [node, ...node.src],
+    status: false,
+    count: rows,
+    floats: [softcap !== 0 ? scale / softcap : scale, softcap, m0, m1],
+    uints: [log2],
+    workgroups: grid(rows, `flashAttnExt ${node.label}`),
+    described: node.src.map((_, i) => i + 1),
+  };
+}
+
 /**
  * bf16 and block-quantized tensors enter shaders only as getRows' table and mulMat's weights
  * (src0) of a dtype `shader_quant.ts` decodes, each row's blocks adjacent (nb[0] one block).
@@ -230,6 +268,8 @@ export function kernelFor(node: Tensor): Kernel {
       return matmul(node);
     case Op.rope:
       return rope(node);
+    case Op.flashAttnExt:
+      return flashAttn(node);
     default:
       throw new GraftError(`webgpu: op ${opName(node.op)} is not supported (${node.label})`);
   }

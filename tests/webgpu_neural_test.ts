@@ -1,0 +1,152 @@
+/**
+ * The neural-network ops (flashAttnExt, ...) on WebGPU against the CPU backend, as ggml's
+ * test-backend-ops: the same graph from the same seeded inputs on both, compared by normalized
+ * squared error (NMSE), on odd shapes, f16 and f32 K/V, masks and permuted sources. Skipped,
+ * visibly, when Deno finds no adapter. Runs in its own process (deno.json `test:webgpu`).
+ */
+
+import assert from "node:assert/strict";
+import { sharedWebGpu } from "./gpu.ts";
+import {
+  allocGraph,
+  allocTensors,
+  type Backend,
+  Context,
+  CpuBackend,
+  flashAttnExt,
+  type FlashAttnOptions,
+  Graph,
+  permute,
+  type Tensor,
+} from "../mod.ts";
+import { nmse, Rng } from "./reference.ts";
+
+const gpu = await sharedWebGpu();
+const cpu = new CpuBackend({ threads: 1 });
+globalThis.addEventListener("unload", () => {
+  cpu.dispose();
+});
+
+/** exp and f32 dot products in another order: a few ulp per element. */
+const NMSE_ATTENTION = 1e-8;
+
+type Dims4 = [number, number, number, number];
+
+interface Built {
+  ctx: Context;
+  inputs: [Tensor, ArrayBufferView][];
+  output: Tensor;
+}
+
+/** Builds the case's graph from seeded inputs; called once per backend. */
+type Build = () => Built;
+
+async function run(backend: Backend, build: Build): Promise<Float64Array> {
+  const { ctx, inputs, output } = build();
+  const graph = Graph.build(output);
+  using _inputs = allocTensors(backend, ctx.tensors);
+  using _memory = allocGraph(backend, graph);
+  for (const [t, data] of inputs) backend.setTensor(t, data);
+  backend.graphCompute(graph);
+  const result = await backend.getTensorAsync(output);
+  return Float64Array.from(result as Float32Array);
+}
+
+function attention(
+  seed: number,
+  q: Dims4,
+  kv: Dims4,
+  dv: number,
+  dtype: "f32" | "f16",
+  options: FlashAttnOptions & { maskDType?: "f32" | "f16"; permuted?: boolean },
+): Build {
+  return () => {
+    const rng = new Rng(seed);
+    const ctx = new Context();
+    const inputs: [Tensor, ArrayBufferView][] = [];
+    const make = (type: "f32" | "f16", ne: Dims4): Tensor => {
+      const t = ctx.newTensor(type, ne);
+      const values = rng.f32(ne[0] * ne[1] * ne[2] * ne[3]);
+      inputs.push([t, type === "f16" ? new Float16Array(values) : values]);
+      return t;
+    };
+    const qt = make("f32", q);
+    const kvTensor = (d: number): Tensor =>
+      options.permuted
+        ? permute(make(dtype, [d, kv[2], kv[1], kv[3]]), [0, 2, 1, 3])
+        : make(dtype, [d, kv[1], kv[2], kv[3]]);
+    const k = kvTensor(kv[0]);
+    const v = kvTensor(dv);
+    let mask: Tensor | undefined;
+    if (options.maskDType) {
+      const rows = q[1] + 3;
+      mask = ctx.newTensor(options.maskDType, [kv[1], rows]);
+      const values = new Float32Array(kv[1] * rows);
+      for (let i = 0; i < rows; i++) {
+        for (let j = 0; j < kv[1]; j++) {
+          // Causal, with a random bias, and row 2 fully hidden.
+          values[i * kv[1] + j] = j > kv[1] - q[1] + i || i === 2 ? -Infinity : rng.uniform(-1, 1);
+        }
+      }
+      inputs.push([mask, options.maskDType === "f16" ? new Float16Array(values) : values]);
+    }
+    const { maskDType: _, permuted: __, ...rest } = options;
+    const output = flashAttnExt(qt, k, v, { ...rest, ...(mask ? { mask } : {}) });
+    return { ctx, inputs, output };
+  };
+}
+
+const CASES: [string, Build][] = [
+  ["f32, no mask, odd head dim", attention(1, [40, 7, 3, 1], [40, 37, 3, 1], 40, "f32", {})],
+  [
+    "f16 K/V, GQA 6:2, 2 batches, f16 mask with a hidden row, scale",
+    attention(2, [64, 5, 6, 2], [64, 300, 2, 2], 64, "f16", { maskDType: "f16", scale: 0.125 }),
+  ],
+  [
+    "Dv != Dk, f32 mask, softcap and ALiBi over 5 heads",
+    attention(3, [24, 9, 5, 1], [24, 33, 5, 1], 33, "f32", {
+      maskDType: "f32",
+      scale: 0.3,
+      softcap: 2.5,
+      maxBias: 8,
+    }),
+  ],
+  [
+    "permuted f16 K and V, 1 query row",
+    attention(4, [32, 1, 4, 1], [32, 50, 4, 1], 32, "f16", { permuted: true, scale: 0.2 }),
+  ],
+];
+
+for (const [name, build] of CASES) {
+  Deno.test({
+    name: `webgpu flashAttnExt matches the CPU: ${name}`,
+    ignore: gpu === null,
+    sanitizeResources: false,
+    sanitizeOps: false,
+    fn: async () => {
+      const expected = await run(cpu, build);
+      assert.ok(gpu!.supportsOp(build().output));
+      const actual = await run(gpu!, build);
+      const error = nmse(actual, expected);
+      assert.ok(
+        error <= NMSE_ATTENTION,
+        `${name}: NMSE ${error} > ${NMSE_ATTENTION}\nactual ${actual.slice(0, 6).join(", ")}` +
+          `\nexpected ${expected.slice(0, 6).join(", ")}`,
+      );
+    },
+  });
+}
+
+Deno.test({
+  name: "webgpu flashAttnExt: head dims past the shader's limit are not supported",
+  ignore: gpu === null,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  fn: () => {
+    const ctx = new Context();
+    const q = ctx.newTensor("f32", [2048, 2, 1]);
+    const k = ctx.newTensor("f32", [2048, 3, 1]);
+    assert.equal(gpu!.supportsOp(flashAttnExt(q, k, k)), false);
+    assert.equal(cpu.supportsOp(flashAttnExt(q, k, k)), true);
+  },
+});

@@ -83,6 +83,14 @@ export { mulMat, type MulMatOptions } from "./src/ops/matmul.ts";
 export { permute, reshape, transpose, view } from "./src/ops/view.ts";
 export { cont, cpy, getRows, setRows } from "./src/ops/copy.ts";
 export { flashAttnExt, type FlashAttnOptions } from "./src/ops/attention.ts";
+export {
+  conv1d,
+  conv2d,
+  conv2dDw,
+  type ConvOptions,
+  im2col,
+  type Im2colOptions,
+} from "./src/ops/conv.ts";
 export { dequantize, isQuantDType, QUANT_DTYPES, type QuantDType, quantize } from "./src/quant.ts";
 export type {
   Backend,

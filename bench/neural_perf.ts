@@ -10,6 +10,9 @@
  * and scale, mulMat(V^T, P) with V stored transposed (llama.cpp's non-flash V cache), and the
  * permute + cont to [D, heads, tokens]. Memory is the planner's size for the graph's
  * activations (inputs excluded), plus each plan's work buffer.
+ *
+ * conv2d: 3x3, 64 -> 64 channels, 56x56, padding 1 (ggml_conv_2d: im2col + mulMat) against
+ * onnxruntime-node's Conv on the same data and thread count (bench/peers/onnx_conv.ts).
  * @module
  */
 
@@ -18,6 +21,7 @@ import {
   allocTensors,
   cont,
   Context,
+  conv2d,
   CpuBackend,
   flashAttnExt,
   Graph,
@@ -27,7 +31,8 @@ import {
   softmax,
   type Tensor,
 } from "../mod.ts";
-import { compare } from "./timing.ts";
+import { compare, compareAsync } from "./timing.ts";
+import { onnxConv } from "./peers/onnx_conv.ts";
 
 interface Result {
   case: string;
@@ -158,9 +163,39 @@ function attention(cpu: CpuBackend, dtype: "f32" | "f16", masked: boolean): void
   });
 }
 
+async function convolution(cpu: CpuBackend): Promise<void> {
+  const shape = { width: 56, height: 56, channels: 64, outChannels: 64, kernel: 3, pad: 1 };
+  const { width, height, channels, outChannels, kernel, pad } = shape;
+  const imageData = random(width * height * channels, 11);
+  const weightData = random(kernel * kernel * channels * outChannels, 12).map((x) => x / 8);
+  const ctx = new Context();
+  const image = ctx.newTensor("f32", [width, height, channels]);
+  const weights = ctx.newTensor("f32", [kernel, kernel, channels, outChannels]);
+  const out = conv2d(weights, image, { padding: pad });
+  using graft = new Case(cpu, [[image, imageData], [weights, weightData]], out);
+  const onnx = await onnxConv(shape, imageData, weightData, cpu.threads);
+  if (!onnx) return;
+  try {
+    // Both must compute the same convolution, or the ratio means nothing.
+    const a = graft.result();
+    const b = await onnx.run();
+    let worst = 0;
+    for (let i = 0; i < a.length; i++) worst = Math.max(worst, Math.abs(a[i]! - b[i]!));
+    console.log(`conv2d: graft vs onnxruntime max abs difference ${worst.toExponential(2)}`);
+    const [tg, tp] = await compareAsync(() => Promise.resolve(graft.run()), onnx.run);
+    report("conv2d_3x3_64to64_56x56", tg * 1e3, "onnxruntime", tp * 1e3, "ms");
+    console.log(
+      `memory conv2d_3x3_64to64_56x56 graft=${graft.activationBytes}B+work ${graft.workBytes}B`,
+    );
+  } finally {
+    await onnx.close();
+  }
+}
+
 {
   using cpu = new CpuBackend();
   console.log(`cpu threads ${cpu.threads}`);
+  await convolution(cpu);
   for (const dtype of ["f32", "f16"] as const) {
     attention(cpu, dtype, true);
     attention(cpu, dtype, false);

@@ -39,6 +39,7 @@ export const CoreOp = {
   rope: 23,
   set_rows: 24,
   flash_attn_ext: 110,
+  im2col: 111,
 } as const;
 
 /** A core op's name. */
@@ -160,7 +161,7 @@ export const OPS = {
   },
   norm: { code: 14, arity: 1, params: ["eps"], core: "norm", inPlace: rowRead },
   rmsNorm: { code: 15, arity: 1, params: ["eps"], core: "rms_norm", inPlace: rowRead },
-  softmax: { code: 16, arity: 2, params: ["scale"], core: "soft_max", inPlace: rowRead },
+  softmax: { code: 16, arity: 2, params: ["scale", "maxBias"], core: "soft_max", inPlace: rowRead },
   gelu: { code: 17, arity: 1, params: [], core: "gelu", inPlace: elementwise },
   silu: { code: 18, arity: 1, params: [], core: "silu", inPlace: elementwise },
   relu: { code: 19, arity: 1, params: [], core: "relu", inPlace: elementwise },
@@ -215,6 +216,15 @@ export const OPS = {
     // [DV, heads, tokens] (a permutation of q's), so no source shares its layout anyway.
     inPlace: { safe: false, reason: "each dst row reads every row of K and V" },
     support: { cpu: ["f32"], webgpu: ["f32"] },
+  },
+  im2col: {
+    code: 111,
+    arity: 2,
+    params: ["s0", "s1", "p0", "p1", "d0", "d1", "is2D"],
+    core: "im2col",
+    // conv.zig: a dst row gathers a whole receptive field (of every channel) of src1.
+    inPlace: { safe: false, reason: "each dst row reads a window of every src1 channel" },
+    support: { cpu: ["f32", "f16"], webgpu: ["f32", "f16"] },
   },
 } as const satisfies Record<string, OpInfo>;
 

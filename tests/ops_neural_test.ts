@@ -12,11 +12,16 @@ import {
   allocTensors,
   cont,
   Context,
+  conv1d,
+  conv2d,
+  conv2dDw,
   CpuBackend,
+  cpy,
   DTypeError,
   flashAttnExt,
   type FlashAttnOptions,
   Graph,
+  im2col,
   mulMat,
   permute,
   ShapeError,
@@ -344,3 +349,335 @@ Deno.test("flashAttnExt: the CPU backend supports it and computes a one-row grap
   using _memory = allocTensors(cpu, [...ctx.tensors, ...graph.leafs, ...graph.nodes]);
   cpu.graphCompute(graph);
 });
+
+// ---------------------------------------------------------------------------------------------
+// softmax with ALiBi slopes (ggml_soft_max_ext's max_bias).
+
+/** float64 softmax(x * scale + slope(h) * mask) over rows of [n, rows, heads, batches]. */
+function refSoftmaxAlibi(x: Input, mask: Input, scale: number, maxBias: number): RefTensor {
+  const [n, rows, heads, batches] = x.tensor.ne;
+  const [, , m2, m3] = mask.tensor.ne;
+  const out = new Float64Array(n * rows * heads * batches);
+  for (let i3 = 0; i3 < batches; i3++) {
+    for (let h = 0; h < heads; h++) {
+      const m = slope(maxBias, h, heads);
+      for (let i1 = 0; i1 < rows; i1++) {
+        const logits = Array.from(
+          { length: n },
+          (_, j) => x.at(j, i1, h, i3) * scale + m * mask.at(j, i1, h % m2, i3 % m3),
+        );
+        const top = Math.max(...logits);
+        const e = logits.map((l) => top === -Infinity ? 0 : Math.exp(l - top));
+        const total = e.reduce((s, v) => s + v, 0);
+        e.forEach((v, j) => out[j + n * (i1 + rows * (h + heads * i3))] = total ? v / total : 0);
+      }
+    }
+  }
+  return new RefTensor([n, rows, heads, batches], out);
+}
+
+const TOL_SOFTMAX_ALIBI: Tolerance = { nmse: 1e-11, rtol: 1e-5, atol: 1e-7 };
+
+for (
+  const [name, ne, maskNe, maxBias] of [
+    ["6 heads (slopes of both ranges), odd rows", [37, 5, 6, 1], [37, 7, 1, 1], 8],
+    ["3 heads x 2 batches, per-head mask, max_bias 0.5", [50, 3, 3, 2], [50, 3, 3, 1], 0.5],
+    ["max_bias 0 is the plain masked softmax", [19, 4, 2, 1], [19, 4, 1, 1], 0],
+  ] as [string, Dims4, Dims4, number][]
+) {
+  Deno.test(`softmax with ALiBi slopes matches float64: ${name}`, () => {
+    let reference: RefTensor | undefined;
+    const results = compute(() => {
+      const feed = new Feed(ne[0]);
+      const x = feed.random("f32", ne, -3, 3);
+      const values = Array.from(feed.rng.f32(maskNe[0] * maskNe[1] * maskNe[2], -2, 2));
+      for (let i = 0; i < values.length; i += 5) values[i] = -Infinity;
+      const mask = feed.of("f32", maskNe, values);
+      reference ??= refSoftmaxAlibi(x, mask, 0.7, maxBias);
+      const output = softmax(x.tensor, { mask: mask.tensor, scale: 0.7, maxBias });
+      return { ctx: feed.ctx, inputs: feed.inputs, output };
+    });
+    for (const [simd, got] of results) {
+      assertClose(
+        new RefTensor(reference!.ne, Float64Array.from(got)),
+        reference!,
+        TOL_SOFTMAX_ALIBI,
+        `${name} (${simd})`,
+      );
+    }
+  });
+}
+
+Deno.test("softmax refuses a negative or maskless maxBias, naming the op and the argument", () => {
+  const ctx = new Context();
+  const x = ctx.newTensor("f32", [8, 4, 2]);
+  const mask = ctx.newTensor("f32", [8, 4]);
+  assert.throws(() => softmax(x, { maxBias: 1 }), /softmax: maxBias 1 needs a mask/);
+  assert.throws(() => softmax(x, { mask, maxBias: -1 }), /softmax: maxBias must be >= 0, got -1/);
+  assert.throws(() => softmax(x, { mask, maxBias: Infinity }), /softmax: maxBias must be finite/);
+  assert.deepEqual(softmax(x, { mask, maxBias: 2 }).params, [1, 2]);
+  assert.deepEqual(softmax(x, { mask }).params, [1]);
+});
+
+// ---------------------------------------------------------------------------------------------
+// im2col and the convolutions built on it (ggml_conv_1d, ggml_conv_2d, ggml_conv_2d_dw).
+
+interface ConvGeometry {
+  stride: [number, number];
+  padding: [number, number];
+  dilation: [number, number];
+}
+
+/** float64 ggml_conv_2d: kernel [KW, KH, IC, OC], image [IW, IH, IC, N] -> [OW, OH, OC, N]. */
+function refConv2d(kernel: Input, image: Input, g: ConvGeometry, depthwise = false): RefTensor {
+  const [kw, kh, kc, oc] = kernel.tensor.ne;
+  const [iw, ih, ic, n] = image.tensor.ne;
+  const ow = Math.floor((iw + 2 * g.padding[0] - g.dilation[0] * (kw - 1) - 1) / g.stride[0]) + 1;
+  const oh = Math.floor((ih + 2 * g.padding[1] - g.dilation[1] * (kh - 1) - 1) / g.stride[1]) + 1;
+  const out = new Float64Array(ow * oh * oc * n);
+  for (let b = 0; b < n; b++) {
+    for (let o = 0; o < oc; o++) {
+      for (let y = 0; y < oh; y++) {
+        for (let x = 0; x < ow; x++) {
+          let acc = 0;
+          for (let c = 0; c < kc; c++) {
+            const channel = depthwise ? o : c;
+            for (let ky = 0; ky < kh; ky++) {
+              for (let kx = 0; kx < kw; kx++) {
+                const sx = x * g.stride[0] + kx * g.dilation[0] - g.padding[0];
+                const sy = y * g.stride[1] + ky * g.dilation[1] - g.padding[1];
+                if (sx < 0 || sx >= iw || sy < 0 || sy >= ih) continue;
+                acc += kernel.at(kx, ky, c, o) * image.at(sx, sy, channel, b);
+              }
+            }
+          }
+          out[x + ow * (y + oh * (o + oc * b))] = acc;
+        }
+      }
+    }
+  }
+  assert.ok(depthwise || kc === ic);
+  return new RefTensor([ow, oh, oc, n], out);
+}
+
+/**
+ * A sum of KW*KH*IC products of values in [-1, 1], in f32 (GEMM order): within ~sqrt(K)
+ * roundings of the terms. f16 kernels are exact in the reference too; where mulMat rounds its
+ * f32 operand to f16 (ggml's f16 dot), the error grows to ~1e-3 of each term.
+ */
+function tolConv(terms: number, f16: boolean): Tolerance {
+  return f16
+    ? { nmse: 1e-5, rtol: 1e-2, atol: 2e-3 * Math.sqrt(terms) }
+    : { nmse: 1e-9, rtol: 1e-5, atol: 2e-6 * Math.sqrt(terms) };
+}
+
+const geometry = (
+  stride: [number, number],
+  padding: [number, number],
+  dilation: [number, number],
+): ConvGeometry => ({ stride, padding, dilation });
+
+for (
+  const [name, kne, ine, dtype, g] of [
+    [
+      "3x3, 5 -> 7 channels, 2 images, stride 2, pad 1",
+      [3, 3, 5, 7],
+      [11, 9, 5, 2],
+      "f32",
+      geometry([2, 2], [1, 1], [1, 1]),
+    ],
+    [
+      "one image (no copy), 3x2 kernel, pad (2, 0)",
+      [3, 2, 4, 6],
+      [10, 8, 4, 1],
+      "f32",
+      geometry([1, 1], [2, 0], [1, 1]),
+    ],
+    [
+      "f16 kernel, dilation 2, stride (1, 2), 2 images",
+      [3, 3, 4, 5],
+      [13, 12, 4, 2],
+      "f16",
+      geometry([1, 2], [1, 2], [2, 2]),
+    ],
+    [
+      "1x1 kernel, 16 channels",
+      [1, 1, 16, 3],
+      [7, 5, 16, 1],
+      "f32",
+      geometry([1, 1], [0, 0], [1, 1]),
+    ],
+  ] as [string, Dims4, Dims4, "f32" | "f16", ConvGeometry][]
+) {
+  Deno.test(`conv2d matches float64: ${name}`, () => {
+    let reference: RefTensor | undefined;
+    const results = compute(() => {
+      const feed = new Feed(kne[0] * 100 + ine[0]);
+      const kernel = feed.random(dtype, kne);
+      const image = feed.random("f32", ine);
+      reference ??= refConv2d(kernel, image, g);
+      const output = conv2d(kernel.tensor, image.tensor, g);
+      return { ctx: feed.ctx, inputs: feed.inputs, output };
+    });
+    for (const [simd, got] of results) {
+      assertClose(
+        new RefTensor(reference!.ne, Float64Array.from(got)),
+        reference!,
+        tolConv(kne[0] * kne[1] * kne[2], dtype === "f16"),
+        `${name} (${simd})`,
+      );
+    }
+  });
+}
+
+for (
+  const [name, kne, ine, dtype, g] of [
+    [
+      "3x3, 6 channels, 2 images, pad 1",
+      [3, 3, 1, 6],
+      [9, 10, 6, 2],
+      "f32",
+      geometry([1, 1], [1, 1], [1, 1]),
+    ],
+    [
+      "f16 5x3 kernel, stride 2",
+      [5, 3, 1, 4],
+      [12, 7, 4, 1],
+      "f16",
+      geometry([2, 2], [2, 1], [1, 1]),
+    ],
+  ] as [string, Dims4, Dims4, "f32" | "f16", ConvGeometry][]
+) {
+  Deno.test(`conv2dDw matches float64: ${name}`, () => {
+    let reference: RefTensor | undefined;
+    const results = compute(() => {
+      const feed = new Feed(kne[0] * 10 + ine[0]);
+      const kernel = feed.random(dtype, kne);
+      const image = feed.random("f32", ine);
+      reference ??= refConv2d(kernel, image, g, true);
+      const output = conv2dDw(kernel.tensor, image.tensor, g);
+      return { ctx: feed.ctx, inputs: feed.inputs, output };
+    });
+    for (const [simd, got] of results) {
+      assertClose(
+        new RefTensor(reference!.ne, Float64Array.from(got)),
+        reference!,
+        tolConv(kne[0] * kne[1], dtype === "f16"),
+        `${name} (${simd})`,
+      );
+    }
+  });
+}
+
+for (
+  const [name, kne, ine, dtype, stride, padding, dilation] of [
+    [
+      "kernel 3, 4 -> 5 channels, 2 inputs, stride 2, pad 1",
+      [3, 4, 5, 1],
+      [20, 4, 2, 1],
+      "f32",
+      2,
+      1,
+      1,
+    ],
+    ["f16 kernel 5, dilation 2, one input", [5, 3, 6, 1], [31, 3, 1, 1], "f16", 1, 3, 2],
+  ] as [string, Dims4, Dims4, "f32" | "f16", number, number, number][]
+) {
+  Deno.test(`conv1d matches float64: ${name}`, () => {
+    let reference: RefTensor | undefined;
+    const results = compute(() => {
+      const feed = new Feed(kne[0] * 7 + ine[0]);
+      const kernel = feed.random(dtype, kne);
+      const input = feed.random("f32", ine);
+      // A 1D convolution is a 2D one of height 1: kernel [KW, 1, IC, OC], input [IW, 1, IC, N].
+      const k2: Input = { tensor: kernel.tensor, at: (x, _y, c, o) => kernel.at(x, c, o, 0) };
+      const i2: Input = { tensor: input.tensor, at: (x, _y, c, b) => input.at(x, c, b, 0) };
+      const shaped = (t: Tensor, ne: Dims4): Tensor => ({ ...t, ne } as unknown as Tensor);
+      const want = refConv2d(
+        { ...k2, tensor: shaped(kernel.tensor, [kne[0], 1, kne[1], kne[2]]) },
+        { ...i2, tensor: shaped(input.tensor, [ine[0], 1, ine[1], ine[2]]) },
+        geometry([stride, 1], [padding, 0], [dilation, 1]),
+      );
+      const [ow, , oc, n] = want.ne;
+      reference ??= new RefTensor([ow, oc, n, 1], want.values());
+      const output = conv1d(kernel.tensor, input.tensor, { stride, padding, dilation });
+      return { ctx: feed.ctx, inputs: feed.inputs, output };
+    });
+    for (const [simd, got] of results) {
+      assertClose(
+        new RefTensor(reference!.ne, Float64Array.from(got)),
+        reference!,
+        tolConv(kne[0] * kne[1], dtype === "f16"),
+        `${name} (${simd})`,
+      );
+    }
+  });
+}
+
+Deno.test("im2col into f16 from a permuted image matches float64 exactly (rounded once)", () => {
+  const kne: Dims4 = [3, 2, 3, 4];
+  const ine: Dims4 = [8, 6, 3, 2];
+  const g = geometry([2, 1], [1, 1], [1, 2]);
+  let reference: RefTensor | undefined;
+  const results = compute(() => {
+    const feed = new Feed(5);
+    const kernel = feed.random("f32", kne);
+    const image = feed.swapped12("f32", ine); // nb[1] > nb[2]: a permuted view
+    const ow = Math.floor((ine[0] + 2 - 2 - 1) / 2) + 1;
+    const oh = Math.floor((ine[1] + 2 - 2 - 1) / 1) + 1;
+    const k = kne[0] * kne[1] * kne[2];
+    const values = new Float64Array(k * ow * oh * ine[3]);
+    for (let b = 0; b < ine[3]; b++) {
+      for (let y = 0; y < oh; y++) {
+        for (let x = 0; x < ow; x++) {
+          for (let c = 0; c < kne[2]; c++) {
+            for (let ky = 0; ky < kne[1]; ky++) {
+              for (let kx = 0; kx < kne[0]; kx++) {
+                const sx = x * 2 + kx - 1;
+                const sy = y + ky * 2 - 1;
+                const inside = sx >= 0 && sx < ine[0] && sy >= 0 && sy < ine[1];
+                const at = (c * kne[1] + ky) * kne[0] + kx + k * (x + ow * (y + oh * b));
+                values[at] = inside
+                  ? Math.fround(new Float16Array([image.at(sx, sy, c, b)])[0]!)
+                  : 0;
+              }
+            }
+          }
+        }
+      }
+    }
+    reference ??= new RefTensor([k, ow, oh, ine[3]], values);
+    const output = cont(im2col(kernel.tensor, image.tensor, { ...g, dtype: "f16" }));
+    return { ctx: feed.ctx, inputs: feed.inputs, output: castF32(output) };
+  });
+  for (const [simd, got] of results) {
+    assertClose(
+      new RefTensor(reference!.ne, Float64Array.from(got)),
+      reference!,
+      { nmse: 0, rtol: 0, atol: 0 },
+      `im2col f16 (${simd})`,
+    );
+  }
+});
+
+Deno.test("im2col and the convolutions refuse bad shapes and arguments, naming the op", () => {
+  const ctx = new Context();
+  const kernel = ctx.newTensor("f32", [3, 3, 4, 8]);
+  const image = ctx.newTensor("f32", [10, 10, 4]);
+  assert.throws(() => im2col(kernel, ctx.newTensor("f32", [10, 10, 5])), /im2col: kernel/);
+  assert.throws(() => im2col(kernel, ctx.newTensor("f16", [10, 10, 4])), DTypeError);
+  assert.throws(() => im2col(kernel, image, { stride: 0 }), /im2col: stride must be/);
+  assert.throws(() => im2col(kernel, image, { padding: -1 }), /im2col: padding must be/);
+  assert.throws(() => im2col(kernel, image, { dilation: 1.5 }), /im2col: dilation must be/);
+  assert.throws(() => im2col(kernel, ctx.newTensor("f32", [2, 2, 4])), /smaller than/);
+  assert.throws(() => conv2d(ctx.newTensor("i32", [3, 3, 4, 8]), image), DTypeError);
+  assert.throws(() => conv2dDw(kernel, image), /conv2dDw: kernel/);
+  assert.deepEqual(im2col(kernel, image, { padding: 1 }).ne, [36, 10, 10, 1]);
+  assert.deepEqual(conv2d(kernel, image, { padding: 1, stride: 2 }).ne, [5, 5, 8, 1]);
+});
+
+/** An f32 copy of an f16 tensor (the compute helper reads f32 results). */
+function castF32(t: Tensor): Tensor {
+  const ctx = new Context();
+  return cpy(t, ctx.newTensor("f32", t.ne));
+}

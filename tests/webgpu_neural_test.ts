@@ -17,6 +17,7 @@ import {
   type FlashAttnOptions,
   Graph,
   permute,
+  softmax,
   type Tensor,
 } from "../mod.ts";
 import { nmse, Rng } from "./reference.ts";
@@ -29,6 +30,8 @@ globalThis.addEventListener("unload", () => {
 
 /** exp and f32 dot products in another order: a few ulp per element. */
 const NMSE_ATTENTION = 1e-8;
+/** A row reduction, exp and a scale of every element (as backend_ops_test's NMSE_NORM). */
+const NMSE_SOFTMAX = 1e-8;
 
 type Dims4 = [number, number, number, number];
 
@@ -150,3 +153,36 @@ Deno.test({
     assert.equal(cpu.supportsOp(flashAttnExt(q, k, k)), true);
   },
 });
+
+for (
+  const [name, ne, maskNe, maxBias] of [
+    ["6 heads, max_bias 8", [37, 5, 6, 1], [37, 7, 1, 1], 8],
+    ["3 heads x 2 batches, per-head mask, max_bias 0.5", [300, 3, 3, 2], [300, 3, 3, 1], 0.5],
+  ] as [string, Dims4, Dims4, number][]
+) {
+  Deno.test({
+    name: `webgpu softmax with ALiBi slopes matches the CPU: ${name}`,
+    ignore: gpu === null,
+    sanitizeResources: false,
+    sanitizeOps: false,
+    fn: async () => {
+      const build: Build = () => {
+        const rng = new Rng(ne[0]);
+        const ctx = new Context();
+        const x = ctx.newTensor("f32", ne);
+        const mask = ctx.newTensor("f32", maskNe);
+        const values = rng.f32(maskNe[0] * maskNe[1] * maskNe[2], -2, 2);
+        for (let i = 0; i < values.length; i += 5) values[i] = -Infinity;
+        const inputs: [Tensor, ArrayBufferView][] = [
+          [x, rng.f32(ne[0] * ne[1] * ne[2] * ne[3], -3, 3)],
+          [mask, values],
+        ];
+        return { ctx, inputs, output: softmax(x, { mask, scale: 0.7, maxBias }) };
+      };
+      const expected = await run(cpu, build);
+      const actual = await run(gpu!, build);
+      const error = nmse(actual, expected);
+      assert.ok(error <= NMSE_SOFTMAX, `${name}: NMSE ${error} > ${NMSE_SOFTMAX}`);
+    },
+  });
+}

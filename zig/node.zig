@@ -49,6 +49,9 @@ pub const Op = enum(u32) {
     // src1 k f32|f16 [DK, nKv, Hkv, B'], src2 v f32|f16 [DV, nKv, Hkv, B'], src3 (optional)
     // mask f32|f16 [nKv, >=T, Hq/m, B/m']; dst f32 [DV, Hq, T, B] (kernels/attention.zig)
     flash_attn_ext = 110,
+    // params (f32 whole numbers): s0, s1, p0, p1, d0, d1, is_2d; src0 the kernel (shape only),
+    // src1 f32 image; dst f32|f16 [IC*KH*KW, OW, OH, N] (kernels/conv.zig)
+    im2col = 111,
     _,
 
     /// The unary element-wise ops (named as above): validation and dispatch derive their

@@ -72,6 +72,7 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
         .silu_mul => check_silu_mul(n),
         .rms_norm_mul => check_rms_norm_mul(n),
         .flash_attn_ext => check_flash_attn_ext(n),
+        .im2col => check_im2col(n),
         // Unary ops returned above (op is comptime-known); unnamed codes never get here.
         else => unreachable,
     };
@@ -80,7 +81,7 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
 /// Inclusive bounds on src_count.
 fn source_counts(comptime op: Op) [2]u32 {
     return switch (op) {
-        .add, .sub, .mul, .div, .mul_mat, .get_rows, .silu_mul, .rms_norm_mul, .rope, .set_rows => .{ 2, 2 },
+        .add, .sub, .mul, .div, .mul_mat, .get_rows, .im2col, .silu_mul, .rms_norm_mul, .rope, .set_rows => .{ 2, 2 },
         .soft_max => .{ 1, 2 },
         .flash_attn_ext => .{ 3, 4 },
         else => .{ 1, 1 },
@@ -325,6 +326,14 @@ fn check_soft_max(n: *const Node) Verdict {
             return fail(.shape_mismatch, "soft_max: src1.ne[1] < src0.ne[1]");
         }
     }
+    // params[1]: ALiBi's max_bias (kernels/soft_max.zig); 0 means none.
+    const max_bias = n.param_f32(1);
+    if (!std.math.isFinite(max_bias) or max_bias < 0) {
+        return fail(.invalid_argument, "soft_max: params[1] (max_bias) must be finite and >= 0");
+    }
+    if (max_bias > 0 and n.src_count != 2) {
+        return fail(.invalid_argument, "soft_max: params[1] (max_bias) > 0 needs a mask (src1)");
+    }
     return .ok;
 }
 
@@ -447,4 +456,56 @@ fn check_flash_attn_ext(n: *const Node) Verdict {
 
 fn node_rows_contiguous(t: *const TensorDesc) bool {
     return t.nb[0] == @as(i64, @intCast(dtype_of(t).size_bytes()));
+}
+
+/// Largest stride, padding and dilation of im2col (src/ops/conv.ts checks the same).
+pub const conv_param_max: f32 = 1 << 20;
+
+/// im2col (kernels/conv.zig), ggml_im2col's rules: params s0, s1, d0, d1 whole numbers in
+/// [1, conv_param_max], p0, p1 in [0, conv_param_max], is_2d 0 or 1; src1 f32 with contiguous
+/// rows, its channels (dim 2 in 2D, 1 in 1D) those of the kernel src0 (any dtype: only its
+/// shape is read); a 1D image has ne[3] == 1; dst f32 or f16 of the unfolded shape.
+fn check_im2col(n: *const Node) Verdict {
+    for (0..7) |i| {
+        const value = n.param_f32(i);
+        const min: f32 = if (i == 2 or i == 3 or i == 6) 0 else 1;
+        const max: f32 = if (i == 6) 1 else conv_param_max;
+        if (!(value >= min and value <= max) or @floor(value) != value) {
+            return fail(.invalid_argument, "im2col: params (s0, s1, p0, p1, d0, d1, is_2d) out of range or not whole");
+        }
+    }
+    const kernel = &n.src[0];
+    const image = &n.src[1];
+    const to = dtype_of(&n.dst);
+    if (dtype_of(image) != .f32 or (to != .f32 and to != .f16)) {
+        return fail(.unsupported, "im2col: src1 must be f32, dst f32 or f16");
+    }
+    if (!node_rows_contiguous(image)) return fail(.unsupported, "im2col: src1 rows must be contiguous");
+    const is_2d = n.param_f32(6) != 0;
+    const p: [6]i64 = .{
+        @intFromFloat(n.param_f32(0)), @intFromFloat(n.param_f32(1)), @intFromFloat(n.param_f32(2)),
+        @intFromFloat(n.param_f32(3)), @intFromFloat(n.param_f32(4)), @intFromFloat(n.param_f32(5)),
+    };
+    const ow = conv_output(image.ne[0], kernel.ne[0], p[0], p[2], p[4]);
+    if (is_2d) {
+        if (kernel.ne[2] != image.ne[2]) return fail(.shape_mismatch, "im2col: src0.ne[2] != src1.ne[2]");
+        const oh = conv_output(image.ne[1], kernel.ne[1], p[1], p[3], p[5]);
+        const expected = [dims_max]i64{ kernel.ne[2] * kernel.ne[1] * kernel.ne[0], ow, oh, image.ne[3] };
+        if (!std.mem.eql(i64, &n.dst.ne, &expected)) {
+            return fail(.shape_mismatch, "im2col: dst.ne != [IC*KH*KW, OW, OH, N]");
+        }
+    } else {
+        if (kernel.ne[1] != image.ne[1]) return fail(.shape_mismatch, "im2col: src0.ne[1] != src1.ne[1]");
+        if (image.ne[3] != 1) return fail(.shape_mismatch, "im2col: a 1D src1 has ne[3] == 1");
+        const expected = [dims_max]i64{ kernel.ne[1] * kernel.ne[0], ow, image.ne[2], 1 };
+        if (!std.mem.eql(i64, &n.dst.ne, &expected)) {
+            return fail(.shape_mismatch, "im2col: dst.ne != [IC*KW, OW, N, 1]");
+        }
+    }
+    return .ok;
+}
+
+/// ggml_calc_conv_output_size; below 1 when the dilated kernel does not fit.
+fn conv_output(size: i64, kernel: i64, stride: i64, pad: i64, dilation: i64) i64 {
+    return @divFloor(size + 2 * pad - dilation * (kernel - 1) - 1, stride) + 1;
 }

@@ -3,7 +3,7 @@
  * @module
  */
 
-import { ShapeError } from "../errors.ts";
+import { ArgumentError, ShapeError } from "../errors.ts";
 import { Op } from "../op.ts";
 import { formatShape, Tensor } from "../tensor.ts";
 import { requireDType, requireFinite } from "./check.ts";
@@ -63,10 +63,12 @@ export function flashAttnExt(
   requireFinite("flashAttnExt", "scale", scale);
   requireFinite("flashAttnExt", "maxBias", maxBias);
   requireFinite("flashAttnExt", "softcap", softcap);
-  if (maxBias < 0) throw new ShapeError(`flashAttnExt: maxBias must be >= 0, got ${maxBias}`);
-  if (softcap < 0) throw new ShapeError(`flashAttnExt: softcap must be >= 0, got ${softcap}`);
+  if (maxBias < 0) throw new ArgumentError(`flashAttnExt: maxBias must be >= 0, got ${maxBias}`);
+  if (softcap < 0) throw new ArgumentError(`flashAttnExt: softcap must be >= 0, got ${softcap}`);
   if (maxBias > 0 && !options.mask) {
-    throw new ShapeError(`flashAttnExt: maxBias ${maxBias} needs a mask (ALiBi scales the mask)`);
+    throw new ArgumentError(
+      `flashAttnExt: maxBias ${maxBias} needs a mask (ALiBi scales the mask)`,
+    );
   }
   const shapes = `q ${formatShape(q.ne)}, k ${formatShape(k.ne)}, v ${formatShape(v.ne)}`;
   if (

@@ -16,6 +16,7 @@ const rope = @import("rope.zig");
 const mul_mat = @import("mul_mat.zig");
 const copy = @import("copy.zig");
 const attention = @import("attention.zig");
+const conv = @import("conv.zig");
 
 const assert = common.assert;
 const Node = common.Node;
@@ -64,6 +65,7 @@ fn dispatch(op: Op, n: *const Node, work: *const Work) Status {
         .get_rows => copy.get_rows(n, work),
         .set_rows => copy.set_rows(n, work),
         .flash_attn_ext => attention.flash_attn_ext(n, work),
+        .im2col => conv.im2col(n, work),
         // Unary ops returned above; anything else is no op the core knows.
         else => .unsupported,
     };

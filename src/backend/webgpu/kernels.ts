@@ -20,6 +20,7 @@ import {
 import { MATMUL_TILE, matmulShader } from "./shader_matmul.ts";
 import { type RowKind, rowShader, sumShader } from "./shader_rows.ts";
 import { ropeShader } from "./shader_rope.ts";
+import { im2colShader } from "./shader_conv.ts";
 import { ATTENTION_DK_MAX, ATTENTION_DV_PER_THREAD, flashAttnShader } from "./shader_attention.ts";
 import {
   isWeightDType,
@@ -159,6 +160,17 @@ function rope(node: Tensor): Kernel {
   };
 }
 
+/**
+ * ALiBi's m0, m1 and n_head_log2 for `heads` heads (ggml_soft_max_ext, ggml_flash_attn_ext):
+ * head h's slope is m0^(h+1) below n_head_log2, else m1^(2(h - n_head_log2) + 1). Without
+ * maxBias m0 = m1 = 1, so every slope is exactly 1.
+ */
+function alibi(maxBias: number, heads: number): [number, number, number] {
+  const log2 = 2 ** Math.floor(Math.log2(heads));
+  if (!(maxBias > 0)) return [1, 1, log2];
+  return [2 ** (-maxBias / log2), 2 ** (-(maxBias / 2) / log2), log2];
+}
+
 // One workgroup per query row (shader_attention.ts); the slot describes q, k, v and the mask.
 function flashAttn(node: Tensor): Kernel {
   const [q, k, v, mask] = node.src as [Tensor, Tensor, Tensor, Tensor | undefined];
@@ -170,9 +182,7 @@ function flashAttn(node: Tensor): Kernel {
         `${ATTENTION_DK_MAX}/${ATTENTION_DV_PER_THREAD * WORKGROUP_SIZE})`,
     );
   }
-  const heads = q.ne[2];
-  const log2 = 2 ** Math.floor(Math.log2(heads));
-  const [m0, m1] = maxBias > 0 ? [2 ** (-maxBias / log2), 2 ** (-(maxBias / 2) / log2)] : [1, 1];
+  const [m0, m1, log2] = alibi(maxBias, q.ne[2]);
   const maskKey = mask ? mask.dtype : "none";
   const rows = node.nrows;
   return {
@@ -260,16 +270,30 @@ export function kernelFor(node: Tensor): Kernel {
       return rows("norm", node, [a], node.params[0] ?? 1e-5);
     case Op.rmsNorm:
       return rows("rmsNorm", node, [a], node.params[0] ?? 1e-6);
-    case Op.softmax:
-      return src.length > 1
+    case Op.softmax: {
+      const kernel = src.length > 1
         ? rows("softmaxMask", node, src.slice(0, 2), node.params[0] ?? 1)
         : rows("softmax", node, [a], node.params[0] ?? 1);
+      return { ...kernel, floats: [node.params[0] ?? 1, ...alibi(node.params[1] ?? 0, a.ne[2])] };
+    }
     case Op.mulMat:
       return matmul(node);
     case Op.rope:
       return rope(node);
     case Op.flashAttnExt:
       return flashAttn(node);
+    case Op.im2col: {
+      // params s0, s1, p0, p1, d0, d1, is2D (shader_conv.ts).
+      const [s0, s1, p0, p1, d0, d1, is2D] = node.params as number[];
+      const kernel = flat(
+        `im2col:${node.dtype}:${is2D ? 2 : 1}`,
+        () => im2colShader(node.dtype, is2D !== 0),
+        node,
+        src,
+        [s0!, s1!, p0!, p1!],
+      );
+      return { ...kernel, uints: [d0!, d1!] };
+    }
     default:
       throw new GraftError(`webgpu: op ${opName(node.op)} is not supported (${node.label})`);
   }

@@ -1,0 +1,222 @@
+/**
+ * Convolutions as ggml builds them: `im2col` unfolds every receptive field of the image into
+ * one row, and a matrix product with the kernel does the rest (ggml_conv_1d, ggml_conv_2d,
+ * ggml_conv_2d_dw).
+ * @module
+ */
+
+import { ArgumentError, ShapeError } from "../errors.ts";
+import { Op } from "../op.ts";
+import { formatShape, Tensor } from "../tensor.ts";
+import { requireDType } from "./check.ts";
+import { mulMat } from "./matmul.ts";
+import { cont } from "./copy.ts";
+import { permute, reshape } from "./view.ts";
+
+/** Stride, padding and dilation of a convolution, per spatial dim (x, then y). */
+export interface ConvOptions {
+  /** Step between receptive fields (>= 1). Default 1. */
+  stride?: number | readonly [number, number];
+  /** Zeros added on each side (>= 0). Default 0. */
+  padding?: number | readonly [number, number];
+  /** Step between kernel taps (>= 1). Default 1. */
+  dilation?: number | readonly [number, number];
+}
+
+/** Options of {@link im2col}. */
+export interface Im2colOptions extends ConvOptions {
+  /** A 2D unfolding (default) or a 1D one (kernel `[KW, IC, OC]`, image `[IW, IC, N]`). */
+  is2D?: boolean;
+  /** The result's dtype, f32 (default) or f16 (as ggml's `dst_type`). */
+  dtype?: "f32" | "f16";
+}
+
+function pair(
+  op: string,
+  name: string,
+  value: number | readonly [number, number] | undefined,
+  fallback: number,
+  min: number,
+): [number, number] {
+  const [x, y] = typeof value === "number" || value === undefined
+    ? [value ?? fallback, value ?? fallback]
+    : value;
+  for (const v of [x, y]) {
+    if (!Number.isInteger(v) || v < min || v > 1 << 20) {
+      throw new ArgumentError(`${op}: ${name} must be an integer in [${min}, 2^20], got ${v}`);
+    }
+  }
+  return [x, y];
+}
+
+/** ggml_calc_conv_output_size. */
+function outputSize(
+  size: number,
+  kernel: number,
+  stride: number,
+  pad: number,
+  dilation: number,
+): number {
+  return Math.floor((size + 2 * pad - dilation * (kernel - 1) - 1) / stride) + 1;
+}
+
+/**
+ * ggml_im2col: every receptive field of `image` as one row. 2D: kernel `[KW, KH, IC, OC]` (only
+ * its shape is read), image f32 `[IW, IH, IC, N]`, result `[IC*KH*KW, OW, OH, N]`, element
+ * `ic*KH*KW + kh*KW + kw` of row (ow, oh, n) being image (ow*s0 + kw*d0 - p0, oh*s1 + kh*d1 -
+ * p1, ic, n), 0 in the padding. 1D: kernel `[KW, IC, OC]`, image `[IW, IC, N]`, result
+ * `[IC*KW, OW, N]`.
+ *
+ * @example
+ * ```ts
+ * import { Context, im2col } from "../../mod.ts";
+ * const ctx = new Context();
+ * const kernel = ctx.newTensor("f32", [3, 3, 8, 16]);
+ * const image = ctx.newTensor("f32", [32, 32, 8]);
+ * console.log(im2col(kernel, image, { padding: 1 }).ne); // [72, 32, 32, 1]
+ * ```
+ */
+export function im2col(kernel: Tensor, image: Tensor, options: Im2colOptions = {}): Tensor {
+  requireDType("im2col", image, ["f32"]);
+  const is2D = options.is2D ?? true;
+  const dtype = options.dtype ?? "f32";
+  if (dtype !== "f32" && dtype !== "f16") {
+    throw new ArgumentError(`im2col: dtype must be f32 or f16, got ${dtype}`);
+  }
+  const [s0, s1] = pair("im2col", "stride", options.stride, 1, 1);
+  const [p0, p1] = pair("im2col", "padding", options.padding, 0, 0);
+  const [d0, d1] = pair("im2col", "dilation", options.dilation, 1, 1);
+  const channels = is2D ? kernel.ne[2] : kernel.ne[1];
+  const imageChannels = is2D ? image.ne[2] : image.ne[1];
+  const what = `kernel ${formatShape(kernel.ne)}, image ${formatShape(image.ne)}`;
+  if (channels !== imageChannels || (!is2D && image.ne[3] !== 1)) {
+    throw new ShapeError(
+      `im2col: ${what}: the kernel's input channels (dim ${is2D ? 2 : 1}) must equal the ` +
+        `image's${is2D ? "" : ", and a 1D image has 3 dims"}`,
+    );
+  }
+  const ow = outputSize(image.ne[0], kernel.ne[0], s0, p0, d0);
+  const oh = is2D ? outputSize(image.ne[1], kernel.ne[1], s1, p1, d1) : 1;
+  if (ow < 1 || oh < 1) {
+    throw new ShapeError(`im2col: ${what}: the image is smaller than the dilated kernel`);
+  }
+  if (image.nb[0] !== 4) throw new ShapeError(`im2col: image ${image.label} needs contiguous rows`);
+  const ne: [number, number, number, number] = is2D
+    ? [channels * kernel.ne[1] * kernel.ne[0], ow, oh, image.ne[3]]
+    : [channels * kernel.ne[0], ow, image.ne[2], 1];
+  return new Tensor({
+    dtype,
+    ne,
+    op: Op.im2col,
+    src: [kernel, image],
+    // A 1D unfolding has no y: its y stride, padding and dilation are 1, 0 and 1.
+    params: is2D ? [s0, s1, p0, p1, d0, d1, 1] : [s0, 1, p0, 0, d0, 1, 0],
+  });
+}
+
+function requireContiguousKernel(op: string, kernel: Tensor): void {
+  requireDType(op, kernel, ["f32", "f16"]);
+  if (!kernel.isContiguous) {
+    throw new ShapeError(`${op}: kernel ${kernel.label} must be contiguous (it is reshaped)`);
+  }
+}
+
+/**
+ * ggml_conv_2d: kernel `[KW, KH, IC, OC]` (f32 or f16) over image f32 `[IW, IH, IC, N]` ->
+ * f32 `[OW, OH, OC, N]`, through {@link im2col} and one mulMat.
+ *
+ * @example
+ * ```ts
+ * import { Context, conv2d } from "../../mod.ts";
+ * const ctx = new Context();
+ * const kernel = ctx.newTensor("f32", [3, 3, 64, 64]);
+ * const image = ctx.newTensor("f32", [56, 56, 64]);
+ * console.log(conv2d(kernel, image, { padding: 1 }).ne); // [56, 56, 64, 1]
+ * ```
+ */
+export function conv2d(kernel: Tensor, image: Tensor, options: ConvOptions = {}): Tensor {
+  requireContiguousKernel("conv2d", kernel);
+  const cols = im2col(kernel, image, options); // [K, OW, OH, N]
+  const [k, ow, oh, n] = cols.ne;
+  const oc = kernel.ne[3];
+  const flat = reshape(cols, [k, ow * oh * n]);
+  const weights = reshape(kernel, [k, oc]);
+  if (kernel.dtype === "f32") {
+    // ggml's orientation: [OW*OH*N, OC], which for one image is already [OW, OH, OC].
+    const product = mulMat(flat, weights);
+    if (n === 1) return reshape(product, [ow, oh, oc, 1]);
+    return cont(permute(reshape(product, [ow, oh, n, oc]), [0, 1, 3, 2]));
+  }
+  // f16 weights go first (mulMat's b is f32): [OC, OW*OH*N], then channels to dim 2.
+  const product = mulMat(weights, flat);
+  return cont(permute(reshape(product, [oc, ow, oh, n]), [2, 0, 1, 3]));
+}
+
+/**
+ * ggml_conv_1d: kernel `[KW, IC, OC]` (f32 or f16) over f32 `[IW, IC, N]` -> f32 `[OW, OC, N]`.
+ *
+ * @example
+ * ```ts
+ * import { Context, conv1d } from "../../mod.ts";
+ * const ctx = new Context();
+ * const kernel = ctx.newTensor("f32", [3, 80, 384]); // Whisper's first layer
+ * const audio = ctx.newTensor("f32", [3000, 80]);
+ * console.log(conv1d(kernel, audio, { padding: 1 }).ne); // [3000, 384, 1, 1]
+ * ```
+ */
+export function conv1d(
+  kernel: Tensor,
+  input: Tensor,
+  options: { stride?: number; padding?: number; dilation?: number } = {},
+): Tensor {
+  requireContiguousKernel("conv1d", kernel);
+  const cols = im2col(kernel, input, { ...options, is2D: false }); // [IC*KW, OW, N]
+  const [k, ow, n] = cols.ne;
+  const oc = kernel.ne[2];
+  const flat = reshape(cols, [k, ow * n]);
+  const weights = reshape(kernel, [k, oc]);
+  if (kernel.dtype === "f32") {
+    const product = mulMat(flat, weights); // [OW*N, OC]
+    if (n === 1) return reshape(product, [ow, oc, 1]);
+    return cont(permute(reshape(product, [ow, n, oc]), [0, 2, 1, 3]));
+  }
+  const product = mulMat(weights, flat); // [OC, OW*N]
+  return cont(permute(reshape(product, [oc, ow, n]), [1, 0, 2, 3]));
+}
+
+/**
+ * ggml_conv_2d_dw: a depthwise convolution, kernel `[KW, KH, 1, C]` (f32 or f16; one filter
+ * per channel) over f32 `[IW, IH, C, N]` -> f32 `[OW, OH, C, N]`.
+ *
+ * @example
+ * ```ts
+ * import { Context, conv2dDw } from "../../mod.ts";
+ * const ctx = new Context();
+ * const kernel = ctx.newTensor("f32", [3, 3, 1, 32]);
+ * const image = ctx.newTensor("f32", [28, 28, 32]);
+ * console.log(conv2dDw(kernel, image, { padding: 1 }).ne); // [28, 28, 32, 1]
+ * ```
+ */
+export function conv2dDw(kernel: Tensor, image: Tensor, options: ConvOptions = {}): Tensor {
+  requireContiguousKernel("conv2dDw", kernel);
+  const [kw, kh, one, c] = kernel.ne;
+  if (one !== 1 || c !== image.ne[2]) {
+    throw new ShapeError(
+      `conv2dDw: kernel ${formatShape(kernel.ne)} must be [KW, KH, 1, C] with C = the image's ` +
+        `channels (${formatShape(image.ne)})`,
+    );
+  }
+  if (!image.isContiguous) {
+    throw new ShapeError(`conv2dDw: image ${image.label} must be contiguous (it is reshaped)`);
+  }
+  // Each (channel, image) is a one-channel image; its fields are rows of KH*KW.
+  const planes = reshape(image, [image.ne[0], image.ne[1], 1, c * image.ne[3]]);
+  const filters = reshape(kernel, [kw, kh, 1, c]);
+  const cols = im2col(filters, planes, options); // [KH*KW, OW, OH, C*N]
+  const [k, ow, oh] = cols.ne;
+  const fields = reshape(cols, [k, ow * oh, c, image.ne[3]]);
+  const weights = reshape(kernel, [k, 1, c, 1]);
+  // ggml's orientation: the filters are mulMat's a (f16 allowed), each channel's fields its b.
+  const product = mulMat(weights, fields); // [1, OW*OH, C, N]
+  return reshape(product, [ow, oh, c, image.ne[3]]);
+}

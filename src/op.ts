@@ -220,7 +220,7 @@ export const OPS = {
   im2col: {
     code: 111,
     arity: 2,
-    params: ["s0", "s1", "p0", "p1", "d0", "d1", "is2D"],
+    params: ["s0", "s1", "p0", "p1", "d0", "d1", "is2D", "planar"],
     core: "im2col",
     // conv.zig: a dst row gathers a whole receptive field (of every channel) of src1.
     inPlace: { safe: false, reason: "each dst row reads a window of every src1 channel" },

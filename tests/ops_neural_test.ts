@@ -681,3 +681,18 @@ function castF32(t: Tensor): Tensor {
   const ctx = new Context();
   return cpy(t, ctx.newTensor("f32", t.ne));
 }
+
+Deno.test("im2col's planar layout holds ggml's values with the pixel dims first", () => {
+  const run = (planar: boolean): Float32Array =>
+    compute(() => {
+      const feed = new Feed(9);
+      const kernel = feed.random("f32", [3, 2, 3, 4]);
+      const image = feed.random("f32", [10, 7, 3, 1]);
+      const g = { stride: [2, 1], padding: [2, 1], dilation: [1, 2] } as const;
+      const cols = im2col(kernel.tensor, image.tensor, { ...g, planar });
+      // ggml's [K, OW, OH, N] permuted to [OW, OH, K, N] (dim 0 -> 2, 1 -> 0, 2 -> 1).
+      const output = planar ? cols : cont(permute(cols, [2, 0, 1, 3]));
+      return { ctx: feed.ctx, inputs: feed.inputs, output };
+    })[0]![1];
+  assert.deepEqual(run(true), run(false));
+});

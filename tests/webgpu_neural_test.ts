@@ -12,10 +12,15 @@ import {
   allocTensors,
   type Backend,
   Context,
+  conv1d,
+  conv2d,
+  conv2dDw,
   CpuBackend,
+  cpy,
   flashAttnExt,
   type FlashAttnOptions,
   Graph,
+  im2col,
   permute,
   softmax,
   type Tensor,
@@ -47,7 +52,8 @@ type Build = () => Built;
 async function run(backend: Backend, build: Build): Promise<Float64Array> {
   const { ctx, inputs, output } = build();
   const graph = Graph.build(output);
-  using _inputs = allocTensors(backend, ctx.tensors);
+  // Leafs of other contexts too (a cpy's destination).
+  using _inputs = allocTensors(backend, [...new Set([...ctx.tensors, ...graph.leafs])]);
   using _memory = allocGraph(backend, graph);
   for (const [t, data] of inputs) backend.setTensor(t, data);
   backend.graphCompute(graph);
@@ -183,6 +189,111 @@ for (
       const actual = await run(gpu!, build);
       const error = nmse(actual, expected);
       assert.ok(error <= NMSE_SOFTMAX, `${name}: NMSE ${error} > ${NMSE_SOFTMAX}`);
+    },
+  });
+}
+
+/** Builds `op(kernel, image)` from seeded f32 (or f16 kernel) data. */
+function convCase(
+  seed: number,
+  kne: Dims4,
+  ine: Dims4,
+  kernelDType: "f32" | "f16",
+  op: (kernel: Tensor, image: Tensor) => Tensor,
+): Build {
+  return () => {
+    const rng = new Rng(seed);
+    const ctx = new Context();
+    const kernel = ctx.newTensor(kernelDType, kne);
+    const image = ctx.newTensor("f32", ine);
+    const kv = rng.f32(kne[0] * kne[1] * kne[2] * kne[3]);
+    const inputs: [Tensor, ArrayBufferView][] = [
+      [kernel, kernelDType === "f16" ? new Float16Array(kv) : kv],
+      [image, rng.f32(ine[0] * ine[1] * ine[2] * ine[3])],
+    ];
+    return { ctx, inputs, output: op(kernel, image) };
+  };
+}
+
+/** Sums of up to a few hundred f32 products in another order (a GEMM on each side). */
+const NMSE_CONV = 1e-9;
+
+const CONV_CASES: [string, Build][] = [
+  [
+    "conv2d, one image (planar im2col), stride 2, pad 1",
+    convCase(
+      10,
+      [3, 3, 5, 7],
+      [11, 9, 5, 1],
+      "f32",
+      (k, i) => conv2d(k, i, { stride: 2, padding: 1 }),
+    ),
+  ],
+  [
+    "conv2d, 2 images (ggml's im2col), dilation 2",
+    convCase(
+      11,
+      [3, 2, 4, 6],
+      [13, 12, 4, 2],
+      "f32",
+      (k, i) => conv2d(k, i, { padding: [1, 2], dilation: 2 }),
+    ),
+  ],
+  [
+    "conv2d, f16 kernel",
+    convCase(12, [3, 3, 4, 5], [10, 8, 4, 1], "f16", (k, i) => conv2d(k, i, { padding: 1 })),
+  ],
+  [
+    "conv2dDw, 6 channels, 2 images",
+    convCase(13, [3, 3, 1, 6], [9, 10, 6, 2], "f32", (k, i) => conv2dDw(k, i, { padding: 1 })),
+  ],
+  [
+    "conv1d, stride 2, 2 inputs",
+    convCase(
+      14,
+      [3, 4, 5, 1],
+      [20, 4, 2, 1],
+      "f32",
+      (k, i) => conv1d(k, i, { stride: 2, padding: 1 }),
+    ),
+  ],
+  [
+    "im2col into f16, ggml layout",
+    convCase(
+      15,
+      [3, 3, 3, 2],
+      [9, 7, 3, 2],
+      "f32",
+      (k, i) =>
+        cpy(
+          im2col(k, i, { padding: 1, dtype: "f16" }),
+          new Context().newTensor("f32", [27, 9, 7, 2]),
+        ),
+    ),
+  ],
+  [
+    "im2col planar, stride (2, 1), dilation (1, 2)",
+    convCase(
+      16,
+      [3, 2, 3, 2],
+      [9, 7, 3, 1],
+      "f32",
+      (k, i) => im2col(k, i, { planar: true, stride: [2, 1], dilation: [1, 2], padding: 1 }),
+    ),
+  ],
+];
+
+for (const [name, build] of CONV_CASES) {
+  Deno.test({
+    name: `webgpu im2col and convolutions match the CPU: ${name}`,
+    ignore: gpu === null,
+    sanitizeResources: false,
+    sanitizeOps: false,
+    fn: async () => {
+      const expected = await run(cpu, build);
+      const actual = await run(gpu!, build);
+      const error = nmse(actual, expected);
+      assert.ok(error <= NMSE_CONV, `${name}: NMSE ${error} > ${NMSE_CONV}`);
     },
   });
 }

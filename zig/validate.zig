@@ -466,12 +466,12 @@ pub const conv_param_max: f32 = 1 << 20;
 /// rows, its channels (dim 2 in 2D, 1 in 1D) those of the kernel src0 (any dtype: only its
 /// shape is read); a 1D image has ne[3] == 1; dst f32 or f16 of the unfolded shape.
 fn check_im2col(n: *const Node) Verdict {
-    for (0..7) |i| {
+    for (0..8) |i| {
         const value = n.param_f32(i);
-        const min: f32 = if (i == 2 or i == 3 or i == 6) 0 else 1;
-        const max: f32 = if (i == 6) 1 else conv_param_max;
+        const min: f32 = if (i == 2 or i == 3 or i >= 6) 0 else 1;
+        const max: f32 = if (i >= 6) 1 else conv_param_max;
         if (!(value >= min and value <= max) or @floor(value) != value) {
-            return fail(.invalid_argument, "im2col: params (s0, s1, p0, p1, d0, d1, is_2d) out of range or not whole");
+            return fail(.invalid_argument, "im2col: params (s0, s1, p0, p1, d0, d1, is_2d, planar) out of range or not whole");
         }
     }
     const kernel = &n.src[0];
@@ -482,6 +482,8 @@ fn check_im2col(n: *const Node) Verdict {
     }
     if (!node_rows_contiguous(image)) return fail(.unsupported, "im2col: src1 rows must be contiguous");
     const is_2d = n.param_f32(6) != 0;
+    const planar = n.param_f32(7) != 0;
+    if (planar and !is_2d) return fail(.invalid_argument, "im2col: the planar layout (params[7]) is 2D only");
     const p: [6]i64 = .{
         @intFromFloat(n.param_f32(0)), @intFromFloat(n.param_f32(1)), @intFromFloat(n.param_f32(2)),
         @intFromFloat(n.param_f32(3)), @intFromFloat(n.param_f32(4)), @intFromFloat(n.param_f32(5)),
@@ -490,13 +492,20 @@ fn check_im2col(n: *const Node) Verdict {
     if (is_2d) {
         if (kernel.ne[2] != image.ne[2]) return fail(.shape_mismatch, "im2col: src0.ne[2] != src1.ne[2]");
         const oh = conv_output(image.ne[1], kernel.ne[1], p[1], p[3], p[5]);
-        const expected = [dims_max]i64{ kernel.ne[2] * kernel.ne[1] * kernel.ne[0], ow, oh, image.ne[3] };
+        const taps = kernel.ne[2] * kernel.ne[1] * kernel.ne[0];
+        const expected = if (planar)
+            [dims_max]i64{ ow, oh, taps, image.ne[3] }
+        else
+            [dims_max]i64{ taps, ow, oh, image.ne[3] };
         if (!std.mem.eql(i64, &n.dst.ne, &expected)) {
-            return fail(.shape_mismatch, "im2col: dst.ne != [IC*KH*KW, OW, OH, N]");
+            return fail(.shape_mismatch, "im2col: dst.ne != [IC*KH*KW, OW, OH, N] ([OW, OH, IC*KH*KW, N] planar)");
         }
     } else {
         if (kernel.ne[1] != image.ne[1]) return fail(.shape_mismatch, "im2col: src0.ne[1] != src1.ne[1]");
         if (image.ne[3] != 1) return fail(.shape_mismatch, "im2col: a 1D src1 has ne[3] == 1");
+        if (p[1] != 1 or p[3] != 0 or p[5] != 1) {
+            return fail(.invalid_argument, "im2col: 1D takes s1 = 1, p1 = 0, d1 = 1 (no y)");
+        }
         const expected = [dims_max]i64{ kernel.ne[1] * kernel.ne[0], ow, image.ne[2], 1 };
         if (!std.mem.eql(i64, &n.dst.ne, &expected)) {
             return fail(.shape_mismatch, "im2col: dst.ne != [IC*KW, OW, N, 1]");

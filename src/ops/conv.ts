@@ -11,7 +11,7 @@ import { formatShape, Tensor } from "../tensor.ts";
 import { requireDType } from "./check.ts";
 import { mulMat } from "./matmul.ts";
 import { cont } from "./copy.ts";
-import { permute, reshape } from "./view.ts";
+import { permute, reshape, transpose } from "./view.ts";
 
 /** Stride, padding and dilation of a convolution, per spatial dim (x, then y). */
 export interface ConvOptions {
@@ -29,6 +29,12 @@ export interface Im2colOptions extends ConvOptions {
   is2D?: boolean;
   /** The result's dtype, f32 (default) or f16 (as ggml's `dst_type`). */
   dtype?: "f32" | "f16";
+  /**
+   * Graft's planar layout (2D only): the same values as `[OW, OH, IC*KH*KW, N]`, pixels first,
+   * so each row is a run of one image row (a contiguous copy). Transposed, it is the `[K, P]`
+   * matrix conv2d multiplies without gathers. Default false (ggml's layout).
+   */
+  planar?: boolean;
 }
 
 function pair(
@@ -101,8 +107,11 @@ export function im2col(kernel: Tensor, image: Tensor, options: Im2colOptions = {
     throw new ShapeError(`im2col: ${what}: the image is smaller than the dilated kernel`);
   }
   if (image.nb[0] !== 4) throw new ShapeError(`im2col: image ${image.label} needs contiguous rows`);
+  const planar = options.planar ?? false;
+  if (planar && !is2D) throw new ArgumentError("im2col: the planar layout is 2D only");
+  const taps = channels * kernel.ne[1] * kernel.ne[0];
   const ne: [number, number, number, number] = is2D
-    ? [channels * kernel.ne[1] * kernel.ne[0], ow, oh, image.ne[3]]
+    ? (planar ? [ow, oh, taps, image.ne[3]] : [taps, ow, oh, image.ne[3]])
     : [channels * kernel.ne[0], ow, image.ne[2], 1];
   return new Tensor({
     dtype,
@@ -110,7 +119,7 @@ export function im2col(kernel: Tensor, image: Tensor, options: Im2colOptions = {
     op: Op.im2col,
     src: [kernel, image],
     // A 1D unfolding has no y: its y stride, padding and dilation are 1, 0 and 1.
-    params: is2D ? [s0, s1, p0, p1, d0, d1, 1] : [s0, 1, p0, 0, d0, 1, 0],
+    params: is2D ? [s0, s1, p0, p1, d0, d1, 1, planar ? 1 : 0] : [s0, 1, p0, 0, d0, 1, 0, 0],
   });
 }
 
@@ -136,20 +145,25 @@ function requireContiguousKernel(op: string, kernel: Tensor): void {
  */
 export function conv2d(kernel: Tensor, image: Tensor, options: ConvOptions = {}): Tensor {
   requireContiguousKernel("conv2d", kernel);
-  const cols = im2col(kernel, image, options); // [K, OW, OH, N]
-  const [k, ow, oh, n] = cols.ne;
+  // The planar unfolding [OW, OH, K, N], seen as [K, OW*OH, N] (pixels adjacent: the GEMM packs
+  // it with plain loads), times the kernel as mulMat's a ([K, OC], f32 or f16): the product's
+  // [OC, OW*OH, N] is written with pixels adjacent, which is the result's [OW, OH, OC, N]
+  // layout, so no copy follows (ggml's im2col + mulMat + permute + cont gives the same values).
+  const cols = im2col(kernel, image, { ...options, planar: true });
+  const [ow, oh, k, n] = cols.ne;
   const oc = kernel.ne[3];
-  const flat = reshape(cols, [k, ow * oh * n]);
+  const pixels = ow * oh;
+  const fields = transpose(reshape(cols, [pixels, k, n]));
   const weights = reshape(kernel, [k, oc]);
-  if (kernel.dtype === "f32") {
-    // ggml's orientation: [OW*OH*N, OC], which for one image is already [OW, OH, OC].
-    const product = mulMat(flat, weights);
-    if (n === 1) return reshape(product, [ow, oh, oc, 1]);
-    return cont(permute(reshape(product, [ow, oh, n, oc]), [0, 1, 3, 2]));
-  }
-  // f16 weights go first (mulMat's b is f32): [OC, OW*OH*N], then channels to dim 2.
-  const product = mulMat(weights, flat);
-  return cont(permute(reshape(product, [oc, ow, oh, n]), [2, 0, 1, 3]));
+  const checked = mulMat(weights, fields); // shapes and dtypes checked there: [OC, P, N]
+  const product = new Tensor({
+    dtype: "f32",
+    ne: checked.ne,
+    nb: [pixels * 4, 4, pixels * oc * 4, pixels * oc * n * 4],
+    op: Op.mulMat,
+    src: [weights, fields],
+  });
+  return reshape(transpose(product), [ow, oh, oc, n]);
 }
 
 /**

@@ -283,11 +283,11 @@ export function kernelFor(node: Tensor): Kernel {
     case Op.flashAttnExt:
       return flashAttn(node);
     case Op.im2col: {
-      // params s0, s1, p0, p1, d0, d1, is2D (shader_conv.ts).
-      const [s0, s1, p0, p1, d0, d1, is2D] = node.params as number[];
+      // params s0, s1, p0, p1, d0, d1, is2D, planar (shader_conv.ts).
+      const [s0, s1, p0, p1, d0, d1, is2D, planar] = node.params as number[];
       const kernel = flat(
-        `im2col:${node.dtype}:${is2D ? 2 : 1}`,
-        () => im2colShader(node.dtype, is2D !== 0),
+        `im2col:${node.dtype}:${is2D ? 2 : 1}:${planar ? "planar" : "ggml"}`,
+        () => im2colShader(node.dtype, is2D !== 0, (planar ?? 0) !== 0),
         node,
         src,
         [s0!, s1!, p0!, p1!],

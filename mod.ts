@@ -83,6 +83,7 @@ export { mulMat, type MulMatOptions } from "./src/ops/matmul.ts";
 export { permute, reshape, transpose, view } from "./src/ops/view.ts";
 export { cont, cpy, getRows, setRows } from "./src/ops/copy.ts";
 export { flashAttnExt, type FlashAttnOptions } from "./src/ops/attention.ts";
+export { groupNorm, l2Norm } from "./src/ops/group_norm.ts";
 export {
   conv1d,
   conv2d,

@@ -40,6 +40,8 @@ export const CoreOp = {
   set_rows: 24,
   flash_attn_ext: 110,
   im2col: 111,
+  l2_norm: 112,
+  group_norm: 113,
 } as const;
 
 /** A core op's name. */
@@ -225,6 +227,29 @@ export const OPS = {
     // conv.zig: a dst row gathers a whole receptive field (of every channel) of src1.
     inPlace: { safe: false, reason: "each dst row reads a window of every src1 channel" },
     support: { cpu: ["f32", "f16"], webgpu: ["f32", "f16"] },
+  },
+  l2Norm: {
+    code: 112,
+    arity: 1,
+    params: ["eps"],
+    core: "l2_norm",
+    // group_norm.zig: the row's sum of squares is taken before scale_row writes it, chunk by
+    // chunk at the index it just read; rows are split across threads, never within a row.
+    inPlace: rowRead,
+    support: { cpu: ["f32"], webgpu: ["f32"] },
+  },
+  groupNorm: {
+    code: 113,
+    arity: 1,
+    params: ["groups", "eps"],
+    core: "group_norm",
+    // group_norm.zig: one thread owns a whole (group, image); its statistics are taken before
+    // the last pass reads each chunk and writes it back at the same index.
+    inPlace: {
+      safe: true,
+      reason: "a group's statistics come first, then each element is read before it is written",
+    },
+    support: { cpu: ["f32"], webgpu: ["f32"] },
   },
 } as const satisfies Record<string, OpInfo>;
 

@@ -21,7 +21,9 @@ import {
   flashAttnExt,
   type FlashAttnOptions,
   Graph,
+  groupNorm,
   im2col,
+  l2Norm,
   mulMat,
   permute,
   ShapeError,
@@ -695,4 +697,110 @@ Deno.test("im2col's planar layout holds ggml's values with the pixel dims first"
       return { ctx: feed.ctx, inputs: feed.inputs, output };
     })[0]![1];
   assert.deepEqual(run(true), run(false));
+});
+
+// ---------------------------------------------------------------------------------------------
+// l2Norm and groupNorm.
+
+function refL2Norm(x: Input, eps: number): RefTensor {
+  const [n0, n1, n2, n3] = x.tensor.ne;
+  const out = new Float64Array(n0 * n1 * n2 * n3);
+  for (let r = 0; r < n1 * n2 * n3; r++) {
+    const [i1, i2, i3] = [r % n1, Math.floor(r / n1) % n2, Math.floor(r / (n1 * n2))];
+    let sum = 0;
+    for (let j = 0; j < n0; j++) sum += x.at(j, i1, i2, i3) ** 2;
+    const scale = 1 / Math.max(Math.sqrt(sum), eps);
+    for (let j = 0; j < n0; j++) out[j + n0 * r] = x.at(j, i1, i2, i3) * scale;
+  }
+  return new RefTensor([n0, n1, n2, n3], out);
+}
+
+function refGroupNorm(x: Input, groups: number, eps: number): RefTensor {
+  const [w, h, c, n] = x.tensor.ne;
+  const out = new Float64Array(w * h * c * n);
+  const per = Math.ceil(c / groups);
+  for (let b = 0; b < n; b++) {
+    for (let g = 0; g < groups; g++) {
+      const begin = Math.min(c, g * per);
+      const end = Math.min(c, begin + per);
+      const values: [number, number][] = [];
+      for (let ch = begin; ch < end; ch++) {
+        for (let y = 0; y < h; y++) {
+          for (let i = 0; i < w; i++) {
+            values.push([i + w * (y + h * (ch + c * b)), x.at(i, y, ch, b)]);
+          }
+        }
+      }
+      if (values.length === 0) continue;
+      const mean = values.reduce((s, [, v]) => s + v, 0) / values.length;
+      const variance = values.reduce((s, [, v]) => s + (v - mean) ** 2, 0) / values.length;
+      for (const [at, v] of values) out[at] = (v - mean) / Math.sqrt(variance + eps);
+    }
+  }
+  return new RefTensor([w, h, c, n], out);
+}
+
+/** A reduction in f64, then one f32 subtraction and scaling: a few f32 roundings of |x|/sigma. */
+const TOL_GROUP_NORM: Tolerance = { nmse: 1e-11, rtol: 1e-5, atol: 1e-6 };
+
+for (
+  const [name, ne, eps, swapped] of [
+    ["odd rows", [37, 5, 3, 1], 1e-12, false],
+    ["a permuted input, rows of 100", [100, 3, 4, 2], 1e-6, true],
+    ["eps above the norm of tiny rows", [5, 4, 1, 1], 10, false],
+  ] as [string, Dims4, number, boolean][]
+) {
+  Deno.test(`l2Norm matches float64: ${name}`, () => {
+    let reference: RefTensor | undefined;
+    const results = compute(() => {
+      const feed = new Feed(ne[0] + 3);
+      const x = swapped ? feed.swapped12("f32", ne) : feed.random("f32", ne);
+      reference ??= refL2Norm(x, eps);
+      return { ctx: feed.ctx, inputs: feed.inputs, output: l2Norm(x.tensor, eps) };
+    });
+    for (const [simd, got] of results) {
+      assertClose(
+        new RefTensor(reference!.ne, Float64Array.from(got)),
+        reference!,
+        TOL_GROUP_NORM,
+        `${name} (${simd})`,
+      );
+    }
+  });
+}
+
+for (
+  const [name, ne, groups, swapped] of [
+    ["32 channels in 8 groups, 2 images", [9, 7, 32, 2], 8, false],
+    ["10 channels in 4 groups (the last short), permuted", [6, 5, 10, 1], 4, true],
+    ["7 channels in 5 groups (groups of 2: the last empty)", [3, 4, 7, 1], 5, false],
+  ] as [string, Dims4, number, boolean][]
+) {
+  Deno.test(`groupNorm matches float64: ${name}`, () => {
+    let reference: RefTensor | undefined;
+    const results = compute(() => {
+      const feed = new Feed(ne[2] + 17);
+      const x = swapped ? feed.swapped12("f32", ne) : feed.random("f32", ne, -2, 3);
+      reference ??= refGroupNorm(x, groups, 1e-6);
+      return { ctx: feed.ctx, inputs: feed.inputs, output: groupNorm(x.tensor, groups, 1e-6) };
+    });
+    for (const [simd, got] of results) {
+      assertClose(
+        new RefTensor(reference!.ne, Float64Array.from(got)),
+        reference!,
+        TOL_GROUP_NORM,
+        `${name} (${simd})`,
+      );
+    }
+  });
+}
+
+Deno.test("l2Norm and groupNorm refuse bad arguments, naming the op", () => {
+  const ctx = new Context();
+  const x = ctx.newTensor("f32", [8, 4, 6]);
+  assert.throws(() => l2Norm(ctx.newTensor("f16", [8])), DTypeError);
+  assert.throws(() => l2Norm(x, NaN), /l2Norm: eps must be finite/);
+  assert.throws(() => groupNorm(x, 0), /groupNorm: groups must be an integer/);
+  assert.throws(() => groupNorm(x, 2.5), /groupNorm: groups must be an integer/);
+  assert.deepEqual(groupNorm(x, 3).params, [3, 1e-6]);
 });

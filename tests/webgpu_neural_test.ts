@@ -20,7 +20,9 @@ import {
   flashAttnExt,
   type FlashAttnOptions,
   Graph,
+  groupNorm,
   im2col,
+  l2Norm,
   permute,
   softmax,
   type Tensor,
@@ -294,6 +296,51 @@ for (const [name, build] of CONV_CASES) {
       const actual = await run(gpu!, build);
       const error = nmse(actual, expected);
       assert.ok(error <= NMSE_CONV, `${name}: NMSE ${error} > ${NMSE_CONV}`);
+    },
+  });
+}
+
+function unaryCase(seed: number, ne: Dims4, op: (x: Tensor) => Tensor, permuted = false): Build {
+  return () => {
+    const rng = new Rng(seed);
+    const ctx = new Context();
+    const stored = permuted ? [ne[0], ne[2], ne[1], ne[3]] as Dims4 : ne;
+    const x = ctx.newTensor("f32", stored);
+    const inputs: [Tensor, ArrayBufferView][] = [[
+      x,
+      rng.f32(ne[0] * ne[1] * ne[2] * ne[3], -2, 3),
+    ]];
+    return { ctx, inputs, output: op(permuted ? permute(x, [0, 2, 1, 3]) : x) };
+  };
+}
+
+/** Row or group statistics, then a scale of every element (as backend_ops_test's NMSE_NORM). */
+const NMSE_NORM = 1e-8;
+
+const NORM_CASES: [string, Build][] = [
+  ["l2Norm, rows of 300", unaryCase(20, [300, 3, 2, 1], (x) => l2Norm(x))],
+  ["l2Norm, permuted, eps 10", unaryCase(21, [5, 4, 3, 1], (x) => l2Norm(x, 10), true)],
+  [
+    "groupNorm, 32 channels in 8 groups, 2 images",
+    unaryCase(22, [9, 7, 32, 2], (x) => groupNorm(x, 8)),
+  ],
+  [
+    "groupNorm, 7 channels in 5 groups, permuted",
+    unaryCase(23, [3, 4, 7, 1], (x) => groupNorm(x, 5), true),
+  ],
+];
+
+for (const [name, build] of NORM_CASES) {
+  Deno.test({
+    name: `webgpu norms match the CPU: ${name}`,
+    ignore: gpu === null,
+    sanitizeResources: false,
+    sanitizeOps: false,
+    fn: async () => {
+      const expected = await run(cpu, build);
+      const actual = await run(gpu!, build);
+      const error = nmse(actual, expected);
+      assert.ok(error <= NMSE_NORM, `${name}: NMSE ${error} > ${NMSE_NORM}`);
     },
   });
 }

@@ -52,6 +52,8 @@ pub const Op = enum(u32) {
     // params (f32 whole numbers): s0, s1, p0, p1, d0, d1, is_2d; src0 the kernel (shape only),
     // src1 f32 image; dst f32|f16 [IC*KH*KW, OW, OH, N] (kernels/conv.zig)
     im2col = 111,
+    l2_norm = 112, // params[0]: f32 eps; f32 rows (kernels/group_norm.zig)
+    group_norm = 113, // params (f32): group count, eps; f32 [W, H, C, N] (kernels/group_norm.zig)
     _,
 
     /// The unary element-wise ops (named as above): validation and dispatch derive their

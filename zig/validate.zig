@@ -73,6 +73,8 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
         .rms_norm_mul => check_rms_norm_mul(n),
         .flash_attn_ext => check_flash_attn_ext(n),
         .im2col => check_im2col(n),
+        .l2_norm => check_l2_norm(n),
+        .group_norm => check_group_norm(n),
         // Unary ops returned above (op is comptime-known); unnamed codes never get here.
         else => unreachable,
     };
@@ -517,4 +519,28 @@ fn check_im2col(n: *const Node) Verdict {
 /// ggml_calc_conv_output_size; below 1 when the dilated kernel does not fit.
 fn conv_output(size: i64, kernel: i64, stride: i64, pad: i64, dilation: i64) i64 {
     return @divFloor(size + 2 * pad - dilation * (kernel - 1) - 1, stride) + 1;
+}
+
+/// l2_norm (kernels/group_norm.zig): f32 src0 and dst of one shape, eps finite.
+fn check_l2_norm(n: *const Node) Verdict {
+    const verdict = check_unary("l2_norm", n);
+    if (verdict.status != .ok) return verdict;
+    if (!std.math.isFinite(n.param_f32(0))) return fail(.invalid_argument, "l2_norm: params[0] (eps) must be finite");
+    return .ok;
+}
+
+/// Most groups group_norm takes (far above any model's 32).
+pub const groups_max: f32 = 1 << 24;
+
+/// group_norm (kernels/group_norm.zig): f32 src0 and dst of one shape, the group count a whole
+/// number in [1, groups_max], eps finite.
+fn check_group_norm(n: *const Node) Verdict {
+    const verdict = check_unary("group_norm", n);
+    if (verdict.status != .ok) return verdict;
+    const groups = n.param_f32(0);
+    if (!(groups >= 1 and groups <= groups_max) or @floor(groups) != groups) {
+        return fail(.invalid_argument, "group_norm: params[0] (groups) must be a whole number in [1, groups_max]");
+    }
+    if (!std.math.isFinite(n.param_f32(1))) return fail(.invalid_argument, "group_norm: params[1] (eps) must be finite");
+    return .ok;
 }

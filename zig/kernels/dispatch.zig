@@ -17,6 +17,7 @@ const mul_mat = @import("mul_mat.zig");
 const copy = @import("copy.zig");
 const attention = @import("attention.zig");
 const conv = @import("conv.zig");
+const group_norm = @import("group_norm.zig");
 
 const assert = common.assert;
 const Node = common.Node;
@@ -66,6 +67,8 @@ fn dispatch(op: Op, n: *const Node, work: *const Work) Status {
         .set_rows => copy.set_rows(n, work),
         .flash_attn_ext => attention.flash_attn_ext(n, work),
         .im2col => conv.im2col(n, work),
+        .l2_norm => group_norm.l2_norm(n, work),
+        .group_norm => group_norm.group_norm(n, work),
         // Unary ops returned above; anything else is no op the core knows.
         else => .unsupported,
     };

@@ -21,6 +21,7 @@ import { MATMUL_TILE, matmulShader } from "./shader_matmul.ts";
 import { type RowKind, rowShader, sumShader } from "./shader_rows.ts";
 import { ropeShader } from "./shader_rope.ts";
 import { im2colShader } from "./shader_conv.ts";
+import { groupNormShader, l2NormShader } from "./shader_group_norm.ts";
 import { ATTENTION_DK_MAX, ATTENTION_DV_PER_THREAD, flashAttnShader } from "./shader_attention.ts";
 import {
   isWeightDType,
@@ -282,6 +283,30 @@ export function kernelFor(node: Tensor): Kernel {
       return rope(node);
     case Op.flashAttnExt:
       return flashAttn(node);
+    case Op.l2Norm:
+      return {
+        key: "l2Norm",
+        source: l2NormShader,
+        tensors: [node, a],
+        status: false,
+        count: a.nrows,
+        floats: [node.params[0] ?? 1e-12],
+        workgroups: grid(a.nrows, `l2Norm ${node.label}`),
+      };
+    case Op.groupNorm: {
+      const groups = node.params[0] ?? 1;
+      const items = groups * a.ne[3];
+      return {
+        key: "groupNorm",
+        source: groupNormShader,
+        tensors: [node, a],
+        status: false,
+        count: items,
+        floats: [node.params[1] ?? 1e-6],
+        uints: [groups, Math.ceil(a.ne[2] / groups)],
+        workgroups: grid(items, `groupNorm ${node.label}`),
+      };
+    }
     case Op.im2col: {
       // params s0, s1, p0, p1, d0, d1, is2D, planar (shader_conv.ts).
       const [s0, s1, p0, p1, d0, d1, is2D, planar] = node.params as number[];

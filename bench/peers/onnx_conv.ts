@@ -25,6 +25,20 @@ export interface ConvShape {
   pad: number;
 }
 
+/** The part of onnxruntime-node's API used here (see onnx_block.ts for why it is declared). */
+interface Ort {
+  InferenceSession: {
+    create(model: Uint8Array, options: Record<string, unknown>): Promise<{
+      run(feeds: Record<string, unknown>): Promise<Record<string, { data: unknown }>>;
+      release(): Promise<void>;
+    }>;
+  };
+  Tensor: new (type: "float32", data: Float32Array, dims: number[]) => unknown;
+}
+
+/** The bare name bench/deno.json maps to onnxruntime-node (a variable: see onnx_block.ts). */
+const ONNXRUNTIME_SPECIFIER = "onnxruntime-node";
+
 /** Builds the session, or returns null (printing why) if onnxruntime-node cannot load. */
 export async function onnxConv(
   shape: ConvShape,
@@ -32,11 +46,14 @@ export async function onnxConv(
   weights: Float32Array,
   threads: number,
 ): Promise<OnnxConv | null> {
-  let ort: typeof import("npm:onnxruntime-node@1.23.2");
+  let ort: Ort;
   try {
-    ort = await import("npm:onnxruntime-node@1.23.2");
+    ort = await import(ONNXRUNTIME_SPECIFIER) as Ort;
   } catch (error) {
-    console.warn(`onnxruntime-node ${ONNXRUNTIME_VERSION} unavailable: ${String(error)}`);
+    console.warn(
+      `onnxruntime-node ${ONNXRUNTIME_VERSION} unavailable (run with --config bench/deno.json, ` +
+        `as \`deno task bench:neural\` does): ${String(error)}`,
+    );
     return null;
   }
   const { width, height, channels, outChannels, kernel, pad } = shape;

@@ -84,6 +84,7 @@ export { permute, reshape, transpose, view } from "./src/ops/view.ts";
 export { cont, cpy, getRows, setRows } from "./src/ops/copy.ts";
 export { flashAttnExt, type FlashAttnOptions } from "./src/ops/attention.ts";
 export { groupNorm, l2Norm } from "./src/ops/group_norm.ts";
+export { pool1d, pool2d, type PoolOp, type PoolOptions } from "./src/ops/pool.ts";
 export {
   conv1d,
   conv2d,

@@ -42,6 +42,8 @@ export const CoreOp = {
   im2col: 111,
   l2_norm: 112,
   group_norm: 113,
+  pool_1d: 114,
+  pool_2d: 115,
 } as const;
 
 /** A core op's name. */
@@ -249,6 +251,24 @@ export const OPS = {
       safe: true,
       reason: "a group's statistics come first, then each element is read before it is written",
     },
+    support: { cpu: ["f32"], webgpu: ["f32"] },
+  },
+  pool1d: {
+    code: 114,
+    arity: 1,
+    params: ["op", "k0", "s0", "p0"],
+    core: "pool_1d",
+    // pool.zig: dst row r reads a window of src0 row r; with a stride below the kernel, dst
+    // element ox (written) precedes elements that later windows still read.
+    inPlace: { safe: false, reason: "overlapping windows read src0 elements after dst writes" },
+    support: { cpu: ["f32"], webgpu: ["f32"] },
+  },
+  pool2d: {
+    code: 115,
+    arity: 1,
+    params: ["op", "k0", "k1", "s0", "s1", "p0", "p1"],
+    core: "pool_2d",
+    inPlace: { safe: false, reason: "each dst row reads a band of src0 rows" },
     support: { cpu: ["f32"], webgpu: ["f32"] },
   },
 } as const satisfies Record<string, OpInfo>;

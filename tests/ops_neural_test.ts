@@ -26,6 +26,8 @@ import {
   l2Norm,
   mulMat,
   permute,
+  pool1d,
+  pool2d,
   ShapeError,
   softmax,
   type Tensor,
@@ -803,4 +805,141 @@ Deno.test("l2Norm and groupNorm refuse bad arguments, naming the op", () => {
   assert.throws(() => groupNorm(x, 0), /groupNorm: groups must be an integer/);
   assert.throws(() => groupNorm(x, 2.5), /groupNorm: groups must be an integer/);
   assert.deepEqual(groupNorm(x, 3).params, [3, 1e-6]);
+});
+
+// ---------------------------------------------------------------------------------------------
+// pool1d and pool2d.
+
+/** float64 ggml_pool_2d (or pool_1d with k1 = s1 = 1, p1 = 0 and the 1D mean). */
+function refPool(
+  x: Input,
+  average: boolean,
+  k: [number, number],
+  s: [number, number],
+  p: [number, number],
+  is2D: boolean,
+): RefTensor {
+  const [w, h, c, n] = x.tensor.ne;
+  const ow = Math.floor((w + 2 * p[0] - k[0]) / s[0]) + 1;
+  const oh = is2D ? Math.floor((h + 2 * p[1] - k[1]) / s[1]) + 1 : h;
+  const out = new Float64Array(ow * oh * c * n);
+  for (let b = 0; b < n; b++) {
+    for (let ch = 0; ch < c; ch++) {
+      for (let oy = 0; oy < oh; oy++) {
+        for (let ox = 0; ox < ow; ox++) {
+          let res = average ? 0 : -3.4028234663852886e38;
+          let count = 0;
+          for (let ky = 0; ky < (is2D ? k[1] : 1); ky++) {
+            const y = is2D ? oy * s[1] - p[1] + ky : oy;
+            if (y < 0 || y >= h) continue;
+            for (let kx = 0; kx < k[0]; kx++) {
+              const xi = ox * s[0] - p[0] + kx;
+              if (xi < 0 || xi >= w) continue;
+              const v = x.at(xi, y, ch, b);
+              res = average ? res + v : Math.max(res, v);
+              count++;
+            }
+          }
+          if (average) res = is2D ? res / (k[0] * k[1]) : (count ? res / count : 0);
+          out[ox + ow * (oy + oh * (ch + c * b))] = res;
+        }
+      }
+    }
+  }
+  return new RefTensor([ow, oh, c, n], out);
+}
+
+/** Max is exact; the mean is a sum of at most a few dozen f32 values and one division. */
+const TOL_POOL: Tolerance = { nmse: 1e-12, rtol: 1e-6, atol: 1e-7 };
+
+for (
+  const [name, ne, dtype, op, k, s, p, is2D, swapped] of [
+    [
+      "2D max 3x3 stride 2 pad 1, odd sizes",
+      [11, 9, 3, 2],
+      "f32",
+      "max",
+      [3, 3],
+      [2, 2],
+      [1, 1],
+      true,
+      false,
+    ],
+    [
+      "2D avg 2x3 stride (1, 2) pad (1, 0), f16",
+      [7, 8, 2, 1],
+      "f16",
+      "avg",
+      [2, 3],
+      [1, 2],
+      [1, 0],
+      true,
+      false,
+    ],
+    ["2D avg on a permuted input", [6, 5, 4, 1], "f32", "avg", [3, 2], [3, 2], [1, 1], true, true],
+    [
+      "1D max kernel 3 stride 2 pad 1",
+      [20, 3, 2, 1],
+      "f32",
+      "max",
+      [3, 1],
+      [2, 1],
+      [1, 0],
+      false,
+      false,
+    ],
+    [
+      "1D avg kernel 4 stride 3 pad 2, f16 (mean of the inside)",
+      [17, 4, 1, 1],
+      "f16",
+      "avg",
+      [4, 1],
+      [3, 1],
+      [2, 0],
+      false,
+      false,
+    ],
+  ] as [
+    string,
+    Dims4,
+    "f32" | "f16",
+    "max" | "avg",
+    [number, number],
+    [number, number],
+    [number, number],
+    boolean,
+    boolean,
+  ][]
+) {
+  Deno.test(`pool matches float64: ${name}`, () => {
+    let reference: RefTensor | undefined;
+    const results = compute(() => {
+      const feed = new Feed(ne[0] * 3 + k[0]);
+      const x = swapped ? feed.swapped12(dtype, ne) : feed.random(dtype, ne, -2, 2);
+      reference ??= refPool(x, op === "avg", k, s, p, is2D);
+      const output = is2D
+        ? pool2d(x.tensor, op, k, { stride: s, padding: p })
+        : pool1d(x.tensor, op, k[0], { stride: s[0], padding: p[0] });
+      return { ctx: feed.ctx, inputs: feed.inputs, output };
+    });
+    for (const [simd, got] of results) {
+      assertClose(
+        new RefTensor(reference!.ne, Float64Array.from(got)),
+        reference!,
+        TOL_POOL,
+        `${name} (${simd})`,
+      );
+    }
+  });
+}
+
+Deno.test("pool1d and pool2d refuse bad arguments, naming the op", () => {
+  const ctx = new Context();
+  const x = ctx.newTensor("f32", [8, 6, 2]);
+  assert.throws(() => pool2d(x, "max", 0), /pool2d: kernel must be/);
+  assert.throws(() => pool2d(x, "max", 2, { padding: 2 }), /pool2d: padding 2 must be below/);
+  assert.throws(() => pool2d(x, "sum" as "max", 2), /pool2d: op must be max or avg/);
+  assert.throws(() => pool1d(x, "avg", 9), /pool1d: input .* smaller than the window/);
+  assert.throws(() => pool2d(ctx.newTensor("i32", [4, 4]), "max", 2), DTypeError);
+  assert.deepEqual(pool2d(x, "avg", 2).ne, [4, 3, 2, 1]);
 });

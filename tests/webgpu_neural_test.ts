@@ -24,6 +24,8 @@ import {
   im2col,
   l2Norm,
   permute,
+  pool1d,
+  pool2d,
   softmax,
   type Tensor,
 } from "../mod.ts";
@@ -39,6 +41,8 @@ globalThis.addEventListener("unload", () => {
 const NMSE_ATTENTION = 1e-8;
 /** A row reduction, exp and a scale of every element (as backend_ops_test's NMSE_NORM). */
 const NMSE_SOFTMAX = 1e-8;
+/** Max is exact; a mean is a few additions and one division (a few ulp). */
+const NMSE_ELEMENTWISE = 1e-10;
 
 type Dims4 = [number, number, number, number];
 
@@ -341,6 +345,59 @@ for (const [name, build] of NORM_CASES) {
       const actual = await run(gpu!, build);
       const error = nmse(actual, expected);
       assert.ok(error <= NMSE_NORM, `${name}: NMSE ${error} > ${NMSE_NORM}`);
+    },
+  });
+}
+
+function poolCase(seed: number, ne: Dims4, dtype: "f32" | "f16", op: (x: Tensor) => Tensor): Build {
+  return () => {
+    const rng = new Rng(seed);
+    const ctx = new Context();
+    const x = ctx.newTensor(dtype, ne);
+    const values = rng.f32(ne[0] * ne[1] * ne[2] * ne[3], -2, 2);
+    return {
+      ctx,
+      inputs: [[x, dtype === "f16" ? new Float16Array(values) : values]],
+      output: op(x),
+    };
+  };
+}
+
+const POOL_CASES: [string, Build][] = [
+  [
+    "2D max 3x3 stride 2 pad 1",
+    poolCase(30, [11, 9, 3, 2], "f32", (x) => pool2d(x, "max", 3, { stride: 2, padding: 1 })),
+  ],
+  [
+    "2D avg 2x3, f16",
+    poolCase(
+      31,
+      [7, 8, 2, 1],
+      "f16",
+      (x) => pool2d(x, "avg", [2, 3], { stride: [1, 2], padding: [1, 0] }),
+    ),
+  ],
+  [
+    "1D avg kernel 4 stride 3 pad 2",
+    poolCase(32, [17, 4, 1, 1], "f32", (x) => pool1d(x, "avg", 4, { stride: 3, padding: 2 })),
+  ],
+  [
+    "1D max kernel 3, f16",
+    poolCase(33, [20, 3, 2, 1], "f16", (x) => pool1d(x, "max", 3, { stride: 2, padding: 1 })),
+  ],
+];
+
+for (const [name, build] of POOL_CASES) {
+  Deno.test({
+    name: `webgpu pooling matches the CPU: ${name}`,
+    ignore: gpu === null,
+    sanitizeResources: false,
+    sanitizeOps: false,
+    fn: async () => {
+      const expected = await run(cpu, build);
+      const actual = await run(gpu!, build);
+      const error = nmse(actual, expected);
+      assert.ok(error <= NMSE_ELEMENTWISE, `${name}: NMSE ${error} > ${NMSE_ELEMENTWISE}`);
     },
   });
 }

@@ -54,6 +54,8 @@ pub const Op = enum(u32) {
     im2col = 111,
     l2_norm = 112, // params[0]: f32 eps; f32 rows (kernels/group_norm.zig)
     group_norm = 113, // params (f32): group count, eps; f32 [W, H, C, N] (kernels/group_norm.zig)
+    pool_1d = 114, // params (f32): op (0 max, 1 avg), k0, s0, p0; src0 f32|f16 (kernels/pool.zig)
+    pool_2d = 115, // params (f32): op, k0, k1, s0, s1, p0, p1; src0 f32|f16 (kernels/pool.zig)
     _,
 
     /// The unary element-wise ops (named as above): validation and dispatch derive their

@@ -75,6 +75,8 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
         .im2col => check_im2col(n),
         .l2_norm => check_l2_norm(n),
         .group_norm => check_group_norm(n),
+        .pool_1d => check_pool(.one_d, n),
+        .pool_2d => check_pool(.two_d, n),
         // Unary ops returned above (op is comptime-known); unnamed codes never get here.
         else => unreachable,
     };
@@ -542,5 +544,39 @@ fn check_group_norm(n: *const Node) Verdict {
         return fail(.invalid_argument, "group_norm: params[0] (groups) must be a whole number in [1, groups_max]");
     }
     if (!std.math.isFinite(n.param_f32(1))) return fail(.invalid_argument, "group_norm: params[1] (eps) must be finite");
+    return .ok;
+}
+
+/// pool_1d and pool_2d (kernels/pool.zig): op 0 or 1; kernel and stride whole numbers in
+/// [1, conv_param_max], padding in [0, conv_param_max] and below the kernel (ggml's output size
+/// then counts only windows that touch the input); src0 f32 or f16, dst f32 of ggml's shape.
+fn check_pool(comptime kind: enum { one_d, two_d }, n: *const Node) Verdict {
+    const name = if (kind == .one_d) "pool_1d" else "pool_2d";
+    const count: usize = if (kind == .one_d) 4 else 7;
+    const op = n.param_f32(0);
+    if (op != 0 and op != 1) return fail(.invalid_argument, name ++ ": params[0] (op) must be 0 (max) or 1 (avg)");
+    for (1..count) |i| {
+        const value = n.param_f32(i);
+        const is_pad = if (kind == .one_d) i == 3 else i >= 5;
+        const min: f32 = if (is_pad) 0 else 1;
+        if (!(value >= min and value <= conv_param_max) or @floor(value) != value) {
+            return fail(.invalid_argument, name ++ ": params (k, s, p) out of range or not whole");
+        }
+    }
+    const src = &n.src[0];
+    const from = dtype_of(src);
+    if ((from != .f32 and from != .f16) or dtype_of(&n.dst) != .f32) {
+        return fail(.unsupported, name ++ ": src0 must be f32 or f16, dst f32");
+    }
+    const dims: usize = if (kind == .one_d) 1 else 2;
+    var expected = src.ne;
+    for (0..dims) |d| {
+        const k: i64 = @intFromFloat(n.param_f32(1 + d));
+        const s: i64 = @intFromFloat(n.param_f32(1 + dims + d));
+        const p: i64 = @intFromFloat(n.param_f32(1 + 2 * dims + d));
+        if (p >= k) return fail(.invalid_argument, name ++ ": padding must be below the kernel size");
+        expected[d] = @divFloor(src.ne[d] + 2 * p - k, s) + 1;
+    }
+    if (!std.mem.eql(i64, &n.dst.ne, &expected)) return fail(.shape_mismatch, name ++ ": dst.ne is not the pooled shape");
     return .ok;
 }

@@ -18,6 +18,7 @@ const copy = @import("copy.zig");
 const attention = @import("attention.zig");
 const conv = @import("conv.zig");
 const group_norm = @import("group_norm.zig");
+const pool = @import("pool.zig");
 
 const assert = common.assert;
 const Node = common.Node;
@@ -69,6 +70,8 @@ fn dispatch(op: Op, n: *const Node, work: *const Work) Status {
         .im2col => conv.im2col(n, work),
         .l2_norm => group_norm.l2_norm(n, work),
         .group_norm => group_norm.group_norm(n, work),
+        .pool_1d => pool.pool(.one_d, n, work),
+        .pool_2d => pool.pool(.two_d, n, work),
         // Unary ops returned above; anything else is no op the core knows.
         else => .unsupported,
     };

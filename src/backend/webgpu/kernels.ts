@@ -21,6 +21,7 @@ import { MATMUL_TILE, matmulShader } from "./shader_matmul.ts";
 import { type RowKind, rowShader, sumShader } from "./shader_rows.ts";
 import { ropeShader } from "./shader_rope.ts";
 import { im2colShader } from "./shader_conv.ts";
+import { poolShader } from "./shader_pool.ts";
 import { groupNormShader, l2NormShader } from "./shader_group_norm.ts";
 import { ATTENTION_DK_MAX, ATTENTION_DV_PER_THREAD, flashAttnShader } from "./shader_attention.ts";
 import {
@@ -306,6 +307,24 @@ export function kernelFor(node: Tensor): Kernel {
         uints: [groups, Math.ceil(a.ne[2] / groups)],
         workgroups: grid(items, `groupNorm ${node.label}`),
       };
+    }
+    case Op.pool1d:
+    case Op.pool2d: {
+      const is2D = node.op === Op.pool2d;
+      const p = node.params;
+      // (k0, k1, s0, s1) and (p0, p1); 1D has one row per window.
+      const [k0, k1, s0, s1, p0, p1] = is2D
+        ? [p[1]!, p[2]!, p[3]!, p[4]!, p[5]!, p[6]!]
+        : [p[1]!, 1, p[2]!, 1, p[3]!, 0];
+      const average = p[0] === 1;
+      const kernel = flat(
+        `pool:${a.dtype}:${average ? "avg" : "max"}:${is2D ? 2 : 1}`,
+        () => poolShader(a.dtype, average, is2D),
+        node,
+        [a],
+        [k0, k1, s0, s1],
+      );
+      return { ...kernel, uints: [p0, p1] };
     }
     case Op.im2col: {
       // params s0, s1, p0, p1, d0, d1, is2D, planar (shader_conv.ts).

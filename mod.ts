@@ -86,6 +86,12 @@ export { flashAttnExt, type FlashAttnOptions } from "./src/ops/attention.ts";
 export { groupNorm, l2Norm } from "./src/ops/group_norm.ts";
 export { pool1d, pool2d, type PoolOp, type PoolOptions } from "./src/ops/pool.ts";
 export {
+  interpolate,
+  type InterpolateMode,
+  type InterpolateOptions,
+  timestepEmbedding,
+} from "./src/ops/interpolate.ts";
+export {
   conv1d,
   conv2d,
   conv2dDw,

@@ -44,6 +44,8 @@ export const CoreOp = {
   group_norm: 113,
   pool_1d: 114,
   pool_2d: 115,
+  interpolate: 116,
+  timestep_embedding: 117,
 } as const;
 
 /** A core op's name. */
@@ -269,6 +271,22 @@ export const OPS = {
     params: ["op", "k0", "k1", "s0", "s1", "p0", "p1"],
     core: "pool_2d",
     inPlace: { safe: false, reason: "each dst row reads a band of src0 rows" },
+    support: { cpu: ["f32"], webgpu: ["f32"] },
+  },
+  interpolate: {
+    code: 116,
+    arity: 1,
+    params: ["mode"],
+    core: "interpolate",
+    inPlace: { safe: false, reason: "dst has another shape; each element reads src0 elsewhere" },
+    support: { cpu: ["f32"], webgpu: ["f32"] },
+  },
+  timestepEmbedding: {
+    code: 117,
+    arity: 1,
+    params: ["dim", "maxPeriod"],
+    core: "timestep_embedding",
+    inPlace: { safe: false, reason: "dst row n ([dim]) is computed from one element of src0" },
     support: { cpu: ["f32"], webgpu: ["f32"] },
   },
 } as const satisfies Record<string, OpInfo>;

@@ -23,6 +23,7 @@ import {
   Graph,
   groupNorm,
   im2col,
+  interpolate,
   l2Norm,
   mulMat,
   permute,
@@ -31,6 +32,7 @@ import {
   ShapeError,
   softmax,
   type Tensor,
+  timestepEmbedding,
   transpose,
 } from "../mod.ts";
 import { compute } from "./compute_builds.ts";
@@ -942,4 +944,123 @@ Deno.test("pool1d and pool2d refuse bad arguments, naming the op", () => {
   assert.throws(() => pool1d(x, "avg", 9), /pool1d: input .* smaller than the window/);
   assert.throws(() => pool2d(ctx.newTensor("i32", [4, 4]), "max", 2), DTypeError);
   assert.deepEqual(pool2d(x, "avg", 2).ne, [4, 3, 2, 1]);
+});
+
+// ---------------------------------------------------------------------------------------------
+// interpolate and timestepEmbedding.
+
+/** float64 ggml_interpolate (scale factors and positions in f32, as ggml computes them). */
+function refInterpolate(x: Input, ne: Dims4, bilinear: boolean, alignCorners: boolean): RefTensor {
+  const src = x.tensor.ne;
+  const f = Math.fround;
+  const sf = ne.map((n, d) => f(n / src[d]!));
+  let offset = 0.5;
+  if (alignCorners) {
+    offset = 0;
+    for (const d of [0, 1]) if (ne[d]! > 1 && src[d]! > 1) sf[d] = f((ne[d]! - 1) / (src[d]! - 1));
+  }
+  const near = (i: number, d: number): number => Math.trunc(f(i / sf[d]!));
+  const out = new Float64Array(ne[0] * ne[1] * ne[2] * ne[3]);
+  const sample = (i: number, d: number): [number, number, number] => {
+    const p = f(f(f(i + offset) / sf[d]!) - offset);
+    const low = Math.min(Math.max(Math.floor(p), 0), src[d]! - 1);
+    const high = Math.min(Math.max(Math.floor(p) + 1, 0), src[d]! - 1);
+    return [low, high, Math.min(Math.max(p - low, 0), 1)];
+  };
+  for (let i3 = 0; i3 < ne[3]; i3++) {
+    for (let i2 = 0; i2 < ne[2]; i2++) {
+      for (let i1 = 0; i1 < ne[1]; i1++) {
+        for (let i0 = 0; i0 < ne[0]; i0++) {
+          const [j2, j3] = [near(i2, 2), near(i3, 3)];
+          let v: number;
+          if (!bilinear) v = x.at(near(i0, 0), near(i1, 1), j2, j3);
+          else {
+            const [x0, x1, dx] = sample(i0, 0);
+            const [y0, y1, dy] = sample(i1, 1);
+            v = x.at(x0, y0, j2, j3) * (1 - dx) * (1 - dy) + x.at(x1, y0, j2, j3) * dx * (1 - dy) +
+              x.at(x0, y1, j2, j3) * (1 - dx) * dy + x.at(x1, y1, j2, j3) * dx * dy;
+          }
+          out[i0 + ne[0] * (i1 + ne[1] * (i2 + ne[2] * i3))] = v;
+        }
+      }
+    }
+  }
+  return new RefTensor(ne, out);
+}
+
+/** A copy (nearest) or a sum of four products of f32 weights (bilinear): a few f32 roundings. */
+const TOL_INTERPOLATE: Tolerance = { nmse: 1e-12, rtol: 1e-6, atol: 1e-6 };
+
+for (
+  const [name, from, to, mode, align, swapped] of [
+    ["nearest x2 in dims 0-1, x3 in dim 2", [5, 4, 2, 1], [10, 8, 6, 1], "nearest", false, false],
+    ["nearest down-sampling, odd sizes", [9, 7, 3, 2], [4, 5, 3, 2], "nearest", false, false],
+    ["bilinear 7x5 -> 16x9, permuted", [7, 5, 3, 1], [16, 9, 3, 1], "bilinear", false, true],
+    ["bilinear with aligned corners", [6, 4, 2, 1], [11, 7, 2, 1], "bilinear", true, false],
+    ["bilinear down-sampling", [12, 10, 1, 1], [5, 3, 1, 1], "bilinear", false, false],
+  ] as [string, Dims4, Dims4, "nearest" | "bilinear", boolean, boolean][]
+) {
+  Deno.test(`interpolate matches float64: ${name}`, () => {
+    let reference: RefTensor | undefined;
+    const results = compute(() => {
+      const feed = new Feed(from[0] * 11 + to[0]);
+      const x = swapped ? feed.swapped12("f32", from) : feed.random("f32", from);
+      reference ??= refInterpolate(x, to, mode === "bilinear", align);
+      const output = interpolate(x.tensor, to, { mode, alignCorners: align });
+      return { ctx: feed.ctx, inputs: feed.inputs, output };
+    });
+    for (const [simd, got] of results) {
+      assertClose(
+        new RefTensor(reference!.ne, Float64Array.from(got)),
+        reference!,
+        TOL_INTERPOLATE,
+        `${name} (${simd})`,
+      );
+    }
+  });
+}
+
+for (const [dim, period] of [[64, 10000], [33, 100]] as const) {
+  Deno.test(`timestepEmbedding matches float64: dim ${dim}, max period ${period}`, () => {
+    const times = [0, 1, 17.5, 999, 250];
+    const half = Math.floor(dim / 2);
+    const want = new Float64Array(dim * times.length);
+    times.forEach((t, n) => {
+      for (let j = 0; j < half; j++) {
+        const arg = t * Math.exp(-Math.log(period) * j / half);
+        want[n * dim + j] = Math.cos(arg);
+        want[n * dim + j + half] = Math.sin(arg);
+      }
+    });
+    const results = compute(() => {
+      const feed = new Feed(1);
+      const t = feed.of("f32", [times.length, 1, 1, 1], times);
+      return {
+        ctx: feed.ctx,
+        inputs: feed.inputs,
+        output: timestepEmbedding(t.tensor, dim, period),
+      };
+    });
+    // f32 arguments up to 1000 radians: an ulp of the argument (6e-5) moves sin and cos by as
+    // much, so the floor is 2e-4.
+    for (const [simd, got] of results) {
+      assertClose(
+        new RefTensor([dim, times.length, 1, 1], Float64Array.from(got)),
+        new RefTensor([dim, times.length, 1, 1], want),
+        { nmse: 1e-8, rtol: 0, atol: 2e-4 },
+        `timestep ${dim} (${simd})`,
+      );
+    }
+  });
+}
+
+Deno.test("interpolate and timestepEmbedding refuse bad arguments, naming the op", () => {
+  const ctx = new Context();
+  const x = ctx.newTensor("f32", [4, 4]);
+  assert.throws(() => interpolate(x, [8, 8], { mode: "cubic" as "nearest" }), /interpolate: mode/);
+  assert.throws(() => interpolate(x, [8, 8], { alignCorners: true }), /alignCorners needs/);
+  assert.throws(() => interpolate(ctx.newTensor("f16", [4]), [8]), DTypeError);
+  assert.throws(() => timestepEmbedding(x, 8), /timesteps must be one-dimensional/);
+  assert.throws(() => timestepEmbedding(ctx.newTensor("f32", [3]), 0), /dim must be an integer/);
+  assert.deepEqual(timestepEmbedding(ctx.newTensor("f32", [3]), 7).ne, [7, 3, 1, 1]);
 });

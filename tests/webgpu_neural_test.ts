@@ -22,12 +22,14 @@ import {
   Graph,
   groupNorm,
   im2col,
+  interpolate,
   l2Norm,
   permute,
   pool1d,
   pool2d,
   softmax,
   type Tensor,
+  timestepEmbedding,
 } from "../mod.ts";
 import { nmse, Rng } from "./reference.ts";
 
@@ -398,6 +400,39 @@ for (const [name, build] of POOL_CASES) {
       const actual = await run(gpu!, build);
       const error = nmse(actual, expected);
       assert.ok(error <= NMSE_ELEMENTWISE, `${name}: NMSE ${error} > ${NMSE_ELEMENTWISE}`);
+    },
+  });
+}
+
+const RESAMPLE_CASES: [string, Build][] = [
+  ["interpolate nearest", unaryCase(40, [5, 4, 2, 1], (x) => interpolate(x, [10, 8, 6, 1]))],
+  [
+    "interpolate bilinear, permuted",
+    unaryCase(41, [7, 5, 3, 1], (x) => interpolate(x, [16, 9, 3, 1], { mode: "bilinear" }), true),
+  ],
+  [
+    "interpolate bilinear, aligned corners",
+    unaryCase(
+      42,
+      [6, 4, 2, 1],
+      (x) => interpolate(x, [11, 7, 2, 1], { mode: "bilinear", alignCorners: true }),
+    ),
+  ],
+  ["timestepEmbedding, odd dim", unaryCase(43, [5, 1, 1, 1], (x) => timestepEmbedding(x, 33, 100))],
+];
+
+for (const [name, build] of RESAMPLE_CASES) {
+  Deno.test({
+    name: `webgpu resampling matches the CPU: ${name}`,
+    ignore: gpu === null,
+    sanitizeResources: false,
+    sanitizeOps: false,
+    fn: async () => {
+      const expected = await run(cpu, build);
+      const actual = await run(gpu!, build);
+      const error = nmse(actual, expected);
+      // WGSL's sin, cos and exp are a few ulp (lavapipe's more): 1e-8 for the embedding.
+      assert.ok(error <= NMSE_NORM, `${name}: NMSE ${error} > ${NMSE_NORM}`);
     },
   });
 }

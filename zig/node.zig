@@ -56,6 +56,8 @@ pub const Op = enum(u32) {
     group_norm = 113, // params (f32): group count, eps; f32 [W, H, C, N] (kernels/group_norm.zig)
     pool_1d = 114, // params (f32): op (0 max, 1 avg), k0, s0, p0; src0 f32|f16 (kernels/pool.zig)
     pool_2d = 115, // params (f32): op, k0, k1, s0, s1, p0, p1; src0 f32|f16 (kernels/pool.zig)
+    interpolate = 116, // params[0]: mode (0 nearest, 1 bilinear, +256 align corners) (kernels/interpolate.zig)
+    timestep_embedding = 117, // params (f32): dim, max_period; src0 f32 [N] (kernels/interpolate.zig)
     _,
 
     /// The unary element-wise ops (named as above): validation and dispatch derive their

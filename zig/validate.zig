@@ -77,6 +77,8 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
         .group_norm => check_group_norm(n),
         .pool_1d => check_pool(.one_d, n),
         .pool_2d => check_pool(.two_d, n),
+        .interpolate => check_interpolate(n),
+        .timestep_embedding => check_timestep_embedding(n),
         // Unary ops returned above (op is comptime-known); unnamed codes never get here.
         else => unreachable,
     };
@@ -578,5 +580,43 @@ fn check_pool(comptime kind: enum { one_d, two_d }, n: *const Node) Verdict {
         expected[d] = @divFloor(src.ne[d] + 2 * p - k, s) + 1;
     }
     if (!std.mem.eql(i64, &n.dst.ne, &expected)) return fail(.shape_mismatch, name ++ ": dst.ne is not the pooled shape");
+    return .ok;
+}
+
+/// interpolate (kernels/interpolate.zig): f32 src0 and dst, mode 0 (nearest), 1 (bilinear) or
+/// either + 256 (align corners).
+fn check_interpolate(n: *const Node) Verdict {
+    if (dtype_of(&n.dst) != .f32 or dtype_of(&n.src[0]) != .f32) {
+        return fail(.unsupported, "interpolate: dst and src0 must be f32");
+    }
+    const mode = n.param_f32(0);
+    if (mode != 0 and mode != 1 and mode != 256 and mode != 257) {
+        return fail(.invalid_argument, "interpolate: params[0] (mode) must be 0 or 1, + 256 for align corners");
+    }
+    return .ok;
+}
+
+/// Largest dim and max_period of timestep_embedding.
+pub const embedding_dim_max: f32 = 1 << 24;
+
+/// timestep_embedding (kernels/interpolate.zig): f32 src0 [N] (contiguous is not needed: one
+/// stride), f32 dst [dim, N]; dim and max_period whole numbers in [1, embedding_dim_max].
+fn check_timestep_embedding(n: *const Node) Verdict {
+    const src = &n.src[0];
+    if (dtype_of(&n.dst) != .f32 or dtype_of(src) != .f32) {
+        return fail(.unsupported, "timestep_embedding: dst and src0 must be f32");
+    }
+    const dim = n.param_f32(0);
+    const period = n.param_f32(1);
+    if (!(dim >= 1 and dim <= embedding_dim_max) or @floor(dim) != dim or
+        !(period >= 1 and period <= embedding_dim_max) or @floor(period) != period)
+    {
+        return fail(.invalid_argument, "timestep_embedding: params (dim, max_period) must be whole numbers in [1, embedding_dim_max]");
+    }
+    if (src.ne[1] != 1 or src.ne[2] != 1 or src.ne[3] != 1) {
+        return fail(.shape_mismatch, "timestep_embedding: src0 must be [N, 1, 1, 1]");
+    }
+    const expected = [dims_max]i64{ @intFromFloat(dim), src.ne[0], 1, 1 };
+    if (!std.mem.eql(i64, &n.dst.ne, &expected)) return fail(.shape_mismatch, "timestep_embedding: dst.ne != [dim, N, 1, 1]");
     return .ok;
 }

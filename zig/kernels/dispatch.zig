@@ -19,6 +19,7 @@ const attention = @import("attention.zig");
 const conv = @import("conv.zig");
 const group_norm = @import("group_norm.zig");
 const pool = @import("pool.zig");
+const interpolate = @import("interpolate.zig");
 
 const assert = common.assert;
 const Node = common.Node;
@@ -72,6 +73,8 @@ fn dispatch(op: Op, n: *const Node, work: *const Work) Status {
         .group_norm => group_norm.group_norm(n, work),
         .pool_1d => pool.pool(.one_d, n, work),
         .pool_2d => pool.pool(.two_d, n, work),
+        .interpolate => interpolate.interpolate(n, work),
+        .timestep_embedding => interpolate.timestep_embedding(n, work),
         // Unary ops returned above; anything else is no op the core knows.
         else => .unsupported,
     };

@@ -22,6 +22,7 @@ import { type RowKind, rowShader, sumShader } from "./shader_rows.ts";
 import { ropeShader } from "./shader_rope.ts";
 import { im2colShader } from "./shader_conv.ts";
 import { poolShader } from "./shader_pool.ts";
+import { interpolateShader, timestepShader } from "./shader_interpolate.ts";
 import { groupNormShader, l2NormShader } from "./shader_group_norm.ts";
 import { ATTENTION_DK_MAX, ATTENTION_DV_PER_THREAD, flashAttnShader } from "./shader_attention.ts";
 import {
@@ -307,6 +308,36 @@ export function kernelFor(node: Tensor): Kernel {
         uints: [groups, Math.ceil(a.ne[2] / groups)],
         workgroups: grid(items, `groupNorm ${node.label}`),
       };
+    }
+    case Op.interpolate: {
+      // The CPU's scale factors and pixel offset, in f32 (kernels/interpolate.zig).
+      const mode = node.params[0] ?? 0;
+      const f = Math.fround;
+      const sf = node.ne.map((n, d) => f(n / a.ne[d]!));
+      let offset = 0.5;
+      if (mode & 256) {
+        offset = 0;
+        for (const d of [0, 1]) {
+          if (node.ne[d]! > 1 && a.ne[d]! > 1) sf[d] = f((node.ne[d]! - 1) / (a.ne[d]! - 1));
+        }
+      }
+      const bits = new Uint32Array(new Float32Array([offset]).buffer)[0]!;
+      const bilinear = (mode & 0xff) === 1;
+      const kernel = flat(
+        `interpolate:${bilinear ? "bilinear" : "nearest"}`,
+        () => interpolateShader(bilinear),
+        node,
+        [a],
+        sf,
+      );
+      return { ...kernel, uints: [bits] };
+    }
+    case Op.timestepEmbedding: {
+      const [dim, maxPeriod] = node.params as [number, number];
+      const kernel = flat("timestep", timestepShader, node, [a], [
+        Math.fround(Math.log(maxPeriod)),
+      ]);
+      return { ...kernel, uints: [dim] };
     }
     case Op.pool1d:
     case Op.pool2d: {

@@ -96,6 +96,8 @@ export {
   conv2d,
   conv2dDw,
   type ConvOptions,
+  convTranspose1d,
+  convTranspose2d,
   im2col,
   type Im2colOptions,
 } from "./src/ops/conv.ts";

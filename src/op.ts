@@ -46,6 +46,8 @@ export const CoreOp = {
   pool_2d: 115,
   interpolate: 116,
   timestep_embedding: 117,
+  conv_transpose_1d: 118,
+  conv_transpose_2d: 119,
 } as const;
 
 /** A core op's name. */
@@ -287,6 +289,22 @@ export const OPS = {
     params: ["dim", "maxPeriod"],
     core: "timestep_embedding",
     inPlace: { safe: false, reason: "dst row n ([dim]) is computed from one element of src0" },
+    support: { cpu: ["f32"], webgpu: ["f32"] },
+  },
+  convTranspose1d: {
+    code: 118,
+    arity: 2,
+    params: ["stride"],
+    core: "conv_transpose_1d",
+    inPlace: { safe: false, reason: "each dst element gathers from every input channel" },
+    support: { cpu: ["f32"], webgpu: ["f32"] },
+  },
+  convTranspose2d: {
+    code: 119,
+    arity: 2,
+    params: ["stride"],
+    core: "conv_transpose_2d",
+    inPlace: { safe: false, reason: "each dst element gathers from every input channel" },
     support: { cpu: ["f32"], webgpu: ["f32"] },
   },
 } as const satisfies Record<string, OpInfo>;

@@ -15,6 +15,8 @@ import {
   conv1d,
   conv2d,
   conv2dDw,
+  convTranspose1d,
+  convTranspose2d,
   CpuBackend,
   cpy,
   DTypeError,
@@ -1063,4 +1065,122 @@ Deno.test("interpolate and timestepEmbedding refuse bad arguments, naming the op
   assert.throws(() => timestepEmbedding(x, 8), /timesteps must be one-dimensional/);
   assert.throws(() => timestepEmbedding(ctx.newTensor("f32", [3]), 0), /dim must be an integer/);
   assert.deepEqual(timestepEmbedding(ctx.newTensor("f32", [3]), 7).ne, [7, 3, 1, 1]);
+});
+
+// ---------------------------------------------------------------------------------------------
+// convTranspose1d and convTranspose2d.
+
+/** float64 transposed convolution (scatter form): kernel [KW, KH, OC, IC], input [W, H, IC, N]. */
+function refConvTranspose2d(kernel: Input, input: Input, s: number, ne: Dims4): RefTensor {
+  const [kw, kh, oc, ic] = ne;
+  const [w, h, , n] = input.tensor.ne;
+  const ow = (w - 1) * s + kw;
+  const oh = (h - 1) * s + kh;
+  const out = new Float64Array(ow * oh * oc * n);
+  for (let b = 0; b < n; b++) {
+    for (let c = 0; c < ic; c++) {
+      for (let y = 0; y < h; y++) {
+        for (let x = 0; x < w; x++) {
+          const v = input.at(x, y, c, b);
+          for (let o = 0; o < oc; o++) {
+            for (let ky = 0; ky < kh; ky++) {
+              for (let kx = 0; kx < kw; kx++) {
+                const at = x * s + kx + ow * (y * s + ky + oh * (o + oc * b));
+                out[at] = out[at]! + kernel.at(kx, ky, o, c) * v;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return new RefTensor([ow, oh, oc, n], out);
+}
+
+for (
+  const [name, kne, ine, dtype, stride] of [
+    ["3x3, 4 -> 5 channels, stride 2, 2 images", [3, 3, 5, 4], [6, 5, 4, 2], "f32", 2],
+    ["f16 2x2 kernel, stride 2 (U-Net up-sampling)", [2, 2, 3, 6], [7, 4, 6, 1], "f16", 2],
+    ["4x3 kernel, stride 3 (windows overlap in x, not in y)", [4, 3, 2, 3], [5, 6, 3, 1], "f32", 3],
+    ["stride 1", [3, 2, 2, 2], [4, 4, 2, 1], "f32", 1],
+  ] as [string, Dims4, Dims4, "f32" | "f16", number][]
+) {
+  Deno.test(`convTranspose2d matches float64: ${name}`, () => {
+    let reference: RefTensor | undefined;
+    const results = compute(() => {
+      const feed = new Feed(kne[0] * 13 + ine[0]);
+      const kernel = feed.random(dtype, kne);
+      const input = feed.random("f32", ine);
+      reference ??= refConvTranspose2d(kernel, input, stride, kne);
+      return {
+        ctx: feed.ctx,
+        inputs: feed.inputs,
+        output: convTranspose2d(kernel.tensor, input.tensor, stride),
+      };
+    });
+    for (const [simd, got] of results) {
+      assertClose(
+        new RefTensor(reference!.ne, Float64Array.from(got)),
+        reference!,
+        tolConv(kne[0] * kne[1] * kne[3], false),
+        `${name} (${simd})`,
+      );
+    }
+  });
+}
+
+for (
+  const [name, kne, ine, dtype, stride] of [
+    ["kernel 4, 3 -> 5 channels, stride 2", [4, 5, 3, 1], [9, 3, 1, 1], "f32", 2],
+    ["f16 kernel 3, stride 1", [3, 2, 4, 1], [11, 4, 1, 1], "f16", 1],
+  ] as [string, Dims4, Dims4, "f32" | "f16", number][]
+) {
+  Deno.test(`convTranspose1d matches float64: ${name}`, () => {
+    let reference: RefTensor | undefined;
+    const results = compute(() => {
+      const feed = new Feed(kne[0] * 5 + ine[0]);
+      const kernel = feed.random(dtype, kne);
+      const input = feed.random("f32", ine);
+      // A 1D transposed convolution is a 2D one of height 1.
+      const k2: Input = { tensor: kernel.tensor, at: (x, _y, o, c) => kernel.at(x, o, c, 0) };
+      const i2: Input = {
+        tensor: { ne: [ine[0], 1, ine[1], 1] } as unknown as Tensor,
+        at: (x, _y, c) => input.at(x, c, 0, 0),
+      };
+      const want = refConvTranspose2d(k2, i2, stride, [kne[0], 1, kne[1], kne[2]]);
+      reference ??= new RefTensor([want.ne[0], kne[1], 1, 1], want.values());
+      return {
+        ctx: feed.ctx,
+        inputs: feed.inputs,
+        output: convTranspose1d(kernel.tensor, input.tensor, stride),
+      };
+    });
+    for (const [simd, got] of results) {
+      assertClose(
+        new RefTensor(reference!.ne, Float64Array.from(got)),
+        reference!,
+        tolConv(kne[0] * kne[2], false),
+        `${name} (${simd})`,
+      );
+    }
+  });
+}
+
+Deno.test("convTranspose1d and convTranspose2d refuse bad shapes and strides, naming the op", () => {
+  const ctx = new Context();
+  const k2 = ctx.newTensor("f32", [3, 3, 4, 5]);
+  assert.throws(
+    () => convTranspose2d(k2, ctx.newTensor("f32", [6, 6, 4])),
+    /convTranspose2d: kernel/,
+  );
+  assert.throws(() => convTranspose2d(k2, ctx.newTensor("f32", [6, 6, 5]), 0), /stride must be/);
+  assert.throws(
+    () => convTranspose1d(ctx.newTensor("f32", [3, 4, 5]), ctx.newTensor("f32", [9, 4])),
+    /convTranspose1d: kernel/,
+  );
+  assert.throws(
+    () => convTranspose1d(ctx.newTensor("i32", [3, 4, 5]), ctx.newTensor("f32", [9, 5])),
+    DTypeError,
+  );
+  assert.deepEqual(convTranspose2d(k2, ctx.newTensor("f32", [6, 7, 5, 2]), 2).ne, [13, 15, 4, 2]);
 });

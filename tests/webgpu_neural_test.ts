@@ -15,6 +15,8 @@ import {
   conv1d,
   conv2d,
   conv2dDw,
+  convTranspose1d,
+  convTranspose2d,
   CpuBackend,
   cpy,
   flashAttnExt,
@@ -433,6 +435,36 @@ for (const [name, build] of RESAMPLE_CASES) {
       const error = nmse(actual, expected);
       // WGSL's sin, cos and exp are a few ulp (lavapipe's more): 1e-8 for the embedding.
       assert.ok(error <= NMSE_NORM, `${name}: NMSE ${error} > ${NMSE_NORM}`);
+    },
+  });
+}
+
+const TRANSPOSE_CASES: [string, Build][] = [
+  [
+    "convTranspose2d stride 2, 2 images",
+    convCase(50, [3, 3, 5, 4], [6, 5, 4, 2], "f32", (k, i) => convTranspose2d(k, i, 2)),
+  ],
+  [
+    "convTranspose2d f16 kernel",
+    convCase(51, [2, 2, 3, 6], [7, 4, 6, 1], "f16", (k, i) => convTranspose2d(k, i, 2)),
+  ],
+  [
+    "convTranspose1d stride 2",
+    convCase(52, [4, 5, 3, 1], [9, 3, 1, 1], "f32", (k, i) => convTranspose1d(k, i, 2)),
+  ],
+];
+
+for (const [name, build] of TRANSPOSE_CASES) {
+  Deno.test({
+    name: `webgpu transposed convolutions match the CPU: ${name}`,
+    ignore: gpu === null,
+    sanitizeResources: false,
+    sanitizeOps: false,
+    fn: async () => {
+      const expected = await run(cpu, build);
+      const actual = await run(gpu!, build);
+      const error = nmse(actual, expected);
+      assert.ok(error <= NMSE_CONV, `${name}: NMSE ${error} > ${NMSE_CONV}`);
     },
   });
 }

@@ -58,6 +58,8 @@ pub const Op = enum(u32) {
     pool_2d = 115, // params (f32): op, k0, k1, s0, s1, p0, p1; src0 f32|f16 (kernels/pool.zig)
     interpolate = 116, // params[0]: mode (0 nearest, 1 bilinear, +256 align corners) (kernels/interpolate.zig)
     timestep_embedding = 117, // params (f32): dim, max_period; src0 f32 [N] (kernels/interpolate.zig)
+    conv_transpose_1d = 118, // params[0]: stride; src0 kernel f32|f16, src1 f32 (kernels/conv_transpose.zig)
+    conv_transpose_2d = 119, // params[0]: stride; src0 kernel f32|f16, src1 f32 (kernels/conv_transpose.zig)
     _,
 
     /// The unary element-wise ops (named as above): validation and dispatch derive their

@@ -79,6 +79,8 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
         .pool_2d => check_pool(.two_d, n),
         .interpolate => check_interpolate(n),
         .timestep_embedding => check_timestep_embedding(n),
+        .conv_transpose_1d => check_conv_transpose(.one_d, n),
+        .conv_transpose_2d => check_conv_transpose(.two_d, n),
         // Unary ops returned above (op is comptime-known); unnamed codes never get here.
         else => unreachable,
     };
@@ -87,7 +89,7 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
 /// Inclusive bounds on src_count.
 fn source_counts(comptime op: Op) [2]u32 {
     return switch (op) {
-        .add, .sub, .mul, .div, .mul_mat, .get_rows, .im2col, .silu_mul, .rms_norm_mul, .rope, .set_rows => .{ 2, 2 },
+        .add, .sub, .mul, .div, .mul_mat, .get_rows, .im2col, .conv_transpose_1d, .conv_transpose_2d, .silu_mul, .rms_norm_mul, .rope, .set_rows => .{ 2, 2 },
         .soft_max => .{ 1, 2 },
         .flash_attn_ext => .{ 3, 4 },
         else => .{ 1, 1 },
@@ -618,5 +620,34 @@ fn check_timestep_embedding(n: *const Node) Verdict {
     }
     const expected = [dims_max]i64{ @intFromFloat(dim), src.ne[0], 1, 1 };
     if (!std.mem.eql(i64, &n.dst.ne, &expected)) return fail(.shape_mismatch, "timestep_embedding: dst.ne != [dim, N, 1, 1]");
+    return .ok;
+}
+
+/// conv_transpose_1d / _2d (kernels/conv_transpose.zig): kernel f32 or f16, input and dst f32,
+/// the stride a whole number in [1, conv_param_max], the input channels those of the kernel,
+/// dst of the transposed convolution's shape.
+fn check_conv_transpose(comptime kind: enum { one_d, two_d }, n: *const Node) Verdict {
+    const name = if (kind == .one_d) "conv_transpose_1d" else "conv_transpose_2d";
+    const kernel = &n.src[0];
+    const input = &n.src[1];
+    const k = dtype_of(kernel);
+    if ((k != .f32 and k != .f16) or dtype_of(input) != .f32 or dtype_of(&n.dst) != .f32) {
+        return fail(.unsupported, name ++ ": src0 must be f32 or f16, src1 and dst f32");
+    }
+    const stride = n.param_f32(0);
+    if (!(stride >= 1 and stride <= conv_param_max) or @floor(stride) != stride) {
+        return fail(.invalid_argument, name ++ ": params[0] (stride) must be a whole number in [1, conv_param_max]");
+    }
+    const s: i64 = @intFromFloat(stride);
+    const expected: [dims_max]i64 = if (kind == .two_d) blk: {
+        if (kernel.ne[3] != input.ne[2]) return fail(.shape_mismatch, name ++ ": src0.ne[3] != src1.ne[2]");
+        break :blk .{ (input.ne[0] - 1) * s + kernel.ne[0], (input.ne[1] - 1) * s + kernel.ne[1], kernel.ne[2], input.ne[3] };
+    } else blk: {
+        if (kernel.ne[2] != input.ne[1] or kernel.ne[3] != 1 or input.ne[2] != 1 or input.ne[3] != 1) {
+            return fail(.shape_mismatch, name ++ ": src0 must be [K, OC, IC], src1 [L, IC]");
+        }
+        break :blk .{ (input.ne[0] - 1) * s + kernel.ne[0], kernel.ne[1], 1, 1 };
+    };
+    if (!std.mem.eql(i64, &n.dst.ne, &expected)) return fail(.shape_mismatch, name ++ ": dst.ne is not the transposed convolution's shape");
     return .ok;
 }

@@ -234,3 +234,80 @@ export function conv2dDw(kernel: Tensor, image: Tensor, options: ConvOptions = {
   const product = mulMat(weights, fields); // [1, OW*OH, C, N]
   return reshape(product, [ow, oh, c, image.ne[3]]);
 }
+
+function requireStride(op: string, stride: number): void {
+  if (!Number.isInteger(stride) || stride < 1 || stride > 1 << 20) {
+    throw new ArgumentError(`${op}: stride must be an integer in [1, 2^20], got ${stride}`);
+  }
+}
+
+/**
+ * ggml_conv_transpose_1d (no padding, no dilation): kernel `[K, OC, IC]` (f32 or f16) over f32
+ * `[L, IC]` -> f32 `[(L - 1) * stride + K, OC]`.
+ *
+ * @example
+ * ```ts
+ * import { Context, convTranspose1d } from "../../mod.ts";
+ * const ctx = new Context();
+ * const kernel = ctx.newTensor("f32", [4, 16, 32]);
+ * const x = ctx.newTensor("f32", [100, 32]);
+ * console.log(convTranspose1d(kernel, x, 2).ne); // [202, 16, 1, 1]
+ * ```
+ */
+export function convTranspose1d(kernel: Tensor, input: Tensor, stride = 1): Tensor {
+  requireDType("convTranspose1d", kernel, ["f32", "f16"]);
+  requireDType("convTranspose1d", input, ["f32"]);
+  requireStride("convTranspose1d", stride);
+  if (
+    kernel.ne[2] !== input.ne[1] || kernel.ne[3] !== 1 || input.ne[2] !== 1 || input.ne[3] !== 1
+  ) {
+    throw new ShapeError(
+      `convTranspose1d: kernel ${formatShape(kernel.ne)} must be [K, OC, IC] and input ` +
+        `${formatShape(input.ne)} [L, IC]`,
+    );
+  }
+  return new Tensor({
+    dtype: "f32",
+    ne: [(input.ne[0] - 1) * stride + kernel.ne[0], kernel.ne[1], 1, 1],
+    op: Op.convTranspose1d,
+    src: [kernel, input],
+    params: [stride],
+  });
+}
+
+/**
+ * ggml_conv_transpose_2d_p0: kernel `[KW, KH, OC, IC]` (f32 or f16) over f32 `[W, H, IC, N]`
+ * -> f32 `[(W - 1) * stride + KW, (H - 1) * stride + KH, OC, N]` (no padding).
+ *
+ * @example
+ * ```ts
+ * import { Context, convTranspose2d } from "../../mod.ts";
+ * const ctx = new Context();
+ * const kernel = ctx.newTensor("f16", [2, 2, 64, 128]);
+ * const x = ctx.newTensor("f32", [16, 16, 128]);
+ * console.log(convTranspose2d(kernel, x, 2).ne); // [32, 32, 64, 1]
+ * ```
+ */
+export function convTranspose2d(kernel: Tensor, input: Tensor, stride = 1): Tensor {
+  requireDType("convTranspose2d", kernel, ["f32", "f16"]);
+  requireDType("convTranspose2d", input, ["f32"]);
+  requireStride("convTranspose2d", stride);
+  if (kernel.ne[3] !== input.ne[2]) {
+    throw new ShapeError(
+      `convTranspose2d: kernel ${formatShape(kernel.ne)} has ${kernel.ne[3]} input channels ` +
+        `(dim 3), input ${formatShape(input.ne)} ${input.ne[2]} (dim 2)`,
+    );
+  }
+  return new Tensor({
+    dtype: "f32",
+    ne: [
+      (input.ne[0] - 1) * stride + kernel.ne[0],
+      (input.ne[1] - 1) * stride + kernel.ne[1],
+      kernel.ne[2],
+      input.ne[3],
+    ],
+    op: Op.convTranspose2d,
+    src: [kernel, input],
+    params: [stride],
+  });
+}

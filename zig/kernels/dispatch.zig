@@ -20,6 +20,7 @@ const conv = @import("conv.zig");
 const group_norm = @import("group_norm.zig");
 const pool = @import("pool.zig");
 const interpolate = @import("interpolate.zig");
+const conv_transpose = @import("conv_transpose.zig");
 
 const assert = common.assert;
 const Node = common.Node;
@@ -75,6 +76,8 @@ fn dispatch(op: Op, n: *const Node, work: *const Work) Status {
         .pool_2d => pool.pool(.two_d, n, work),
         .interpolate => interpolate.interpolate(n, work),
         .timestep_embedding => interpolate.timestep_embedding(n, work),
+        .conv_transpose_1d => conv_transpose.conv_transpose(.one_d, n, work),
+        .conv_transpose_2d => conv_transpose.conv_transpose(.two_d, n, work),
         // Unary ops returned above; anything else is no op the core knows.
         else => .unsupported,
     };

@@ -20,7 +20,7 @@ import {
 import { MATMUL_TILE, matmulShader } from "./shader_matmul.ts";
 import { type RowKind, rowShader, sumShader } from "./shader_rows.ts";
 import { ropeShader } from "./shader_rope.ts";
-import { im2colShader } from "./shader_conv.ts";
+import { convTransposeShader, im2colShader } from "./shader_conv.ts";
 import { poolShader } from "./shader_pool.ts";
 import { interpolateShader, timestepShader } from "./shader_interpolate.ts";
 import { groupNormShader, l2NormShader } from "./shader_group_norm.ts";
@@ -338,6 +338,17 @@ export function kernelFor(node: Tensor): Kernel {
         Math.fround(Math.log(maxPeriod)),
       ]);
       return { ...kernel, uints: [dim] };
+    }
+    case Op.convTranspose1d:
+    case Op.convTranspose2d: {
+      const is2D = node.op === Op.convTranspose2d;
+      const kernel = flat(
+        `convTranspose:${a.dtype}:${is2D ? 2 : 1}`,
+        () => convTransposeShader(a.dtype, is2D),
+        node,
+        src,
+      );
+      return { ...kernel, uints: [node.params[0] ?? 1] };
     }
     case Op.pool1d:
     case Op.pool2d: {

@@ -37,3 +37,49 @@ ${
   D_set_f32(at(0u, d), value);`)
   }`;
 }
+
+/**
+ * conv_transpose_1d / _2d as a gather, one thread per destination element (the CPU kernel's
+ * loops, kernels/conv_transpose.zig); `P.u.z` = the stride.
+ */
+export function convTransposeShader(kernel: DType, is2D: boolean): string {
+  const tap = is2D ? "vec4<u32>(kx, ky, oc, ic)" : "vec4<u32>(kx, oc, ic, 0u)";
+  const pixel = is2D ? "vec4<u32>(ix, iy, ic, image)" : "vec4<u32>(ix, ic, 0u, 0u)";
+  return `${PARAMS_WGSL}
+${tensorBindings("f32", [kernel, "f32"])}
+${
+    flatKernel(`  let c = coords(0u, i);
+  let s = P.u.z;
+  let kn = P.t[1].ne;
+  let inn = P.t[2].ne;
+  let y = ${is2D ? "c.y" : "0u"};
+  let oc = ${is2D ? "c.z" : "c.y"};
+  let image = ${is2D ? "c.w" : "0u"};
+  let kh = ${is2D ? "kn.y" : "1u"};
+  let channels = ${is2D ? "kn.w" : "kn.z"};
+  let height = ${is2D ? "inn.y" : "1u"};
+  var total = 0.0;
+  for (var ky = 0u; ky < kh; ky = ky + 1u) {
+    if (ky > y || (y - ky) % s != 0u) {
+      continue;
+    }
+    let iy = (y - ky) / s;
+    if (iy >= height) {
+      continue;
+    }
+    for (var kx = 0u; kx < kn.x; kx = kx + 1u) {
+      if (kx > c.x || (c.x - kx) % s != 0u) {
+        continue;
+      }
+      let ix = (c.x - kx) / s;
+      if (ix >= inn.x) {
+        continue;
+      }
+      for (var ic = 0u; ic < channels; ic = ic + 1u) {
+        total = total + S0_f32(at(1u, ${tap})) * S1_f32(at(2u, ${pixel}));
+      }
+    }
+  }
+  D_set_f32(at(0u, c), total);`)
+  }`;
+}

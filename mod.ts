@@ -96,6 +96,25 @@ export {
   TriType,
 } from "./src/ops/indexing.ts";
 export { argsort, type SortOrder, topK } from "./src/ops/sort.ts";
+export { flashAttnExt, type FlashAttnOptions } from "./src/ops/attention.ts";
+export { groupNorm, l2Norm } from "./src/ops/group_norm.ts";
+export { pool1d, pool2d, type PoolOp, type PoolOptions } from "./src/ops/pool.ts";
+export {
+  interpolate,
+  type InterpolateMode,
+  type InterpolateOptions,
+  timestepEmbedding,
+} from "./src/ops/interpolate.ts";
+export {
+  conv1d,
+  conv2d,
+  conv2dDw,
+  type ConvOptions,
+  convTranspose1d,
+  convTranspose2d,
+  im2col,
+  type Im2colOptions,
+} from "./src/ops/conv.ts";
 export { dequantize, isQuantDType, QUANT_DTYPES, type QuantDType, quantize } from "./src/quant.ts";
 export type {
   Backend,

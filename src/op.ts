@@ -49,6 +49,16 @@ export const CoreOp = {
   diag_mask_inf: 78,
   arange: 79,
   fill: 80,
+  flash_attn_ext: 110,
+  im2col: 111,
+  l2_norm: 112,
+  group_norm: 113,
+  pool_1d: 114,
+  pool_2d: 115,
+  interpolate: 116,
+  timestep_embedding: 117,
+  conv_transpose_1d: 118,
+  conv_transpose_2d: 119,
 } as const;
 
 /** A core op's name. */
@@ -172,7 +182,7 @@ export const OPS = {
   },
   norm: { code: 14, arity: 1, params: ["eps"], core: "norm", inPlace: rowRead },
   rmsNorm: { code: 15, arity: 1, params: ["eps"], core: "rms_norm", inPlace: rowRead },
-  softmax: { code: 16, arity: 2, params: ["scale"], core: "soft_max", inPlace: rowRead },
+  softmax: { code: 16, arity: 2, params: ["scale", "maxBias"], core: "soft_max", inPlace: rowRead },
   gelu: { code: 17, arity: 1, params: [], core: "gelu", inPlace: elementwise },
   silu: { code: 18, arity: 1, params: [], core: "silu", inPlace: elementwise },
   relu: { code: 19, arity: 1, params: [], core: "relu", inPlace: elementwise },
@@ -316,6 +326,100 @@ export const OPS = {
     inPlace: view,
   },
   transpose: { code: 103, arity: 1, params: [], core: null, inPlace: view },
+  // Graph/core ops 110-149: attention, convolution, pooling and the other neural-network ops
+  // (src/ops/attention.ts, zig/kernels/attention.zig, shader_attention.ts).
+  flashAttnExt: {
+    code: 110,
+    arity: 4,
+    params: ["scale", "maxBias", "softcap"],
+    core: "flash_attn_ext",
+    // attention.zig reads whole K and V rows for every query row; dst is laid out
+    // [DV, heads, tokens] (a permutation of q's), so no source shares its layout anyway.
+    inPlace: { safe: false, reason: "each dst row reads every row of K and V" },
+    support: { cpu: ["f32"], webgpu: ["f32"] },
+  },
+  im2col: {
+    code: 111,
+    arity: 2,
+    params: ["s0", "s1", "p0", "p1", "d0", "d1", "is2D", "planar"],
+    core: "im2col",
+    // conv.zig: a dst row gathers a whole receptive field (of every channel) of src1.
+    inPlace: { safe: false, reason: "each dst row reads a window of every src1 channel" },
+    support: { cpu: ["f32", "f16"], webgpu: ["f32", "f16"] },
+  },
+  l2Norm: {
+    code: 112,
+    arity: 1,
+    params: ["eps"],
+    core: "l2_norm",
+    // group_norm.zig: the row's sum of squares is taken before scale_row writes it, chunk by
+    // chunk at the index it just read; rows are split across threads, never within a row.
+    inPlace: rowRead,
+    support: { cpu: ["f32"], webgpu: ["f32"] },
+  },
+  groupNorm: {
+    code: 113,
+    arity: 1,
+    params: ["groups", "eps"],
+    core: "group_norm",
+    // group_norm.zig: one thread owns a whole (group, image); its statistics are taken before
+    // the last pass reads each chunk and writes it back at the same index.
+    inPlace: {
+      safe: true,
+      reason: "a group's statistics come first, then each element is read before it is written",
+    },
+    support: { cpu: ["f32"], webgpu: ["f32"] },
+  },
+  pool1d: {
+    code: 114,
+    arity: 1,
+    params: ["op", "k0", "s0", "p0"],
+    core: "pool_1d",
+    // pool.zig: dst row r reads a window of src0 row r; with a stride below the kernel, dst
+    // element ox (written) precedes elements that later windows still read.
+    inPlace: { safe: false, reason: "overlapping windows read src0 elements after dst writes" },
+    support: { cpu: ["f32"], webgpu: ["f32"] },
+  },
+  pool2d: {
+    code: 115,
+    arity: 1,
+    params: ["op", "k0", "k1", "s0", "s1", "p0", "p1"],
+    core: "pool_2d",
+    inPlace: { safe: false, reason: "each dst row reads a band of src0 rows" },
+    support: { cpu: ["f32"], webgpu: ["f32"] },
+  },
+  interpolate: {
+    code: 116,
+    arity: 1,
+    params: ["mode"],
+    core: "interpolate",
+    inPlace: { safe: false, reason: "dst has another shape; each element reads src0 elsewhere" },
+    support: { cpu: ["f32"], webgpu: ["f32"] },
+  },
+  timestepEmbedding: {
+    code: 117,
+    arity: 1,
+    params: ["dim", "maxPeriod"],
+    core: "timestep_embedding",
+    inPlace: { safe: false, reason: "dst row n ([dim]) is computed from one element of src0" },
+    support: { cpu: ["f32"], webgpu: ["f32"] },
+  },
+  convTranspose1d: {
+    code: 118,
+    arity: 2,
+    params: ["stride"],
+    core: "conv_transpose_1d",
+    inPlace: { safe: false, reason: "each dst element gathers from every input channel" },
+    support: { cpu: ["f32"], webgpu: ["f32"] },
+  },
+  convTranspose2d: {
+    code: 119,
+    arity: 2,
+    params: ["stride"],
+    core: "conv_transpose_2d",
+    inPlace: { safe: false, reason: "each dst element gathers from every input channel" },
+    support: { cpu: ["f32"], webgpu: ["f32"] },
+  },
 } as const satisfies Record<string, OpInfo>;
 
 /** An op's name in the table. */

@@ -5,7 +5,7 @@
 const std = @import("std");
 
 pub const dims_max = 4;
-pub const sources_max = 3;
+pub const sources_max = 4;
 pub const params_max = 8;
 
 /// Element types: the dtype traits table (dtype.zig).
@@ -58,6 +58,21 @@ pub const Op = enum(u32) {
     diag_mask_inf = 78, // params[0]: n_past; column i of row j is -inf when i > n_past + j
     arange = 79, // no sources; params f32 start, stop, step; dst f32 [ceil((stop - start) / step)]
     fill = 80, // params[0]: f32 value; dst (shape of src0, f32 | f16) all that value
+    // params (f32): scale, max_bias (ALiBi), logit_softcap (0: none); src0 q f32 [DK, T, Hq, B],
+    // src1 k f32|f16 [DK, nKv, Hkv, B'], src2 v f32|f16 [DV, nKv, Hkv, B'], src3 (optional)
+    // mask f32|f16 [nKv, >=T, Hq/m, B/m']; dst f32 [DV, Hq, T, B] (kernels/attention.zig)
+    flash_attn_ext = 110,
+    // params (f32 whole numbers): s0, s1, p0, p1, d0, d1, is_2d; src0 the kernel (shape only),
+    // src1 f32 image; dst f32|f16 [IC*KH*KW, OW, OH, N] (kernels/conv.zig)
+    im2col = 111,
+    l2_norm = 112, // params[0]: f32 eps; f32 rows (kernels/group_norm.zig)
+    group_norm = 113, // params (f32): group count, eps; f32 [W, H, C, N] (kernels/group_norm.zig)
+    pool_1d = 114, // params (f32): op (0 max, 1 avg), k0, s0, p0; src0 f32|f16 (kernels/pool.zig)
+    pool_2d = 115, // params (f32): op, k0, k1, s0, s1, p0, p1; src0 f32|f16 (kernels/pool.zig)
+    interpolate = 116, // params[0]: mode (0 nearest, 1 bilinear, +256 align corners) (kernels/interpolate.zig)
+    timestep_embedding = 117, // params (f32): dim, max_period; src0 f32 [N] (kernels/interpolate.zig)
+    conv_transpose_1d = 118, // params[0]: stride; src0 kernel f32|f16, src1 f32 (kernels/conv_transpose.zig)
+    conv_transpose_2d = 119, // params[0]: stride; src0 kernel f32|f16, src1 f32 (kernels/conv_transpose.zig)
     _,
 
     /// The unary element-wise ops (named as above): validation and dispatch derive their
@@ -144,7 +159,7 @@ comptime {
     std.debug.assert(@offsetOf(Node, "params") == 8);
     std.debug.assert(@offsetOf(Node, "dst") == 40);
     std.debug.assert(@offsetOf(Node, "src") == 120);
-    std.debug.assert(@sizeOf(Node) == 360);
+    std.debug.assert(@sizeOf(Node) == 440);
 }
 
 /// Status codes shared by every export and every kernel. 0 is success; errors are negative.

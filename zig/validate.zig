@@ -82,6 +82,16 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
         .diag_mask_inf => check_diag_mask_inf(n),
         .fill => check_fill(n),
         .arange => check_arange(n),
+        .flash_attn_ext => check_flash_attn_ext(n),
+        .im2col => check_im2col(n),
+        .l2_norm => check_l2_norm(n),
+        .group_norm => check_group_norm(n),
+        .pool_1d => check_pool(.one_d, n),
+        .pool_2d => check_pool(.two_d, n),
+        .interpolate => check_interpolate(n),
+        .timestep_embedding => check_timestep_embedding(n),
+        .conv_transpose_1d => check_conv_transpose(.one_d, n),
+        .conv_transpose_2d => check_conv_transpose(.two_d, n),
         // Unary ops returned above (op is comptime-known); unnamed codes never get here.
         else => unreachable,
     };
@@ -90,9 +100,10 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
 /// Inclusive bounds on src_count.
 fn source_counts(comptime op: Op) [2]u32 {
     return switch (op) {
-        .add, .sub, .mul, .div, .mul_mat, .get_rows, .silu_mul, .rms_norm_mul, .rope, .set_rows, .concat => .{ 2, 2 },
+        .add, .sub, .mul, .div, .mul_mat, .get_rows, .im2col, .conv_transpose_1d, .conv_transpose_2d, .silu_mul, .rms_norm_mul, .rope, .set_rows, .concat => .{ 2, 2 },
         .arange => .{ 0, 0 },
         .soft_max => .{ 1, 2 },
+        .flash_attn_ext => .{ 3, 4 },
         else => .{ 1, 1 },
     };
 }
@@ -344,6 +355,14 @@ fn check_soft_max(n: *const Node) Verdict {
             return fail(.shape_mismatch, "soft_max: src1.ne[1] < src0.ne[1]");
         }
     }
+    // params[1]: ALiBi's max_bias (kernels/soft_max.zig); 0 means none.
+    const max_bias = n.param_f32(1);
+    if (!std.math.isFinite(max_bias) or max_bias < 0) {
+        return fail(.invalid_argument, "soft_max: params[1] (max_bias) must be finite and >= 0");
+    }
+    if (max_bias > 0 and n.src_count != 2) {
+        return fail(.invalid_argument, "soft_max: params[1] (max_bias) > 0 needs a mask (src1)");
+    }
     return .ok;
 }
 
@@ -568,5 +587,253 @@ fn check_arange(n: *const Node) Verdict {
     if (!std.mem.eql(i64, &n.dst.ne, &expected)) {
         return fail(.shape_mismatch, "arange: dst.ne != [ceil((stop - start) / step), 1, 1, 1]");
     }
+    return .ok;
+}
+/// flash_attn_ext (kernels/attention.zig), ggml_flash_attn_ext's rules: q f32 [DK, T, Hq, B];
+/// k [DK, nKv, Hkv, Bk] and v [DV, nKv, Hkv, Bk] f32 or f16 whose heads and batches divide q's
+/// (GQA); rows of q, k and v contiguous; an optional mask f32 or f16 [nKv, >= T, m2, m3] with
+/// m2 | Hq and m3 | B; dst f32 [DV, Hq, T, B] with contiguous rows. params: scale (finite),
+/// max_bias (finite, >= 0; > 0 needs the mask, which carries the positions), logit_softcap
+/// (finite, >= 0).
+fn check_flash_attn_ext(n: *const Node) Verdict {
+    const q = &n.src[0];
+    const k = &n.src[1];
+    const v = &n.src[2];
+    const kv_types = (dtype_of(k) == .f32 or dtype_of(k) == .f16) and
+        (dtype_of(v) == .f32 or dtype_of(v) == .f16);
+    if (dtype_of(q) != .f32 or !kv_types or dtype_of(&n.dst) != .f32) {
+        return fail(.unsupported, "flash_attn_ext: q and dst must be f32, k and v f32 or f16");
+    }
+    if (!node_rows_contiguous(q) or !node_rows_contiguous(k) or !node_rows_contiguous(v) or
+        !node_rows_contiguous(&n.dst))
+    {
+        return fail(.unsupported, "flash_attn_ext: rows of q, k, v and dst must be contiguous");
+    }
+    if (k.ne[0] != q.ne[0]) return fail(.shape_mismatch, "flash_attn_ext: k.ne[0] != q.ne[0]");
+    if (v.ne[1] != k.ne[1]) return fail(.shape_mismatch, "flash_attn_ext: v.ne[1] != k.ne[1]");
+    for (2..dims_max) |d| {
+        if (@mod(q.ne[d], k.ne[d]) != 0 or @mod(q.ne[d], v.ne[d]) != 0) {
+            return fail(.shape_mismatch, "flash_attn_ext: k.ne[2..4] or v.ne[2..4] does not divide q's");
+        }
+    }
+    const expected = [dims_max]i64{ v.ne[0], q.ne[2], q.ne[1], q.ne[3] };
+    if (!std.mem.eql(i64, &n.dst.ne, &expected)) {
+        return fail(.shape_mismatch, "flash_attn_ext: dst.ne != [v.ne[0], q.ne[2], q.ne[1], q.ne[3]]");
+    }
+    if (n.src_count == 4) {
+        const mask = &n.src[3];
+        if (dtype_of(mask) != .f32 and dtype_of(mask) != .f16) {
+            return fail(.unsupported, "flash_attn_ext: mask (src3) must be f32 or f16");
+        }
+        if (!node_rows_contiguous(mask)) return fail(.unsupported, "flash_attn_ext: mask rows must be contiguous");
+        if (mask.ne[0] != k.ne[1]) return fail(.shape_mismatch, "flash_attn_ext: mask.ne[0] != k.ne[1]");
+        if (mask.ne[1] < q.ne[1]) return fail(.shape_mismatch, "flash_attn_ext: mask.ne[1] < q.ne[1]");
+        if (@mod(q.ne[2], mask.ne[2]) != 0 or @mod(q.ne[3], mask.ne[3]) != 0) {
+            return fail(.shape_mismatch, "flash_attn_ext: mask.ne[2..4] does not divide q's");
+        }
+    }
+    const scale = n.param_f32(0);
+    const max_bias = n.param_f32(1);
+    const softcap = n.param_f32(2);
+    if (!std.math.isFinite(scale)) return fail(.invalid_argument, "flash_attn_ext: params[0] (scale) must be finite");
+    if (!std.math.isFinite(max_bias) or max_bias < 0) {
+        return fail(.invalid_argument, "flash_attn_ext: params[1] (max_bias) must be finite and >= 0");
+    }
+    if (max_bias > 0 and n.src_count != 4) {
+        return fail(.invalid_argument, "flash_attn_ext: params[1] (max_bias) > 0 needs a mask");
+    }
+    if (!std.math.isFinite(softcap) or softcap < 0) {
+        return fail(.invalid_argument, "flash_attn_ext: params[2] (logit_softcap) must be finite and >= 0");
+    }
+    return .ok;
+}
+
+fn node_rows_contiguous(t: *const TensorDesc) bool {
+    return t.nb[0] == @as(i64, @intCast(dtype_of(t).size_bytes()));
+}
+
+/// Largest stride, padding and dilation of im2col (src/ops/conv.ts checks the same).
+pub const conv_param_max: f32 = 1 << 20;
+
+/// im2col (kernels/conv.zig), ggml_im2col's rules: params s0, s1, d0, d1 whole numbers in
+/// [1, conv_param_max], p0, p1 in [0, conv_param_max], is_2d 0 or 1; src1 f32 with contiguous
+/// rows, its channels (dim 2 in 2D, 1 in 1D) those of the kernel src0 (any dtype: only its
+/// shape is read); a 1D image has ne[3] == 1; dst f32 or f16 of the unfolded shape.
+fn check_im2col(n: *const Node) Verdict {
+    for (0..8) |i| {
+        const value = n.param_f32(i);
+        const min: f32 = if (i == 2 or i == 3 or i >= 6) 0 else 1;
+        const max: f32 = if (i >= 6) 1 else conv_param_max;
+        if (!(value >= min and value <= max) or @floor(value) != value) {
+            return fail(.invalid_argument, "im2col: params (s0, s1, p0, p1, d0, d1, is_2d, planar) out of range or not whole");
+        }
+    }
+    const kernel = &n.src[0];
+    const image = &n.src[1];
+    const to = dtype_of(&n.dst);
+    if (dtype_of(image) != .f32 or (to != .f32 and to != .f16)) {
+        return fail(.unsupported, "im2col: src1 must be f32, dst f32 or f16");
+    }
+    if (!node_rows_contiguous(image)) return fail(.unsupported, "im2col: src1 rows must be contiguous");
+    const is_2d = n.param_f32(6) != 0;
+    const planar = n.param_f32(7) != 0;
+    if (planar and !is_2d) return fail(.invalid_argument, "im2col: the planar layout (params[7]) is 2D only");
+    const p: [6]i64 = .{
+        @intFromFloat(n.param_f32(0)), @intFromFloat(n.param_f32(1)), @intFromFloat(n.param_f32(2)),
+        @intFromFloat(n.param_f32(3)), @intFromFloat(n.param_f32(4)), @intFromFloat(n.param_f32(5)),
+    };
+    const ow = conv_output(image.ne[0], kernel.ne[0], p[0], p[2], p[4]);
+    if (is_2d) {
+        if (kernel.ne[2] != image.ne[2]) return fail(.shape_mismatch, "im2col: src0.ne[2] != src1.ne[2]");
+        const oh = conv_output(image.ne[1], kernel.ne[1], p[1], p[3], p[5]);
+        const taps = kernel.ne[2] * kernel.ne[1] * kernel.ne[0];
+        const expected = if (planar)
+            [dims_max]i64{ ow, oh, taps, image.ne[3] }
+        else
+            [dims_max]i64{ taps, ow, oh, image.ne[3] };
+        if (!std.mem.eql(i64, &n.dst.ne, &expected)) {
+            return fail(.shape_mismatch, "im2col: dst.ne != [IC*KH*KW, OW, OH, N] ([OW, OH, IC*KH*KW, N] planar)");
+        }
+    } else {
+        if (kernel.ne[1] != image.ne[1]) return fail(.shape_mismatch, "im2col: src0.ne[1] != src1.ne[1]");
+        if (image.ne[3] != 1) return fail(.shape_mismatch, "im2col: a 1D src1 has ne[3] == 1");
+        if (p[1] != 1 or p[3] != 0 or p[5] != 1) {
+            return fail(.invalid_argument, "im2col: 1D takes s1 = 1, p1 = 0, d1 = 1 (no y)");
+        }
+        const expected = [dims_max]i64{ kernel.ne[1] * kernel.ne[0], ow, image.ne[2], 1 };
+        if (!std.mem.eql(i64, &n.dst.ne, &expected)) {
+            return fail(.shape_mismatch, "im2col: dst.ne != [IC*KW, OW, N, 1]");
+        }
+    }
+    return .ok;
+}
+
+/// ggml_calc_conv_output_size; below 1 when the dilated kernel does not fit.
+fn conv_output(size: i64, kernel: i64, stride: i64, pad: i64, dilation: i64) i64 {
+    return @divFloor(size + 2 * pad - dilation * (kernel - 1) - 1, stride) + 1;
+}
+
+/// l2_norm (kernels/group_norm.zig): f32 src0 and dst of one shape, eps finite.
+fn check_l2_norm(n: *const Node) Verdict {
+    const verdict = check_unary("l2_norm", n);
+    if (verdict.status != .ok) return verdict;
+    if (!std.math.isFinite(n.param_f32(0))) return fail(.invalid_argument, "l2_norm: params[0] (eps) must be finite");
+    return .ok;
+}
+
+/// Most groups group_norm takes (far above any model's 32).
+pub const groups_max: f32 = 1 << 24;
+
+/// group_norm (kernels/group_norm.zig): f32 src0 and dst of one shape, the group count a whole
+/// number in [1, groups_max], eps finite.
+fn check_group_norm(n: *const Node) Verdict {
+    const verdict = check_unary("group_norm", n);
+    if (verdict.status != .ok) return verdict;
+    const groups = n.param_f32(0);
+    if (!(groups >= 1 and groups <= groups_max) or @floor(groups) != groups) {
+        return fail(.invalid_argument, "group_norm: params[0] (groups) must be a whole number in [1, groups_max]");
+    }
+    if (!std.math.isFinite(n.param_f32(1))) return fail(.invalid_argument, "group_norm: params[1] (eps) must be finite");
+    return .ok;
+}
+
+/// pool_1d and pool_2d (kernels/pool.zig): op 0 or 1; kernel and stride whole numbers in
+/// [1, conv_param_max], padding in [0, conv_param_max] and below the kernel (ggml's output size
+/// then counts only windows that touch the input); src0 f32 or f16, dst f32 of ggml's shape.
+fn check_pool(comptime kind: enum { one_d, two_d }, n: *const Node) Verdict {
+    const name = if (kind == .one_d) "pool_1d" else "pool_2d";
+    const count: usize = if (kind == .one_d) 4 else 7;
+    const op = n.param_f32(0);
+    if (op != 0 and op != 1) return fail(.invalid_argument, name ++ ": params[0] (op) must be 0 (max) or 1 (avg)");
+    for (1..count) |i| {
+        const value = n.param_f32(i);
+        const is_pad = if (kind == .one_d) i == 3 else i >= 5;
+        const min: f32 = if (is_pad) 0 else 1;
+        if (!(value >= min and value <= conv_param_max) or @floor(value) != value) {
+            return fail(.invalid_argument, name ++ ": params (k, s, p) out of range or not whole");
+        }
+    }
+    const src = &n.src[0];
+    const from = dtype_of(src);
+    if ((from != .f32 and from != .f16) or dtype_of(&n.dst) != .f32) {
+        return fail(.unsupported, name ++ ": src0 must be f32 or f16, dst f32");
+    }
+    const dims: usize = if (kind == .one_d) 1 else 2;
+    var expected = src.ne;
+    for (0..dims) |d| {
+        const k: i64 = @intFromFloat(n.param_f32(1 + d));
+        const s: i64 = @intFromFloat(n.param_f32(1 + dims + d));
+        const p: i64 = @intFromFloat(n.param_f32(1 + 2 * dims + d));
+        if (p >= k) return fail(.invalid_argument, name ++ ": padding must be below the kernel size");
+        expected[d] = @divFloor(src.ne[d] + 2 * p - k, s) + 1;
+    }
+    if (!std.mem.eql(i64, &n.dst.ne, &expected)) return fail(.shape_mismatch, name ++ ": dst.ne is not the pooled shape");
+    return .ok;
+}
+
+/// interpolate (kernels/interpolate.zig): f32 src0 and dst, mode 0 (nearest), 1 (bilinear) or
+/// either + 256 (align corners).
+fn check_interpolate(n: *const Node) Verdict {
+    if (dtype_of(&n.dst) != .f32 or dtype_of(&n.src[0]) != .f32) {
+        return fail(.unsupported, "interpolate: dst and src0 must be f32");
+    }
+    const mode = n.param_f32(0);
+    if (mode != 0 and mode != 1 and mode != 256 and mode != 257) {
+        return fail(.invalid_argument, "interpolate: params[0] (mode) must be 0 or 1, + 256 for align corners");
+    }
+    return .ok;
+}
+
+/// Largest dim and max_period of timestep_embedding.
+pub const embedding_dim_max: f32 = 1 << 24;
+
+/// timestep_embedding (kernels/interpolate.zig): f32 src0 [N] (contiguous is not needed: one
+/// stride), f32 dst [dim, N]; dim and max_period whole numbers in [1, embedding_dim_max].
+fn check_timestep_embedding(n: *const Node) Verdict {
+    const src = &n.src[0];
+    if (dtype_of(&n.dst) != .f32 or dtype_of(src) != .f32) {
+        return fail(.unsupported, "timestep_embedding: dst and src0 must be f32");
+    }
+    const dim = n.param_f32(0);
+    const period = n.param_f32(1);
+    if (!(dim >= 1 and dim <= embedding_dim_max) or @floor(dim) != dim or
+        !(period >= 1 and period <= embedding_dim_max) or @floor(period) != period)
+    {
+        return fail(.invalid_argument, "timestep_embedding: params (dim, max_period) must be whole numbers in [1, embedding_dim_max]");
+    }
+    if (src.ne[1] != 1 or src.ne[2] != 1 or src.ne[3] != 1) {
+        return fail(.shape_mismatch, "timestep_embedding: src0 must be [N, 1, 1, 1]");
+    }
+    const expected = [dims_max]i64{ @intFromFloat(dim), src.ne[0], 1, 1 };
+    if (!std.mem.eql(i64, &n.dst.ne, &expected)) return fail(.shape_mismatch, "timestep_embedding: dst.ne != [dim, N, 1, 1]");
+    return .ok;
+}
+
+/// conv_transpose_1d / _2d (kernels/conv_transpose.zig): kernel f32 or f16, input and dst f32,
+/// the stride a whole number in [1, conv_param_max], the input channels those of the kernel,
+/// dst of the transposed convolution's shape.
+fn check_conv_transpose(comptime kind: enum { one_d, two_d }, n: *const Node) Verdict {
+    const name = if (kind == .one_d) "conv_transpose_1d" else "conv_transpose_2d";
+    const kernel = &n.src[0];
+    const input = &n.src[1];
+    const k = dtype_of(kernel);
+    if ((k != .f32 and k != .f16) or dtype_of(input) != .f32 or dtype_of(&n.dst) != .f32) {
+        return fail(.unsupported, name ++ ": src0 must be f32 or f16, src1 and dst f32");
+    }
+    const stride = n.param_f32(0);
+    if (!(stride >= 1 and stride <= conv_param_max) or @floor(stride) != stride) {
+        return fail(.invalid_argument, name ++ ": params[0] (stride) must be a whole number in [1, conv_param_max]");
+    }
+    const s: i64 = @intFromFloat(stride);
+    const expected: [dims_max]i64 = if (kind == .two_d) blk: {
+        if (kernel.ne[3] != input.ne[2]) return fail(.shape_mismatch, name ++ ": src0.ne[3] != src1.ne[2]");
+        break :blk .{ (input.ne[0] - 1) * s + kernel.ne[0], (input.ne[1] - 1) * s + kernel.ne[1], kernel.ne[2], input.ne[3] };
+    } else blk: {
+        if (kernel.ne[2] != input.ne[1] or kernel.ne[3] != 1 or input.ne[2] != 1 or input.ne[3] != 1) {
+            return fail(.shape_mismatch, name ++ ": src0 must be [K, OC, IC], src1 [L, IC]");
+        }
+        break :blk .{ (input.ne[0] - 1) * s + kernel.ne[0], kernel.ne[1], 1, 1 };
+    };
+    if (!std.mem.eql(i64, &n.dst.ne, &expected)) return fail(.shape_mismatch, name ++ ": dst.ne is not the transposed convolution's shape");
     return .ok;
 }

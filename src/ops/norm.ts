@@ -3,7 +3,7 @@
  * @module
  */
 
-import { ShapeError } from "../errors.ts";
+import { ArgumentError, ShapeError } from "../errors.ts";
 import { Op } from "../op.ts";
 import { formatShape, Tensor } from "../tensor.ts";
 import { requireDType, requireFinite } from "./check.ts";
@@ -31,10 +31,16 @@ export interface SoftmaxOptions {
   mask?: Tensor;
   /** Multiplies the input before the mask (attention's `1/sqrt(head_dim)`). Default 1. */
   scale?: number;
+  /**
+   * ALiBi (ggml_soft_max_ext's max_bias, >= 0): the mask of the rows in dim 2 index h (the
+   * head) is multiplied by ggml's slope for h of ne[2] heads. Needs a mask. Default 0 (slope 1).
+   */
+  maxBias?: number;
 }
 
 /**
- * Each row: `softmax(x * scale + mask)`. A row that the mask hides entirely (all -Inf) becomes
+ * Each row: `softmax(x * scale + slope * mask)` (ggml_soft_max_ext; slope is 1 unless `maxBias`
+ * gives ALiBi's per-head slopes). A row that the mask hides entirely (all -Inf) becomes
  * zeros; a NaN or +Inf in a row makes the whole row NaN (as ggml's CPU backend).
  *
  * @example
@@ -50,6 +56,12 @@ export function softmax(a: Tensor, options: SoftmaxOptions = {}): Tensor {
   requireDType("softmax", a, ["f32"]);
   const scale = options.scale ?? 1;
   requireFinite("softmax", "scale", scale);
+  const maxBias = options.maxBias ?? 0;
+  requireFinite("softmax", "maxBias", maxBias);
+  if (maxBias < 0) throw new ArgumentError(`softmax: maxBias must be >= 0, got ${maxBias}`);
+  if (maxBias > 0 && !options.mask) {
+    throw new ArgumentError(`softmax: maxBias ${maxBias} needs a mask (ALiBi scales the mask)`);
+  }
   const src = [a];
   if (options.mask) {
     const mask = options.mask;
@@ -65,5 +77,7 @@ export function softmax(a: Tensor, options: SoftmaxOptions = {}): Tensor {
     }
     src.push(mask);
   }
-  return new Tensor({ dtype: "f32", ne: a.ne, op: Op.softmax, src, params: [scale] });
+  // maxBias 0 leaves its slot unset (0 in the node table): the same node as before ALiBi.
+  const params = maxBias > 0 ? [scale, maxBias] : [scale];
+  return new Tensor({ dtype: "f32", ne: a.ne, op: Op.softmax, src, params });
 }

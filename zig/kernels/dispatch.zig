@@ -17,6 +17,12 @@ const mul_mat = @import("mul_mat.zig");
 const copy = @import("copy.zig");
 const indexing = @import("indexing.zig");
 const sort = @import("sort.zig");
+const attention = @import("attention.zig");
+const conv = @import("conv.zig");
+const group_norm = @import("group_norm.zig");
+const pool = @import("pool.zig");
+const interpolate = @import("interpolate.zig");
+const conv_transpose = @import("conv_transpose.zig");
 
 const assert = common.assert;
 const Node = common.Node;
@@ -75,6 +81,16 @@ fn dispatch(op: Op, n: *const Node, work: *const Work) Status {
         .arange => indexing.arange(n, work),
         .argsort => sort.argsort(n, work),
         .top_k => sort.top_k(n, work),
+        .flash_attn_ext => attention.flash_attn_ext(n, work),
+        .im2col => conv.im2col(n, work),
+        .l2_norm => group_norm.l2_norm(n, work),
+        .group_norm => group_norm.group_norm(n, work),
+        .pool_1d => pool.pool(.one_d, n, work),
+        .pool_2d => pool.pool(.two_d, n, work),
+        .interpolate => interpolate.interpolate(n, work),
+        .timestep_embedding => interpolate.timestep_embedding(n, work),
+        .conv_transpose_1d => conv_transpose.conv_transpose(.one_d, n, work),
+        .conv_transpose_2d => conv_transpose.conv_transpose(.two_d, n, work),
         // Unary ops returned above; anything else is no op the core knows.
         else => .unsupported,
     };
@@ -90,6 +106,7 @@ pub fn work_size(n: *const Node, thread_count: u32) u64 {
         .sum => reduce.sum_work_size_bytes,
         .mul_mat => mul_mat.work_size(n, thread_count),
         .top_k => sort.top_k_work_size(n, thread_count),
+        .flash_attn_ext => attention.work_size(n, thread_count),
         else => 0,
     };
 }

@@ -1,5 +1,7 @@
-//! soft_max: per row, dst = softmax(x * scale + mask), scale = params[0], mask = src1 when
-//! src_count == 2 (row i1 of src0 uses mask row i1; mask dims 2 and 3 broadcast by modulo).
+//! soft_max: per row, dst = softmax(x * scale + slope * mask), scale = params[0], mask = src1
+//! when src_count == 2 (row i1 of src0 uses mask row i1; mask dims 2 and 3 broadcast by modulo).
+//! slope is ggml_soft_max_ext's ALiBi slope of head i2 of ne[2] for max_bias = params[1] > 0, else
+//! 1 (then slope * mask is the mask itself, so the result is the same bits as without ALiBi).
 //!
 //! Bit for bit ggml_compute_forward_soft_max_f32 (ggml-cpu, max_bias 0, no sinks): x * scale
 //! rounded, then + mask rounded; the row's maximum subtracted; exp through ggml_v_expf for each
@@ -13,6 +15,7 @@
 
 const std = @import("std");
 const common = @import("common.zig");
+const attention = @import("attention.zig");
 
 const assert = common.assert;
 const F32x = common.F32x;
@@ -27,6 +30,7 @@ const RowArgs = struct {
     mask: ?Strided,
     count: usize,
     scale: f32,
+    slope: f32,
 };
 
 pub fn soft_max(n: *const common.Node, work: *const common.Work) common.Status {
@@ -39,6 +43,7 @@ pub fn soft_max(n: *const common.Node, work: *const common.Work) common.Status {
         assert(m.ne[1] >= src.ne[1]);
     }
     const scale = n.param_f32(0);
+    const max_bias = n.param_f32(1);
     const range = common.thread_range(src.rows(), work);
     if (range.begin == range.end) return .ok;
     // Walk (i1, i2, i3) incrementally from the first row: one division per thread, not per row.
@@ -54,6 +59,7 @@ pub fn soft_max(n: *const common.Node, work: *const common.Work) common.Status {
             .mask = if (mask) |m| m.row_at(.{ .i1 = index.i1, .i2 = mask_i2, .i3 = mask_i3 }) else null,
             .count = src.ne[0],
             .scale = scale,
+            .slope = attention.alibi_slope(max_bias, index.i2, src.ne[2]),
         };
         const contiguous = args.dst.stride == 4 and args.src.stride == 4 and
             (if (args.mask) |m| m.stride == 4 else true);
@@ -93,9 +99,13 @@ fn store(comptime contiguous: bool, row: Strided, index: usize, chunk: usize, va
 /// x * scale + mask for lanes [index, index + chunk); padding lanes are -inf.
 fn logits(comptime contiguous: bool, args: RowArgs, index: usize, chunk: usize) F32x {
     const x = load(contiguous, args.src, index, chunk, 0);
-    // Two roundings, as ggml: ggml_vec_scale_f32, then `wp[i] += slope * mask[i]` (slope 1).
+    // Roundings as ggml: ggml_vec_scale_f32, then `wp[i] += slope * mask[i]` (slope * mask is
+    // the mask itself for slope 1).
     const scaled = x * splat(args.scale);
-    const value = if (args.mask) |mask| scaled + load(contiguous, mask, index, chunk, 0) else scaled;
+    const value = if (args.mask) |mask|
+        scaled + splat(args.slope) * load(contiguous, mask, index, chunk, 0)
+    else
+        scaled;
     if (chunk == lanes) return value;
     return @select(f32, common.lane_mask(chunk), value, splat(-std.math.inf(f32)));
 }

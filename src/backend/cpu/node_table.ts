@@ -1,7 +1,7 @@
 /**
  * Encodes a graph's compute nodes into the core's node table (`zig/node.zig`, `Node`): one
- * fixed 360-byte record per node with the op, params and the address, shape and strides of the
- * destination and up to three sources. Views are not encoded: they are addresses, not work.
+ * fixed 440-byte record per node with the op, params and the address, shape and strides of the
+ * destination and up to four sources. Views are not encoded: they are addresses, not work.
  * @module
  */
 
@@ -10,11 +10,11 @@ import { PlacementError } from "../../errors.ts";
 import { coreOp, isViewOp, Op, opName } from "../../op.ts";
 import type { Tensor } from "../../tensor.ts";
 
-export const NODE_SIZE = 360;
+export const NODE_SIZE = 440;
 const DESC_SIZE = 80;
 const DST_OFFSET = 40;
 const SRC_OFFSET = 120;
-const SOURCES_MAX = 3;
+const SOURCES_MAX = 4;
 const PARAMS_OFFSET = 8;
 /** mul_mat's params[0] (a u32 slot): src0 is a constant weight the plan prepacks. */
 const PREPACK_FLAG = 1;
@@ -76,7 +76,7 @@ export function encodeNodeTable(
     const at = index * NODE_SIZE;
     const sources = entry.src;
     if (sources.length > SOURCES_MAX) {
-      throw new PlacementError(`${opName(tensor.op)} has ${sources.length} sources (max 3)`);
+      throw new PlacementError(`${opName(tensor.op)} has ${sources.length} sources (max 4)`);
     }
     view.setUint32(at, entry.coreOp, true);
     view.setUint32(at + 4, sources.length, true);

@@ -21,6 +21,11 @@ import { MATMUL_TILE, matmulShader } from "./shader_matmul.ts";
 import { type RowKind, rowShader, sumShader } from "./shader_rows.ts";
 import { ropeShader } from "./shader_rope.ts";
 import { indexingKernel } from "./kernels_indexing.ts";
+import { convTransposeShader, im2colShader } from "./shader_conv.ts";
+import { poolShader } from "./shader_pool.ts";
+import { interpolateShader, timestepShader } from "./shader_interpolate.ts";
+import { groupNormShader, l2NormShader } from "./shader_group_norm.ts";
+import { ATTENTION_DK_MAX, ATTENTION_DV_PER_THREAD, flashAttnShader } from "./shader_attention.ts";
 import {
   isWeightDType,
   MATVEC_COLS,
@@ -48,6 +53,14 @@ export interface Kernel {
   /** `P.f`: op parameters. */
   readonly floats: readonly number[];
   readonly workgroups: readonly [number, number, number];
+  /**
+   * Which of `tensors` the uniform slot describes, in slot order (default: all of them). A
+   * kernel with five tensors leaves out its contiguous destination, whose byte offset then goes
+   * to `P.u.y`.
+   */
+  readonly described?: readonly number[];
+  /** `P.u.z`, `P.u.w`: extra u32 parameters. */
+  readonly uints?: readonly number[];
 }
 
 /** A grid of `groups` workgroups folded into two dimensions. */
@@ -152,6 +165,44 @@ function rope(node: Tensor): Kernel {
 }
 
 /**
+ * ALiBi's m0, m1 and n_head_log2 for `heads` heads (ggml_soft_max_ext, ggml_flash_attn_ext):
+ * head h's slope is m0^(h+1) below n_head_log2, else m1^(2(h - n_head_log2) + 1). Without
+ * maxBias m0 = m1 = 1, so every slope is exactly 1.
+ */
+function alibi(maxBias: number, heads: number): [number, number, number] {
+  const log2 = 2 ** Math.floor(Math.log2(heads));
+  if (!(maxBias > 0)) return [1, 1, log2];
+  return [2 ** (-maxBias / log2), 2 ** (-(maxBias / 2) / log2), log2];
+}
+
+// One workgroup per query row (shader_attention.ts); the slot describes q, k, v and the mask.
+function flashAttn(node: Tensor): Kernel {
+  const [q, k, v, mask] = node.src as [Tensor, Tensor, Tensor, Tensor | undefined];
+  const [scale, maxBias, softcap] = node.params as [number, number, number];
+  if (q.ne[0] > ATTENTION_DK_MAX || v.ne[0] > ATTENTION_DV_PER_THREAD * WORKGROUP_SIZE) {
+    throw new LimitError(
+      Status.limitReached,
+      `webgpu: flashAttnExt ${node.label} has head dims ${q.ne[0]}/${v.ne[0]} (at most ` +
+        `${ATTENTION_DK_MAX}/${ATTENTION_DV_PER_THREAD * WORKGROUP_SIZE})`,
+    );
+  }
+  const [m0, m1, log2] = alibi(maxBias, q.ne[2]);
+  const maskKey = mask ? mask.dtype : "none";
+  const rows = node.nrows;
+  return {
+    key: `flashAttn:${k.dtype}:${v.dtype}:${maskKey}`,
+    source: () => flashAttnShader(k.dtype, v.dtype, mask ? mask.dtype : null),
+    tensors: [node, ...node.src],
+    status: false,
+    count: rows,
+    floats: [softcap !== 0 ? scale / softcap : scale, softcap, m0, m1],
+    uints: [log2],
+    workgroups: grid(rows, `flashAttnExt ${node.label}`),
+    described: node.src.map((_, i) => i + 1),
+  };
+}
+
+/**
  * bf16 and block-quantized tensors enter shaders only as getRows' table and mulMat's weights
  * (src0) of a dtype `shader_quant.ts` decodes, each row's blocks adjacent (nb[0] one block).
  */
@@ -234,14 +285,113 @@ export function kernelFor(node: Tensor): Kernel {
       return rows("norm", node, [a], node.params[0] ?? 1e-5);
     case Op.rmsNorm:
       return rows("rmsNorm", node, [a], node.params[0] ?? 1e-6);
-    case Op.softmax:
-      return src.length > 1
+    case Op.softmax: {
+      const kernel = src.length > 1
         ? rows("softmaxMask", node, src.slice(0, 2), node.params[0] ?? 1)
         : rows("softmax", node, [a], node.params[0] ?? 1);
+      return { ...kernel, floats: [node.params[0] ?? 1, ...alibi(node.params[1] ?? 0, a.ne[2])] };
+    }
     case Op.mulMat:
       return matmul(node);
     case Op.rope:
       return rope(node);
+    case Op.flashAttnExt:
+      return flashAttn(node);
+    case Op.l2Norm:
+      return {
+        key: "l2Norm",
+        source: l2NormShader,
+        tensors: [node, a],
+        status: false,
+        count: a.nrows,
+        floats: [node.params[0] ?? 1e-12],
+        workgroups: grid(a.nrows, `l2Norm ${node.label}`),
+      };
+    case Op.groupNorm: {
+      const groups = node.params[0] ?? 1;
+      const items = groups * a.ne[3];
+      return {
+        key: "groupNorm",
+        source: groupNormShader,
+        tensors: [node, a],
+        status: false,
+        count: items,
+        floats: [node.params[1] ?? 1e-6],
+        uints: [groups, Math.ceil(a.ne[2] / groups)],
+        workgroups: grid(items, `groupNorm ${node.label}`),
+      };
+    }
+    case Op.interpolate: {
+      // The CPU's scale factors and pixel offset, in f32 (kernels/interpolate.zig).
+      const mode = node.params[0] ?? 0;
+      const f = Math.fround;
+      const sf = node.ne.map((n, d) => f(n / a.ne[d]!));
+      let offset = 0.5;
+      if (mode & 256) {
+        offset = 0;
+        for (const d of [0, 1]) {
+          if (node.ne[d]! > 1 && a.ne[d]! > 1) sf[d] = f((node.ne[d]! - 1) / (a.ne[d]! - 1));
+        }
+      }
+      const bits = new Uint32Array(new Float32Array([offset]).buffer)[0]!;
+      const bilinear = (mode & 0xff) === 1;
+      const kernel = flat(
+        `interpolate:${bilinear ? "bilinear" : "nearest"}`,
+        () => interpolateShader(bilinear),
+        node,
+        [a],
+        sf,
+      );
+      return { ...kernel, uints: [bits] };
+    }
+    case Op.timestepEmbedding: {
+      const [dim, maxPeriod] = node.params as [number, number];
+      const kernel = flat("timestep", timestepShader, node, [a], [
+        Math.fround(Math.log(maxPeriod)),
+      ]);
+      return { ...kernel, uints: [dim] };
+    }
+    case Op.convTranspose1d:
+    case Op.convTranspose2d: {
+      const is2D = node.op === Op.convTranspose2d;
+      const kernel = flat(
+        `convTranspose:${a.dtype}:${is2D ? 2 : 1}`,
+        () => convTransposeShader(a.dtype, is2D),
+        node,
+        src,
+      );
+      return { ...kernel, uints: [node.params[0] ?? 1] };
+    }
+    case Op.pool1d:
+    case Op.pool2d: {
+      const is2D = node.op === Op.pool2d;
+      const p = node.params;
+      // (k0, k1, s0, s1) and (p0, p1); 1D has one row per window.
+      const [k0, k1, s0, s1, p0, p1] = is2D
+        ? [p[1]!, p[2]!, p[3]!, p[4]!, p[5]!, p[6]!]
+        : [p[1]!, 1, p[2]!, 1, p[3]!, 0];
+      const average = p[0] === 1;
+      const kernel = flat(
+        `pool:${a.dtype}:${average ? "avg" : "max"}:${is2D ? 2 : 1}`,
+        () => poolShader(a.dtype, average, is2D),
+        node,
+        [a],
+        [k0, k1, s0, s1],
+      );
+      return { ...kernel, uints: [p0, p1] };
+    }
+    case Op.im2col: {
+      // params s0, s1, p0, p1, d0, d1, is2D, planar (shader_conv.ts).
+      const [s0, s1, p0, p1, d0, d1, is2D, planar] = node.params as number[];
+      const kernel = flat(
+        `im2col:${node.dtype}:${is2D ? 2 : 1}:${planar ? "planar" : "ggml"}`,
+        () => im2colShader(node.dtype, is2D !== 0, (planar ?? 0) !== 0),
+        node,
+        src,
+        [s0!, s1!, p0!, p1!],
+      );
+      return { ...kernel, uints: [d0!, d1!] };
+    }
     default:
       throw new GraftError(`webgpu: op ${opName(node.op)} is not supported (${node.label})`);
   }

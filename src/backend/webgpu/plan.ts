@@ -34,16 +34,21 @@ interface Dispatch {
 }
 
 function encodeSlot(view: DataView, at: number, kernel: Kernel, bindings: TensorBinding[]): void {
-  kernel.tensors.forEach((tensor, k) => {
+  const described = kernel.described ?? kernel.tensors.map((_, k) => k);
+  described.forEach((index, k) => {
+    const tensor = kernel.tensors[index]!;
     const base = at + k * DESC_BYTES;
     for (let d = 0; d < 4; d++) {
       view.setUint32(base + d * 4, tensor.ne[d]!, true);
       view.setUint32(base + 16 + d * 4, tensor.nb[d]!, true);
     }
-    view.setUint32(base + 32, bindings[k]!.relative, true);
+    view.setUint32(base + 32, bindings[index]!.relative, true);
   });
   kernel.floats.forEach((value, i) => view.setFloat32(at + FLOATS_AT + i * 4, value, true));
   view.setUint32(at + UINTS_AT, kernel.count, true);
+  // A kernel that leaves its destination undescribed finds its byte offset in P.u.y.
+  if (kernel.described) view.setUint32(at + UINTS_AT + 4, bindings[0]!.relative, true);
+  kernel.uints?.forEach((value, i) => view.setUint32(at + UINTS_AT + 8 + i * 4, value, true));
 }
 
 /** A prepared graph. Use {@link WebGpuBackend.graphPlanCreate}. */

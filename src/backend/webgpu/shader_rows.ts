@@ -105,12 +105,19 @@ const bodies: Readonly<Record<RowKind, string>> = {
 // logit(j) = x * scale (+ mask row i1, mask dims 2-3 broadcast). A row whose maximum is -inf
 // (fully masked) becomes zeros, as the CPU kernel: the test is on the bits, which no compiler
 // folds away, and exp of a difference below -88 is taken as 0 so -inf never reaches exp.
+// The mask is multiplied by ALiBi's slope of head rc.z (P.f.y = m0, P.f.z = m1, P.f.w =
+// n_head_log2; all slopes are exactly 1 when m0 = m1 = 1).
 function softmaxBody(masked: boolean): string {
   const logit = masked
-    ? `S0_f32(at(1u, e)) * P.f.x + S1_f32(at(2u, vec4<u32>(j, rc.y, rc.z % P.t[2].ne.z, ` +
-      `rc.w % P.t[2].ne.w)))`
+    ? `S0_f32(at(1u, e)) * P.f.x + slope * S1_f32(at(2u, vec4<u32>(j, rc.y, ` +
+      `rc.z % P.t[2].ne.z, rc.w % P.t[2].ne.w)))`
     : "S0_f32(at(1u, e)) * P.f.x";
+  const slope = masked
+    ? `let head = f32(rc.z);
+  let slope = select(pow(P.f.z, 2.0 * (head - P.f.w) + 1.0), pow(P.f.y, head + 1.0), head < P.f.w);`
+    : "";
   return `
+  ${slope}
   var m = neg_inf();
   for (var j = lid; j < n; j = j + ${WORKGROUP_SIZE}u) {
     let e = rc + vec4<u32>(j, 0u, 0u, 0u);

@@ -126,7 +126,11 @@ pub fn unary(comptime op: UnaryOp, n: *const common.Node, work: *const common.Wo
     const dst = Tensor.from(&n.dst);
     const src = Tensor.from(&n.src[0]);
     assert(dst.element_count() == src.element_count());
+    assert(dst.dtype == src.dtype);
+    // scale's params: factor and bias (ggml_scale_bias: x * factor + bias; bias 0 is a plain
+    // multiply, as ggml-cpu's ggml_vec_scale_f32, so -0 stays -0).
     const factor = splat(n.param_f32(0));
+    const bias = splat(n.param_f32(1));
     const range = common.thread_range(dst.rows(), work);
     for (range.begin..range.end) |row| {
         const index = dst.row_index(row);
@@ -135,10 +139,23 @@ pub fn unary(comptime op: UnaryOp, n: *const common.Node, work: *const common.Wo
         var i: usize = 0;
         while (i < dst.ne[0]) : (i += lanes) {
             const chunk = @min(lanes, dst.ne[0] - i);
-            const x = common.load_chunk(src_row, i, chunk, 0);
+            // f16 rows are widened, computed in f32 and rounded back once (ggml's f16 paths).
+            const x = if (dst.dtype == .f16)
+                common.load_chunk_f16(src_row, i, chunk)
+            else
+                common.load_chunk(src_row, i, chunk, 0);
             // silu as ggml_vec_silu_f32: full vectors and the scalar tail differ in their exp.
-            const value = if (op == .silu) common.ggml_silu_chunk(x, chunk) else unary_apply(op, x, factor);
-            common.store_chunk(dst_row, i, chunk, value);
+            const value = if (op == .silu)
+                common.ggml_silu_chunk(x, chunk)
+            else if (op == .scale and n.param_f32(1) != 0)
+                common.mul_add(x, factor, bias)
+            else
+                unary_apply(op, x, factor);
+            if (dst.dtype == .f16) {
+                common.store_chunk_f16(dst_row, i, chunk, value);
+            } else {
+                common.store_chunk(dst_row, i, chunk, value);
+            }
         }
     }
     return .ok;

@@ -719,7 +719,8 @@ export async function checkDeclarations(
         if (
           result && reference && reference !== backend && refDeclared && !holdsRawBytes(out.dtype)
         ) {
-          const expected = await runGraph(reference, inputs, out);
+          const again = new Inputs(`${name}:${dtype}`); // the same data, a graph of its own
+          const expected = await runGraph(reference, again, probe(again, dtype));
           const error = nmseOf(result, expected);
           if (!(error <= PROBE_NMSE)) {
             problems.push(`${label}: NMSE ${error} against the cpu backend`);

@@ -50,6 +50,7 @@ export {
   type OpName,
   opName,
   OPS,
+  type OpSupport,
 } from "./src/op.ts";
 export { type Dims, formatShape, type Placement, Tensor, type TensorInit } from "./src/tensor.ts";
 export { Context, type Shape } from "./src/context.ts";

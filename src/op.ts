@@ -101,7 +101,9 @@ export interface OpInfo {
 
 /** Per backend, the result dtypes an op is computed for (see {@link OpInfo.support}). */
 export interface OpSupport {
+  /** Result dtypes on the CPU backend (the Zig core). */
   readonly cpu: readonly DType[];
+  /** Result dtypes on the WebGPU backend. */
   readonly webgpu: readonly DType[];
 }
 
@@ -132,10 +134,13 @@ function both(...dtypes: DType[]): OpSupport {
   return { cpu: dtypes, webgpu: dtypes };
 }
 
-const F32 = both("f32");
-const FLOAT = both("f32", "f16");
+const F32: OpSupport = both("f32");
+const FLOAT: OpSupport = both("f32", "f16");
+const I32: OpSupport = both("i32");
+/** Ops that move bits (repeat, cont): every dtype with elements of whole bytes. */
+const ELEMENTS: OpSupport = both("f32", "f16", "i32");
 /** Views and inputs: memory only, any dtype. */
-const ANY = both(...(Object.keys(DTYPES) as DType[]));
+const ANY: OpSupport = both(...(Object.keys(DTYPES) as DType[]));
 
 /** The op table. Adding an op: a row here, its builder in `src/ops/`, its kernels. */
 export const OPS = {
@@ -183,7 +188,7 @@ export const OPS = {
     params: [],
     core: "repeat",
     inPlace: { safe: false, reason: "dst element i reads src0 element i mod ne" },
-    support: both("f32", "f16", "i32"),
+    support: ELEMENTS,
   },
   mulMat: {
     code: 11,
@@ -242,7 +247,7 @@ export const OPS = {
     // copy.zig uses memmove for the same-layout byte copy, so a cont onto itself is harmless;
     // with any other layout the planner's same-layout check refuses it.
     inPlace: { safe: true, reason: "a same-layout copy is a memmove onto itself" },
-    support: both("f32", "f16", "i32"),
+    support: ELEMENTS,
   },
   rope: {
     code: 23,
@@ -352,7 +357,7 @@ export const OPS = {
     core: "argmax",
     inPlace: rowReduction,
     // The result is i32 indices; the sources f32 or f16 (ggml: f32 only).
-    support: both("i32"),
+    support: I32,
   },
   maxRows: {
     code: 52,
@@ -377,7 +382,7 @@ export const OPS = {
     core: "count_equal",
     inPlace: { safe: false, reason: "a reduction reads every element for one dst element" },
     // i32 sources; the count is i32 (ggml's is i64, which Graft has no dtype for).
-    support: both("i32"),
+    support: I32,
   },
   cumsum: {
     code: 55,

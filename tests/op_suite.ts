@@ -59,7 +59,6 @@ import {
   permute,
   relu,
   repeat,
-  reshape,
   rmsNorm,
   rope,
   round,
@@ -344,6 +343,18 @@ for (const [name, s] of Object.entries(UNARY_MATH) as [OpName, UnarySpec][]) {
     unaryCase(name, s, dtype, "permuted [7, 5, 3, 2]", (i) => P(f(i, [7, 5, 3, 2]), [2, 0, 3, 1]));
   }
 }
+
+// Outputs of 16 MiB and more are written with streaming stores (zig/kernels/common.zig): one
+// case each for kernels/unary.zig and elementwise.zig's unary path, with a ragged row end.
+const STREAMED: readonly number[] = [4 * 1024 * 1024 + 5];
+unaryCase("exp", UNARY_MATH.exp!, "f32", "streamed [4194309]", (i) => i.float("f32", STREAMED));
+unaryCase(
+  "scale",
+  spec((a) => scale(a, 0.5), (x) => x * 0.5, "exact"),
+  "f32",
+  "streamed [4194309]",
+  (i) => i.float("f32", STREAMED),
+);
 
 // Halves and near-halves for round (away from zero), floor, ceil and trunc, both signs.
 const ROUNDING_EDGES = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, -0.49999997, 3, -3, 0.25];

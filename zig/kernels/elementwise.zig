@@ -131,6 +131,8 @@ pub fn unary(comptime op: UnaryOp, n: *const common.Node, work: *const common.Wo
     // multiply, as ggml-cpu's ggml_vec_scale_f32, so -0 stays -0).
     const factor = splat(n.param_f32(0));
     const bias = splat(n.param_f32(1));
+    // Outputs past the cache size skip the read-for-ownership of each line (see common.zig).
+    const stream = dst.dtype == .f32 and common.use_stream_stores(dst);
     const range = common.thread_range(dst.rows(), work);
     for (range.begin..range.end) |row| {
         const index = dst.row_index(row);
@@ -154,10 +156,11 @@ pub fn unary(comptime op: UnaryOp, n: *const common.Node, work: *const common.Wo
             if (dst.dtype == .f16) {
                 common.store_chunk_f16(dst_row, i, chunk, value);
             } else {
-                common.store_chunk(dst_row, i, chunk, value);
+                common.store_chunk_maybe_stream(dst_row, i, chunk, value, stream);
             }
         }
     }
+    if (stream) common.stream_fence();
     return .ok;
 }
 

@@ -44,17 +44,20 @@ pub fn unary(comptime kind: Kind, n: *const common.Node, work: *const common.Wor
     assert(dst.dtype == src.dtype);
     const params: Params = .{ .p0 = splat(n.param_f32(0)), .p1 = splat(n.param_f32(1)) };
     const range = common.thread_range(dst.rows(), work);
+    // Outputs past the cache size skip the read-for-ownership of each line (see common.zig).
+    const stream = common.use_stream_stores(dst);
     if (dst.dtype == .f16) {
         for (range.begin..range.end) |row| {
             const index = dst.row_index(row);
-            unary_row(kind, .f16, dst.row_at(index), src.row_at(index), dst.ne[0], params);
+            unary_row(kind, .f16, dst.row_at(index), src.row_at(index), dst.ne[0], params, false);
         }
     } else {
         assert(dst.dtype == .f32);
         for (range.begin..range.end) |row| {
             const index = dst.row_index(row);
-            unary_row(kind, .f32, dst.row_at(index), src.row_at(index), dst.ne[0], params);
+            unary_row(kind, .f32, dst.row_at(index), src.row_at(index), dst.ne[0], params, stream);
         }
+        if (stream) common.stream_fence();
     }
     return .ok;
 }
@@ -66,6 +69,7 @@ fn unary_row(
     src: Strided,
     count: usize,
     params: Params,
+    stream: bool,
 ) void {
     var i: usize = 0;
     while (i < count) : (i += lanes) {
@@ -76,7 +80,11 @@ fn unary_row(
         else
             common.load_chunk(src, i, chunk, 1);
         const y = apply(kind, x, params);
-        if (dtype == .f16) common.store_chunk_f16(dst, i, chunk, y) else common.store_chunk(dst, i, chunk, y);
+        if (dtype == .f16) {
+            common.store_chunk_f16(dst, i, chunk, y);
+        } else {
+            common.store_chunk_maybe_stream(dst, i, chunk, y, stream);
+        }
     }
 }
 

@@ -439,6 +439,22 @@ for (const [name, [op, f]] of Object.entries(BINARY) as [OpName, typeof BINARY.a
       gpuNmse: NMSE_ROUNDINGS,
     });
   }
+  // f16 (both operands f16, computed in f32, rounded once): equal shapes, a row, a scalar and
+  // a partial repeat in every dimension.
+  for (const form of [BROADCAST_A, [6, 1, 1, 1], [1, 1, 1, 1], [3, 2, 3, 1]] as Dims4[]) {
+    CASES.push({
+      name: `${name} f16 [${BROADCAST_A}] by [${form}]`,
+      op: name,
+      build: (i) => {
+        const a = i.float("f16", [...BROADCAST_A]);
+        const b = i.float("f16", [...form]);
+        const ref = binaryRef(a.r, b.r, f);
+        return { out: op(a.t, b.t), ref: mapRef(ref, (x) => x, "f16") };
+      },
+      tol: TOL_F16,
+      gpuNmse: NMSE_F16,
+    });
+  }
   // Broadcast with views: a permuted src0 and a transposed src1.
   CASES.push({
     name: `${name} f32 permuted [6, 4, 3, 2] by transposed [6, 4]`,

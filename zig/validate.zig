@@ -155,8 +155,9 @@ fn same_shape(a: *const TensorDesc, b: *const TensorDesc) bool {
 fn check_binary(comptime name: []const u8, n: *const Node) Verdict {
     const a = &n.src[0];
     const b = &n.src[1];
-    if (dtype_of(&n.dst) != .f32 or dtype_of(a) != .f32 or dtype_of(b) != .f32) {
-        return fail(.unsupported, name ++ ": dst, src0 and src1 must be f32");
+    const dtype = dtype_of(&n.dst);
+    if (!is_float(dtype) or dtype_of(a) != dtype or dtype_of(b) != dtype) {
+        return fail(.unsupported, name ++ ": dst, src0 and src1 must be all f32 or all f16");
     }
     if (!same_shape(&n.dst, a)) return fail(.shape_mismatch, name ++ ": dst.ne != src0.ne");
     for (0..dims_max) |d| {

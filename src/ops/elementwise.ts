@@ -1,6 +1,6 @@
 /**
  * Elementwise ops: binary ops with ggml broadcasting (the second operand repeats to the first's
- * shape, f32), unary activations and scale (f32 or f16, the result in the source's dtype,
+ * shape; f32 or f16, both operands of one dtype), unary activations and scale (f32 or f16, the result in the source's dtype,
  * computed in f32) and repeat (f32, f16 or i32, bits copied).
  * @module
  */
@@ -10,10 +10,10 @@ import { type Dims, Tensor } from "../tensor.ts";
 import { requireDType, requireFinite, requireRepeatable } from "./check.ts";
 
 function binary(op: OpCode, name: string, a: Tensor, b: Tensor): Tensor {
-  requireDType(name, a, ["f32"]);
-  requireDType(name, b, ["f32"]);
+  requireDType(name, a, ["f32", "f16"]);
+  requireDType(name, b, [a.dtype]);
   requireRepeatable(name, b, a);
-  return new Tensor({ dtype: "f32", ne: a.ne, op, src: [a, b] });
+  return new Tensor({ dtype: a.dtype, ne: a.ne, op, src: [a, b] });
 }
 
 function unary(op: OpCode, name: string, a: Tensor, params: number[] = []): Tensor {

@@ -40,6 +40,7 @@ pub fn binary(
     const b = Tensor.from(&n.src[1]);
     assert(dst.element_count() == a.element_count());
     assert(a.ne[0] % b.ne[0] == 0);
+    if (dst.dtype == .f16) return binary_f16(op, dst, a, b, work);
     const stream = common.use_stream_stores(dst);
     const range = common.thread_range(dst.rows(), work);
     for (range.begin..range.end) |row| {
@@ -55,6 +56,40 @@ pub fn binary(
         );
     }
     if (stream) common.stream_fence();
+    return .ok;
+}
+
+/// f16 dst, src0 and src1 (ggml's f16 add, sub, mul and div): widened to f32, one f32
+/// operation, rounded back once. src1's row is gathered with a wrapping index.
+fn binary_f16(
+    comptime op: BinaryOp,
+    dst: Tensor,
+    a: Tensor,
+    b: Tensor,
+    work: *const common.Work,
+) common.Status {
+    assert(a.dtype == .f16);
+    assert(b.dtype == .f16);
+    const range = common.thread_range(dst.rows(), work);
+    for (range.begin..range.end) |row| {
+        const index = dst.row_index(row);
+        const dst_row = dst.row_at(index);
+        const a_row = a.row_at(index);
+        const b_row = b.row_broadcast(index);
+        var index_b: usize = 0;
+        var i: usize = 0;
+        while (i < dst.ne[0]) : (i += lanes) {
+            const chunk = @min(lanes, dst.ne[0] - i);
+            var gathered: [lanes]f32 = @splat(1);
+            for (0..chunk) |lane| {
+                gathered[lane] = common.load_f16(b_row.at(index_b));
+                index_b += 1;
+                if (index_b == b.ne[0]) index_b = 0;
+            }
+            const value = binary_apply(op, common.load_chunk_f16(a_row, i, chunk), gathered);
+            common.store_chunk_f16(dst_row, i, chunk, value);
+        }
+    }
     return .ok;
 }
 

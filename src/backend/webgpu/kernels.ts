@@ -248,7 +248,14 @@ export function kernelFor(node: Tensor): Kernel {
   requireDecodable(node);
   const src = node.src;
   const binary = binaryKinds[node.op];
-  if (binary) return flat(`binary:${binary}`, () => binaryShader(binary), node, src.slice(0, 2));
+  if (binary) {
+    const dtype = node.dtype;
+    if (dtype !== "f32" && dtype !== "f16") {
+      throw new GraftError(`webgpu: ${opName(node.op)} ${node.label} does not take ${dtype}`);
+    }
+    const key = `binary:${binary}:${dtype}`;
+    return flat(key, () => binaryShader(binary, dtype), node, src.slice(0, 2));
+  }
   const unary = unaryKinds[node.op];
   if (unary) {
     const dtype = node.dtype;

@@ -17,9 +17,9 @@ export type UnaryKind = keyof typeof unaryExpressions;
 const operators: Readonly<Record<BinaryKind, string>> = { add: "+", sub: "-", mul: "*", div: "/" };
 
 /** `D = S0 op S1`, S1's coordinates taken modulo its shape (ggml's repeat broadcast). */
-export function binaryShader(kind: BinaryKind): string {
+export function binaryShader(kind: BinaryKind, dtype: DType = "f32"): string {
   return `${PARAMS_WGSL}
-${tensorBindings("f32", ["f32", "f32"])}
+${tensorBindings(dtype, [dtype, dtype])}
 ${
     flatKernel(`  let c = coords(0u, i);
   let a = S0_f32(at(1u, c));

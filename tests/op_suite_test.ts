@@ -6,6 +6,7 @@
  */
 
 import assert from "node:assert/strict";
+import { argmax, cumsum, maxRows, minRows, sumRows, type Tensor } from "../mod.ts";
 import { CpuBackend } from "../src/backend/cpu/backend.ts";
 import { OPS } from "../src/op.ts";
 import { opsDoc } from "../tools/ops_doc.ts";
@@ -44,6 +45,25 @@ Deno.test("op suite cpu: NaN and infinities through the unary math ops, as ggml'
       });
     }
   }
+});
+
+Deno.test("op suite cpu: NaN never wins argmax, maxRows or minRows; sums and scans carry it", async () => {
+  const values = [1, NaN, 3, NaN, -Infinity, 3];
+  const cases: [string, (a: Tensor) => Tensor, number[]][] = [
+    ["argmax", argmax, [2]],
+    ["maxRows", maxRows, [3]],
+    ["minRows", minRows, [-Infinity]],
+    ["sumRows", sumRows, [NaN]],
+    ["cumsum", cumsum, [1, NaN, NaN, NaN, NaN, NaN]],
+  ];
+  for (const [name, op, want] of cases) {
+    const inputs = new Inputs(name);
+    const got = await runGraph(backends[0]!, inputs, op(inputs.fixed("f32", values).t));
+    assert.deepEqual([...got], want, name);
+  }
+  const allNaN = new Inputs("all NaN");
+  const nan = allNaN.fixed("f32", [NaN, NaN]).t;
+  assert.deepEqual([...await runGraph(backends[0]!, allNaN, argmax(nan))], [0]);
 });
 
 Deno.test("op suite cpu: the op table's cpu support declarations hold both ways", async () => {

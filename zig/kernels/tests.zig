@@ -1130,7 +1130,7 @@ test "validate_node names the op and the broken rule; compute_node refuses the s
     try expect_verdict(
         &make_node(.mul, a.desc, &.{ half.desc, a.desc }),
         .unsupported,
-        "mul: dst, src0 and src1 must be f32",
+        "mul: dst, src0 and src1 must be all f32 or all f16",
     );
     try expect_verdict(
         &make_node(.mul_mat, a.desc, &.{ a.desc, b.desc }),

@@ -185,3 +185,62 @@ test "count_equal counts equal i32 elements on real threads, any layout" {
         }
     }
 }
+
+test "binary ops on f16 match float64 with every broadcast form, strides and in-place dst" {
+    var prng = std.Random.DefaultPrng.init(16);
+    const random = prng.random();
+    const ne: t.Shape = .{ 33, 6, 2, 3 };
+    const forms = [_]t.Shape{ ne, .{ 1, 1, 1, 1 }, .{ 11, 3, 1, 3 }, .{ 33, 1, 2, 1 }, .{ 1, 6, 1, 1 } };
+    for ([_]Op{ .add, .sub, .mul, .div }) |op| {
+        for (forms) |ne_b| {
+            for (t.layouts) |layout| {
+                for ([_]bool{ false, true }) |in_place| {
+                    var a = try t.TestTensor.init(.f16, ne, layout);
+                    defer a.deinit();
+                    var b = try t.TestTensor.init(.f16, ne_b, .contiguous);
+                    defer b.deinit();
+                    var dst = try t.TestTensor.init(.f16, ne, .contiguous);
+                    defer dst.deinit();
+                    a.fill_random(random, 2);
+                    b.fill_random(random, 2);
+                    const reference = try allocator.alloc(f64, a.count());
+                    defer allocator.free(reference);
+                    for (reference, 0..) |*value, flat| {
+                        var rest = flat;
+                        var flat_b: usize = 0;
+                        var stride_b: usize = 1;
+                        for (0..node.dims_max) |d| {
+                            const extent: usize = @intCast(ne[d]);
+                            const extent_b: usize = @intCast(ne_b[d]);
+                            flat_b += ((rest % extent) % extent_b) * stride_b;
+                            stride_b *= extent_b;
+                            rest /= extent;
+                        }
+                        const x = a.value_at(flat);
+                        const y = b.value_at(flat_b);
+                        value.* = switch (op) {
+                            .add => x + y,
+                            .sub => x - y,
+                            .mul => x * y,
+                            .div => x / y,
+                            else => unreachable,
+                        };
+                    }
+                    const n = t.make_node(op, if (in_place) a.desc else dst.desc, &.{ a.desc, b.desc });
+                    try testing.expectEqual(node.Status.ok, validate.validate_node(&n).status);
+                    const buffers = [_][]align(64) u8{ a.memory, b.memory, dst.memory };
+                    try t.expect_node(&n, &buffers, if (in_place) 0 else 2, reference, tolerance(.f16));
+                }
+            }
+        }
+    }
+}
+
+test "binary ops refuse mixed f32 and f16 operands" {
+    var a = try t.TestTensor.init(.f32, .{ 7, 3, 1, 1 }, .contiguous);
+    defer a.deinit();
+    var b = try t.TestTensor.init(.f16, .{ 7, 3, 1, 1 }, .contiguous);
+    defer b.deinit();
+    try testing.expectEqual(node.Status.unsupported, validate.validate_node(&t.make_node(.add, a.desc, &.{ a.desc, b.desc })).status);
+    try testing.expectEqual(node.Status.unsupported, validate.validate_node(&t.make_node(.mul, b.desc, &.{ b.desc, a.desc })).status);
+}

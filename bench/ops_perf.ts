@@ -19,7 +19,9 @@ import {
   Context,
   exp,
   gelu,
+  geluErf,
   Graph,
+  log,
   mul,
   neg,
   norm,
@@ -31,6 +33,7 @@ import {
   softmax,
   sqr,
   sumRows,
+  tanh,
   type Tensor,
 } from "../mod.ts";
 import { CpuBackend } from "../src/backend/cpu/backend.ts";
@@ -95,6 +98,9 @@ const CASES: Record<string, Build> = {
   abs_16M: unary(abs),
   neg_16M: unary(neg),
   exp_16M: unary(exp),
+  tanh_16M: unary(tanh),
+  log_16M: unary((a) => log(abs(a))),
+  gelu_erf_16M: unary(geluErf),
   sigmoid_16M: unary(sigmoid),
   silu_16M: unary(silu),
   gelu_16M: unary(gelu),
@@ -107,8 +113,11 @@ const CASES: Record<string, Build> = {
   },
 };
 
+// `deno task bench:ops [filter] [threads]`: cases whose name contains `filter`, on `threads`
+// threads (default: the backend's).
 const filter = Deno.args[0];
-using cpu = new CpuBackend();
+const threads = Deno.args[1] ? Number(Deno.args[1]) : undefined;
+using cpu = new CpuBackend(threads ? { threads } : {});
 console.log(`threads=${cpu.threads} kernels=${Deno.env.get("GRAFT_CPU") ?? "auto"}`);
 for (const [name, build] of Object.entries(CASES)) {
   if (filter && !name.includes(filter)) continue;

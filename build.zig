@@ -20,9 +20,22 @@ const baseline: std.Target.Query = .{
     .cpu_model = .{ .explicit = &std.Target.x86.cpu.x86_64_v2 },
 };
 
+/// The prebuilt libraries `zig build dist` makes, one per npm platform package (`npm/core-*`,
+/// named as npm names OS and CPU): each goes into `zig-out/dist/<platform>/`. Linux targets
+/// glibc 2.17 so the library loads on every glibc distribution of the last decade; macOS and
+/// Windows libraries are built here too (Zig cross-compiles them) and link-tested where CI has
+/// such a machine.
+const dist_targets = [_]struct { platform: []const u8, triple: []const u8 }{
+    .{ .platform = "linux-x64", .triple = "x86_64-linux-gnu.2.17" },
+    .{ .platform = "linux-arm64", .triple = "aarch64-linux-gnu.2.17" },
+    .{ .platform = "darwin-x64", .triple = "x86_64-macos.11.0" },
+    .{ .platform = "darwin-arm64", .triple = "aarch64-macos.11.0" },
+    .{ .platform = "win32-x64", .triple = "x86_64-windows-gnu" },
+};
+
 pub fn build(b: *std.Build) void {
-    const fast = addCore(b, "graft", .ReleaseFast);
-    const safe = addCore(b, "graft-safe", .ReleaseSafe);
+    const fast = addCore(b, "graft", .ReleaseFast, baseline, false);
+    const safe = addCore(b, "graft-safe", .ReleaseSafe, baseline, false);
     b.installArtifact(fast);
     b.installArtifact(safe);
 
@@ -34,6 +47,7 @@ pub fn build(b: *std.Build) void {
         .link_libc = true,
     }) });
     test_step.dependOn(&b.addRunArtifact(unit).step);
+    addDist(b);
     // The AVX-512 kernel build's own code paths (two blocks per vector), where this CPU runs them.
     const host = b.graph.host.result.cpu;
     if (host.arch == .x86_64 and host.has(.x86, .avx512bw) and host.has(.x86, .avx512vnni)) {
@@ -47,31 +61,155 @@ pub fn build(b: *std.Build) void {
         }) });
         test_step.dependOn(&b.addRunArtifact(unit512).step);
     }
+
+    addWasm(b);
 }
 
-fn addCore(b: *std.Build, name: []const u8, optimize: std.builtin.OptimizeMode) *std.Build.Step.Compile {
+/// The wasm kernel build: SIMD128 (`@Vector(4, f32)` lowers to v128), bulk memory for memcpy
+/// and memset. One build: a wasm module cannot choose instructions at run time (an engine
+/// without a feature rejects the whole module), so the loader picks among whole modules.
+const wasm_features = [_]std.Target.wasm.Feature{ .simd128, .bulk_memory, .sign_ext, .nontrapping_fptoint, .mutable_globals };
+
+/// `zig build wasm`: zig-out/wasm/graft.wasm, the core for browsers and a Deno without
+/// --allow-ffi. An executable with no entry point whose exports are the C ABI of root.zig
+/// (ghostty's lib_vt wasm build does the same); freestanding, so the module imports nothing.
+/// Single-threaded: the pool runs every job on the calling thread.
+fn addWasm(b: *std.Build) void {
+    const query: std.Target.Query = .{
+        .cpu_arch = .wasm32,
+        .os_tag = .freestanding,
+        .cpu_model = .{ .explicit = &std.Target.wasm.cpu.mvp },
+        .cpu_features_add = std.Target.wasm.featureSet(&wasm_features),
+    };
+    const target = b.resolveTargetQuery(query);
     const root = b.createModule(.{
         .root_source_file = b.path("zig/root.zig"),
-        .target = b.resolveTargetQuery(baseline),
+        .target = target,
+        .optimize = .ReleaseFast,
+        .single_threaded = true,
+        // Shipped to browsers: no debug sections.
+        .strip = true,
+    });
+    const options = b.addOptions();
+    options.addOption([]const u8, "variant", "wasm");
+    const module = b.createModule(.{
+        .root_source_file = b.path("zig/variant.zig"),
+        .target = target,
+        .optimize = .ReleaseFast,
+        .single_threaded = true,
+        // Shipped to browsers: no debug sections.
+        .strip = true,
+    });
+    module.addOptions("build_options", options);
+    root.addObject(b.addObject(.{ .name = "graft-wasm-kernels", .root_module = module }));
+    const exe = b.addExecutable(.{ .name = "graft", .root_module = root });
+    exe.entry = .disabled;
+    exe.rdynamic = true;
+    // Memory grows on demand; the first 16 MiB cover the stack and small graphs.
+    exe.initial_memory = 16 << 20;
+    exe.max_memory = 4 << 30;
+    exe.stack_size = 1 << 20;
+    const install = b.addInstallArtifact(exe, .{ .dest_dir = .{ .override = .{ .custom = "wasm" } } });
+    const step = b.step("wasm", "Build zig-out/wasm/graft.wasm (wasm32, SIMD128, single-threaded)");
+    step.dependOn(&install.step);
+}
+
+/// `zig build dist`: the release library for every platform package, stripped, each in its own
+/// folder (`zig-out/dist/linux-x64/libgraft.so`, `.../win32-x64/graft.dll`, ...).
+fn addDist(b: *std.Build) void {
+    const dist_step = b.step("dist", "Build the release library for every npm platform package into zig-out/dist/");
+    const only = b.option([]const u8, "dist-platform", "Only this platform for `dist` (e.g. linux-x64; host: this machine's)");
+    const wanted = if (only) |name| (if (std.mem.eql(u8, name, "host")) hostPlatform(b) else name) else null;
+    if (wanted) |name| {
+        for (dist_targets) |dist| {
+            if (std.mem.eql(u8, dist.platform, name)) break;
+        } else std.debug.panic("-Ddist-platform={s}: no such platform (see dist_targets in build.zig)", .{name});
+    }
+    for (dist_targets) |dist| {
+        if (wanted) |name| if (!std.mem.eql(u8, dist.platform, name)) continue;
+        var query = std.Target.Query.parse(.{ .arch_os_abi = dist.triple }) catch |err| {
+            std.debug.panic("dist target {s}: {s}", .{ dist.triple, @errorName(err) });
+        };
+        // x86-64 code outside the kernels runs on the same pinned baseline as the local build;
+        // aarch64's baseline (ARMv8-A) includes NEON.
+        if (query.cpu_arch == .x86_64) query.cpu_model = baseline.cpu_model;
+        const library = addCore(b, "graft", .ReleaseFast, query, true);
+        const install = b.addInstallArtifact(library, .{
+            .dest_dir = .{ .override = .{ .custom = b.fmt("dist/{s}", .{dist.platform}) } },
+            .implib_dir = .disabled,
+            .pdb_dir = .disabled,
+        });
+        dist_step.dependOn(&install.step);
+    }
+}
+
+/// This machine's platform as npm names it (the platform package's suffix).
+fn hostPlatform(b: *std.Build) []const u8 {
+    const host = b.graph.host.result;
+    const os = switch (host.os.tag) {
+        .linux => "linux",
+        .macos => "darwin",
+        .windows => "win32",
+        else => @tagName(host.os.tag),
+    };
+    const cpu = switch (host.cpu.arch) {
+        .x86_64 => "x64",
+        .aarch64 => "arm64",
+        else => @tagName(host.cpu.arch),
+    };
+    return b.fmt("{s}-{s}", .{ os, cpu });
+}
+
+/// One core library for `target`: on x86-64 the kernels are compiled once per SIMD level (see
+/// `variants`) and chosen at run time; on aarch64 once, for the baseline with NEON.
+fn addCore(
+    b: *std.Build,
+    name: []const u8,
+    optimize: std.builtin.OptimizeMode,
+    target: std.Target.Query,
+    strip: bool,
+) *std.Build.Step.Compile {
+    const root = b.createModule(.{
+        .root_source_file = b.path("zig/root.zig"),
+        .target = b.resolveTargetQuery(target),
         .optimize = optimize,
         .link_libc = true,
         .pic = true,
+        .strip = strip,
     });
+    if (target.cpu_arch == .aarch64) {
+        addVariant(b, root, name, "neon", target, optimize, strip);
+        return b.addLibrary(.{ .linkage = .dynamic, .name = name, .root_module = root });
+    }
     inline for (variants) |variant| {
-        var query = baseline;
+        var query = target;
         query.cpu_model = .{ .explicit = variant[1] };
         query.cpu_features_add = std.Target.x86.featureSet(variant[2]);
-        const options = b.addOptions();
-        options.addOption([]const u8, "variant", variant[0]);
-        const module = b.createModule(.{
-            .root_source_file = b.path("zig/variant.zig"),
-            .target = b.resolveTargetQuery(query),
-            .optimize = optimize,
-            .link_libc = true,
-            .pic = true,
-        });
-        module.addOptions("build_options", options);
-        root.addObject(b.addObject(.{ .name = b.fmt("{s}-{s}", .{ name, variant[0] }), .root_module = module }));
+        addVariant(b, root, name, variant[0], query, optimize, strip);
     }
     return b.addLibrary(.{ .linkage = .dynamic, .name = name, .root_module = root });
+}
+
+/// Compiles `zig/variant.zig` for one kernel build and links it into `root`.
+fn addVariant(
+    b: *std.Build,
+    root: *std.Build.Module,
+    name: []const u8,
+    variant: []const u8,
+    query: std.Target.Query,
+    optimize: std.builtin.OptimizeMode,
+    strip: bool,
+) void {
+    const options = b.addOptions();
+    options.addOption([]const u8, "variant", variant);
+    const module = b.createModule(.{
+        .root_source_file = b.path("zig/variant.zig"),
+        .target = b.resolveTargetQuery(query),
+        .optimize = optimize,
+        .link_libc = true,
+        .pic = true,
+        .strip = strip,
+    });
+    module.addOptions("build_options", options);
+    root.addObject(b.addObject(.{ .name = b.fmt("{s}-{s}", .{ name, variant }), .root_module = module }));
 }

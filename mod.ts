@@ -40,9 +40,7 @@ export * from "./src/errors.ts";
 export { closeLibrary, type LoadOptions } from "./src/core/ffi.ts";
 export {
   CoreOp,
-  coreOp,
   type CoreOpName,
-  isViewOp,
   Op,
   type OpCode,
   type OpInfo,
@@ -55,7 +53,14 @@ export {
 export { type Dims, formatShape, type Placement, Tensor, type TensorInit } from "./src/tensor.ts";
 export { Context, type Shape } from "./src/context.ts";
 export { Graph } from "./src/graph.ts";
-export { type DotCluster, type DotOptions, graphToDot } from "./src/viz/graph_dot.ts";
+export {
+  type DotCluster,
+  type DotExtraEdge,
+  type DotOptions,
+  graphToDot,
+  toDot,
+  type ToDotOptions,
+} from "./src/viz/graph_dot.ts";
 export {
   add,
   div,
@@ -99,6 +104,22 @@ export { rope, type RopeMode, type RopeOptions } from "./src/ops/rope.ts";
 export { mulMat, type MulMatOptions } from "./src/ops/matmul.ts";
 export { permute, reshape, transpose, view } from "./src/ops/view.ts";
 export { cont, cpy, getRows, setRows } from "./src/ops/copy.ts";
+export {
+  arange,
+  concat,
+  diagMaskInf,
+  fill,
+  pad,
+  type PadAmounts,
+  padExt,
+  padReflect1d,
+  repeatBack,
+  roll,
+  tri,
+  type TriKind,
+  TriType,
+} from "./src/ops/indexing.ts";
+export { argsort, type SortOrder, topK } from "./src/ops/sort.ts";
 export { dequantize, isQuantDType, QUANT_DTYPES, type QuantDType, quantize } from "./src/quant.ts";
 export type {
   Backend,
@@ -113,13 +134,21 @@ export {
   CpuBackend,
   type CpuBackendOptions,
 } from "./src/backend/cpu/backend.ts";
+export { CoreBackend, type CoreBackendOptions } from "./src/backend/cpu/backend.ts";
+export {
+  WASM_MAX_BUFFER_SIZE,
+  WasmBackend,
+  type WasmBackendOptions,
+} from "./src/backend/wasm/backend.ts";
+export { type WasmLoadOptions } from "./src/core/wasm.ts";
+export { defaultBackend, type DefaultBackendOptions } from "./src/backend/default.ts";
 export { CpuBuffer, CpuMappedBuffer, mappedAlignment } from "./src/backend/cpu/buffer.ts";
 export { PlanIdentity } from "./src/backend/plan_identity.ts";
 export { type SimdChoice, type SimdLevel, simdLevels } from "./src/backend/cpu/simd.ts";
 export { CpuPlan, type CpuPlanOptions } from "./src/backend/cpu/plan.ts";
 export type { TableEntry } from "./src/backend/cpu/node_table.ts";
-export { Allocator, type AllocatorOptions, type AllocatorStats } from "./src/alloc/allocator.ts";
 export { allocTensors, allocWeights, BufferSet } from "./src/alloc/alloc_tensors.ts";
+export type { InPlaceRule } from "./src/alloc/inplace.ts";
 export { type LiveAllocations, liveAllocations } from "./src/core/live.ts";
 export {
   allocGraph,
@@ -129,7 +158,6 @@ export {
   type PlanOptions,
   type PlanStrategy,
 } from "./src/alloc/planner.ts";
-export { type InPlaceRule, inPlaceRule } from "./src/alloc/inplace.ts";
 export {
   WebGpuBackend,
   type WebGpuBackendOptions,
@@ -153,7 +181,7 @@ export {
   type AssignmentReason,
   type AssignOptions,
 } from "./src/sched/assign.ts";
-export { buildSplits, type Split, type SplitInput, type SplitSet } from "./src/sched/splits.ts";
+export type { Split, SplitInput, SplitSet } from "./src/sched/splits.ts";
 export { planToSvg, type SvgOptions } from "./src/viz/timeline_svg.ts";
 export {
   type GGUFArray,
@@ -216,17 +244,9 @@ export {
   type ChatTemplateOptions,
   TemplateError,
 } from "./src/llm/chat_template.ts";
-export {
-  BYTE_TO_UNICODE,
-  PRE_TOKENIZER_NAMES,
-  type PreTokenizer,
-  preTokenizer,
-  splitWithPatterns,
-  UNICODE_TO_BYTE,
-} from "./src/llm/pretokenize.ts";
+export type { PreTokenizer } from "./src/llm/pretokenize.ts";
 export {
   createSampler,
-  MT19937,
   Sampler,
   type SamplerOptions,
   StopChecker,
@@ -248,7 +268,7 @@ export {
   readLlamaHParams,
 } from "./src/llm/hparams.ts";
 export { KvCache, type KvCacheType, type KvLayer } from "./src/llm/kv_cache.ts";
-export { type LayerSplit, PlanCache, PLANS_KEPT } from "./src/llm/plan_cache.ts";
+export type { LayerSplit } from "./src/llm/plan_cache.ts";
 export {
   buildLlamaGraph,
   type LlamaGraph,

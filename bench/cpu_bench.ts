@@ -1,250 +1,156 @@
 /**
- * CPU benchmarks against peers measured in the same run. Each case prints one line
- *   perf <case> graft=<value><unit> <peer>=<value><unit> ratio=<graft/peer>
- * and all figures go to bench/out/cpu.json. Run with `deno task bench:cpu`.
+ * `deno bench` groups that put Graft's CPU backend beside a peer measured in the same run, the
+ * peer as each group's baseline (so the summary reads "graft is N× faster/slower than <peer>"):
+ *
+ * - `sgemm n=<n>`: an n×n×n f32 matrix product, Graft's `mulMat` graph against OpenBLAS's
+ *   `cblas_sgemm` (Debian's libopenblas0) on the same thread count;
+ * - `block seq128 d768`: the demo's transformer block (RMSNorm, attention, SwiGLU MLP) at GPT-2
+ *   small's width, Graft's plan with prepacked weights against the same block as an ONNX model in
+ *   onnxruntime-node (checked to compute the same output first);
+ * - `graph overhead 1000 nodes`: a chain of 1000 small `scale` ops computed by one
+ *   `graphPlanCompute` against 1000 one-op plans computed one call each (what an engine without
+ *   graph plans pays per op), both on one thread.
+ *
+ * A missing peer drops its side of the group with a message saying how to get it. Run with
+ * `deno task bench` (bench/deno.json: its permissions, onnxruntime-node from its own lock,
+ * OPENBLAS_CORETYPE for the CPU); `deno task bench:cpu` prints the same comparisons as `perf`
+ * lines.
  * @module
  */
 
-import {
-  add,
-  allocGraph,
-  allocTensors,
-  type BackendBuffer,
-  Context,
-  CpuBackend,
-  type CpuPlan,
-  Graph,
-  mulMat,
-  rmsNorm,
-  scale,
-  type Tensor,
-} from "../mod.ts";
+import { allocGraph, allocTensors, Context, CpuBackend, mulMat, scale } from "../mod.ts";
 import { blockData, buildBlock, setBlockInputs } from "../demo/block.ts";
-import {
-  CblasNoTrans,
-  CblasRowMajor,
-  CblasTrans,
-  coreName,
-  loadOpenBlas,
-} from "./peers/openblas.ts";
-import { compare, compareAsync } from "./timing.ts";
-import { onnxBlock } from "./peers/onnx_block.ts";
 import { relativeError } from "../demo/block_reference.ts";
+import { Case, random } from "./cases.ts";
+import { CblasNoTrans, CblasRowMajor, CblasTrans, loadOpenBlas } from "./peers/openblas.ts";
+import { onnxBlock } from "./peers/onnx_block.ts";
 
-interface Result {
-  case: string;
-  graft: number;
-  peer: string;
-  peerValue: number;
-  unit: string;
-  /** graft / peer: above 1 is better for rates, below 1 is better for times. */
-  ratio: number;
-}
+/** Everything the groups hold, disposed when the bench module unloads. */
+const held: Disposable[] = [];
+/** Peers' async releases, started at unload (the process ends without waiting on them). */
+const closers: (() => Promise<void>)[] = [];
+globalThis.addEventListener("unload", () => {
+  for (const close of closers) void close();
+  for (const item of held.reverse()) item[Symbol.dispose]();
+  blas?.close();
+});
 
-const results: Result[] = [];
-
-function report(name: string, graft: number, peer: string, peerValue: number, unit: string): void {
-  const ratio = graft / peerValue;
-  results.push({ case: name, graft, peer, peerValue, unit, ratio });
-  const fmt = (v: number): string => v >= 100 ? v.toFixed(1) : v.toFixed(3);
-  console.log(
-    `perf ${name} graft=${fmt(graft)}${unit} ${peer}=${fmt(peerValue)}${unit} ratio=${
-      ratio.toFixed(3)
-    }`,
-  );
-}
-
-function random(count: number, seed: number): Float32Array {
-  const out = new Float32Array(count);
-  let s = seed;
-  for (let i = 0; i < count; i++) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    out[i] = s / 4294967296 - 0.5;
-  }
-  return out;
-}
-
-/** A one-output graph on the CPU backend with its memory, inputs filled with random data. */
-class Case implements Disposable {
-  readonly plan: CpuPlan;
-  readonly #buffers: BackendBuffer[];
-  constructor(readonly cpu: CpuBackend, inputs: Tensor[], output: Tensor) {
-    const graph = Graph.build(output);
-    this.#buffers = [allocTensors(cpu, inputs), allocTensors(cpu, graph.nodes)];
-    inputs.forEach((t, i) => {
-      const data = random(t.nelements, i + 1);
-      cpu.setTensor(t, t.dtype === "f16" ? new Float16Array(data) : data);
-    });
-    this.plan = cpu.graphPlanCreate(graph);
-  }
-  run = (): void => this.cpu.graphPlanCompute(this.plan);
-  [Symbol.dispose](): void {
-    this.plan.dispose();
-    for (const b of this.#buffers) b.dispose();
-  }
-}
-
+const cpu = new CpuBackend();
+held.push(cpu);
 const blas = loadOpenBlas();
-if (blas) console.log(`openblas core: ${coreName(blas)}`);
 
-function sgemm(cpu: CpuBackend, n: number, threads: number): void {
+// --- sgemm against OpenBLAS -------------------------------------------------------------------
+
+for (const n of [256, 1024]) {
+  const group = `sgemm n=${n}`;
   const ctx = new Context();
   const a = ctx.newTensor("f32", [n, n]);
   const b = ctx.newTensor("f32", [n, n]);
-  using c = new Case(cpu, [a, b], mulMat(a, b));
-  const flops = 2 * n * n * n;
-  if (!blas) return;
-  blas.symbols.openblas_set_num_threads(threads);
-  const A = random(n * n, 1), B = random(n * n, 2), C = new Float32Array(n * n);
-  // The same product: C[N][M] = A[M][K] . B[N][K]^T, row-major.
-  const peer = (): void =>
-    blas.symbols.cblas_sgemm(
-      CblasRowMajor,
-      CblasNoTrans,
-      CblasTrans,
-      n,
-      n,
-      n,
-      1,
-      B,
-      n,
-      A,
-      n,
-      0,
-      C,
-      n,
-    );
-  const [tg, tp] = compare(c.run, peer);
-  report(`sgemm_f32_n${n}_t${threads}`, flops / tg / 1e9, "openblas", flops / tp / 1e9, "GFLOP/s");
+  const product = new Case(cpu, [a, b], mulMat(a, b));
+  held.push(product);
+  if (blas) {
+    const A = random(n * n, 1),
+      B = random(n * n, 2),
+      C = new Float32Array(n * n);
+    Deno.bench({
+      name: `openblas sgemm (${cpu.threads} threads)`,
+      group,
+      baseline: true,
+      fn: () => {
+        blas.symbols.openblas_set_num_threads(cpu.threads);
+        // The same product as mulMat: C[N][M] = A[M][K] . B[N][K]^T, row-major.
+        blas.symbols.cblas_sgemm(
+          CblasRowMajor,
+          CblasNoTrans,
+          CblasTrans,
+          n,
+          n,
+          n,
+          1,
+          B,
+          n,
+          A,
+          n,
+          0,
+          C,
+          n,
+        );
+      },
+    });
+  }
+  Deno.bench({
+    name: `graft mulMat (${cpu.threads} threads)`,
+    group,
+    baseline: !blas,
+    fn: product.run,
+  });
 }
 
-function gemv(cpu: CpuBackend, dtype: "f32" | "f16"): void {
-  const n = 4096;
-  const ctx = new Context();
-  const w = ctx.newTensor(dtype, [n, n]);
-  const x = ctx.newTensor("f32", [n, 1]);
-  using c = new Case(cpu, [w, x], mulMat(w, x));
-  const bytes = n * n * (dtype === "f32" ? 4 : 2);
-  {
-    // gemv reads its weights once and writes almost nothing: its bound is read bandwidth. JS
-    // has no native read-only loop fast enough to measure that, so the bound is the same
-    // memcpy as for add and rmsnorm (2 bytes moved per byte copied), alternated with the gemv.
-    // A copy also pays for writes, so a read-only kernel may beat it (ratio above 1).
-    const [tg, ts] = compare(c.run, streamCopy);
-    report(
-      `gemv_${dtype}_4096_vs_stream`,
-      bytes / tg / 1e9,
-      "stream_copy",
-      streamBytes / ts / 1e9,
-      "GB/s",
-    );
+// --- the demo block against onnxruntime-node --------------------------------------------------
+
+{
+  const config = { dim: 768, heads: 12, seq: 128, ffn: 3072, eps: 1e-5 };
+  const group = "block seq128 d768";
+  const block = buildBlock(config);
+  const data = blockData(config);
+  held.push(allocTensors(cpu, block.ctx.tensors), allocGraph(cpu, block.graph));
+  setBlockInputs(block, data);
+  // Constant weights packed once, as onnxruntime does at session creation.
+  const plan = cpu.graphPlanCreate(block.graph, { prepackWeights: true });
+  held.push(plan);
+  const onnx = await onnxBlock(config, data, cpu.threads);
+  if (onnx) {
+    closers.push(onnx.close);
+    // Both must compute the same block, or the comparison means nothing.
+    cpu.graphPlanCompute(plan);
+    const error = relativeError(cpu.getTensor(block.output), await onnx.run());
+    if (!(error < 1e-3)) {
+      throw new Error(
+        `block: graft and onnxruntime differ (max relative error ${error})`,
+      );
+    }
+    Deno.bench({
+      name: "onnxruntime-node run",
+      group,
+      baseline: true,
+      fn: async (): Promise<void> => {
+        await onnx.run();
+      },
+    });
   }
-  if (!blas) return;
-  blas.symbols.openblas_set_num_threads(cpu.threads);
-  const W = random(n * n, 3), X = random(n, 4), Y = new Float32Array(n);
-  const peer = (): void =>
-    blas.symbols.cblas_sgemv(CblasRowMajor, CblasNoTrans, n, n, 1, W, n, X, 1, 0, Y, 1);
-  const [tg, tp] = compare(c.run, peer);
-  // The f16 case reads half the bytes: the peer is still OpenBLAS sgemv on f32 weights, in GB/s.
-  report(`gemv_${dtype}_4096`, bytes / tg / 1e9, "openblas_sgemv", (n * n * 4) / tp / 1e9, "GB/s");
+  Deno.bench({
+    name: "graft graphPlanCompute (prepacked)",
+    group,
+    baseline: !onnx,
+    fn: () => cpu.graphPlanCompute(plan),
+  });
 }
 
-/**
- * The STREAM-like bound: a 64 MiB memcpy (V8's TypedArray.set), past L3, counted as 2 bytes
- * moved per byte copied, alternated with each kernel in `compare`.
- */
-const streamSource = random(16 * 1024 * 1024, 6);
-const streamTarget = new Float32Array(streamSource.length);
-const streamBytes = 2 * streamSource.byteLength;
-const streamCopy = (): void => streamTarget.set(streamSource);
+// --- one graph call against one call per op ---------------------------------------------------
 
-function bandwidth(cpu: CpuBackend): void {
-  const n = 16 * 1024 * 1024;
-  {
-    const ctx = new Context();
-    const a = ctx.newTensor("f32", [n]);
-    const b = ctx.newTensor("f32", [n]);
-    using c = new Case(cpu, [a, b], add(a, b));
-    const [tg, ts] = compare(c.run, streamCopy);
-    report("add_16M", (3 * 4 * n) / tg / 1e9, "stream_copy", streamBytes / ts / 1e9, "GB/s");
-  }
-  {
-    const ctx = new Context();
-    const a = ctx.newTensor("f32", [4096, n / 4096]);
-    using c = new Case(cpu, [a], rmsNorm(a));
-    const [tg, ts] = compare(c.run, streamCopy);
-    report("rmsnorm_16M", (2 * 4 * n) / tg / 1e9, "stream_copy", streamBytes / ts / 1e9, "GB/s");
-  }
-}
-
-function graphOverhead(cpu: CpuBackend): void {
+{
   const nodes = 1000;
+  const group = `graph overhead ${nodes} nodes`;
   const ctx = new Context();
   const x = ctx.newTensor("f32", [16]);
   let t = x;
   for (let i = 0; i < nodes; i++) t = scale(t, 1.0001);
-  using c = new Case(cpu, [x], t);
-  // The peer is per-op dispatch: one FFI call per node, as an engine without graph plans does.
+  // One thread: the group measures what a call costs, not a pool's barriers between 16-element
+  // ops (which, on a busy machine, wait for a descheduled thread and swamp the difference).
+  const serial = new CpuBackend({ threads: 1 });
+  held.push(serial);
+  const chain = new Case(serial, [x], t);
   const single = new Context();
   const y = single.newTensor("f32", [16]);
-  using one = new Case(cpu, [y], scale(y, 1.0001));
-  const perOp = (): void => {
-    for (let i = 0; i < nodes; i++) one.run();
-  };
-  const [tg, tp] = compare(c.run, perOp);
-  report("graph_overhead_1000", (tg / nodes) * 1e6, "per_op_calls", (tp / nodes) * 1e6, "us/node");
+  const one = new Case(serial, [y], scale(y, 1.0001));
+  held.push(chain, one);
+  Deno.bench({
+    name: `${nodes} per-op calls`,
+    group,
+    baseline: true,
+    fn: () => {
+      for (let i = 0; i < nodes; i++) one.run();
+    },
+  });
+  Deno.bench({ name: "graft one graphPlanCompute", group, fn: chain.run });
 }
-
-async function block(cpu: CpuBackend): Promise<void> {
-  const config = { dim: 768, heads: 12, seq: 128, ffn: 3072, eps: 1e-5 };
-  const b = buildBlock(config);
-  const data = blockData(config);
-  using _weights = allocTensors(cpu, b.ctx.tensors);
-  using _activations = allocGraph(cpu, b.graph);
-  setBlockInputs(b, data);
-  // Constant weights packed once, as onnxruntime does at session creation.
-  using plan = cpu.graphPlanCreate(b.graph, { prepackWeights: true });
-  const onnx = await onnxBlock(config, data, cpu.threads);
-  if (!onnx) return;
-  try {
-    // Both must compute the same block, or the ratio means nothing.
-    cpu.graphPlanCompute(plan);
-    const error = relativeError(cpu.getTensor(b.output), await onnx.run());
-    console.log(
-      `block (prepacked weights): graft vs onnxruntime max relative difference ` +
-        error.toExponential(2),
-    );
-    // Graft's blocking compute against onnxruntime-node's run (it has no blocking form); both
-    // are what a caller waits for.
-    const [tg, tp] = await compareAsync(
-      () => Promise.resolve(cpu.graphPlanCompute(plan)),
-      onnx.run,
-    );
-    report("block_seq128_d768", tg * 1e3, "onnxruntime", tp * 1e3, "ms");
-  } finally {
-    await onnx.close();
-  }
-}
-
-const threadsList = [1, 2];
-for (const threads of threadsList) {
-  using cpu = new CpuBackend({ threads });
-  for (const n of [256, 512, 1024, 2048]) sgemm(cpu, n, threads);
-}
-{
-  using cpu = new CpuBackend();
-  gemv(cpu, "f32");
-  gemv(cpu, "f16");
-  bandwidth(cpu);
-  graphOverhead(cpu);
-  await block(cpu);
-}
-blas?.close();
-
-await Deno.mkdir(new URL("./out/", import.meta.url), { recursive: true });
-const path = new URL("./out/cpu.json", import.meta.url);
-await Deno.writeTextFile(
-  path,
-  JSON.stringify({ date: new Date().toISOString(), results }, null, 2),
-);
-console.log(`wrote ${path.pathname}`);

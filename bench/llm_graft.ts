@@ -1,8 +1,8 @@
 /**
- * Graft's side of `deno task bench:llm` (bench/llm_bench.ts), in a process of its own so that its
+ * Graft's side of `deno task bench:llm` (bench/llm_perf.ts), in a process of its own so that its
  * peak RSS is the model's and not the driver's. Measures as llama-bench does
  * (tools/llama-bench/llama-bench.cpp): each test on a fresh context (here a fresh LLM) of its own
- * size (N_CTX_PP, N_CTX_TG: what llama.cpp allocates for it, see bench/peers/llama_bench.ts), one warmup, then REPS timed runs, each from an empty cache (the reset is not timed):
+ * size (N_CTX_PP, N_CTX_TG: what llama.cpp allocates for it, see bench/peers/llama_bench_cli.ts), one warmup, then REPS timed runs, each from an empty cache (the reset is not timed):
  *
  * - pp: N_PROMPT tokens in one eval (llama-bench: one batch of n_prompt, last token's logits);
  * - tg: N_GEN evals of one token each (llama-bench: one decode per token, its logits); the warmup
@@ -19,6 +19,7 @@
 import { LLM } from "../src/llm/llm.ts";
 import { GGUFFile } from "../src/gguf/file.ts";
 import { type GGUFArray, metadataValue } from "../src/gguf/reader.ts";
+import { arrayLength } from "../src/gguf/lazy_array.ts";
 import { tokenStream } from "./llm_tokens.ts";
 
 const [model, threads, nPrompt, nGen, nCtxPP, nCtxTG, reps, seed] = Deno.args;
@@ -32,7 +33,7 @@ function vocab(path: string): { nVocab: number; bos: number | undefined } {
   const tokens = metadataValue(file.header, "tokenizer.ggml.tokens") as GGUFArray;
   const addBos = metadataValue(file.header, "tokenizer.ggml.add_bos_token") === true;
   const bos = metadataValue(file.header, "tokenizer.ggml.bos_token_id");
-  return { nVocab: tokens.items.length, bos: addBos ? Number(bos) : undefined };
+  return { nVocab: arrayLength(tokens), bos: addBos ? Number(bos) : undefined };
 }
 
 const { nVocab, bos } = vocab(model!);

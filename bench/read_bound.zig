@@ -1,4 +1,4 @@
-//! The read-only streaming bound for bench/quant_bench.ts: how fast `threads` threads can read a
+//! The read-only streaming bound for bench/quant_perf.ts: how fast `threads` threads can read a
 //! working set of `bytes` bytes. Each thread reads its contiguous share with 64-byte vector
 //! loads, xor-folding them so nothing but the loads is timed, as 1, 2, 4 or 8 interleaved
 //! sequential streams (more streams keep more hardware prefetchers busy: one stream per thread

@@ -162,6 +162,18 @@ export const DTYPES = {
     ggmlType: 15,
     weight: false,
   },
+  // ggml's GGML_TYPE_I64: row indices of getRows and setRows only. No typed array holds it in
+  // TensorData (a BigInt64Array would change every numeric reader): its values travel as raw
+  // bytes, `new Uint8Array(BigInt64Array.from(...).buffer)`.
+  i64: {
+    code: 14,
+    blockSize: 1,
+    blockBytes: 8,
+    quantized: false,
+    convertsTo: [],
+    ggmlType: 27,
+    weight: false,
+  },
 } as const satisfies Record<string, DTypeTraits>;
 
 /** An element type name. */

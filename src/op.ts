@@ -65,6 +65,17 @@ export const CoreOp = {
   min_rows: 53,
   count_equal: 54,
   cumsum: 55,
+  concat: 70,
+  pad: 71,
+  pad_reflect_1d: 72,
+  roll: 73,
+  repeat_back: 74,
+  argsort: 75,
+  top_k: 76,
+  tri: 77,
+  diag_mask_inf: 78,
+  arange: 79,
+  fill: 80,
 } as const;
 
 /** A core op's name. */
@@ -101,9 +112,9 @@ export interface OpInfo {
 
 /** Per backend, the result dtypes an op is computed for (see {@link OpInfo.support}). */
 export interface OpSupport {
-  /** Result dtypes on the CPU backend (the Zig core). */
+  /** Result dtypes the CPU backend (the Zig core) computes. */
   readonly cpu: readonly DType[];
-  /** Result dtypes on the WebGPU backend. */
+  /** Result dtypes the WebGPU backend's shaders compute. */
   readonly webgpu: readonly DType[];
 }
 
@@ -215,7 +226,8 @@ export const OPS = {
     params: [],
     core: "get_rows",
     inPlace: { safe: false, reason: "dst row n reads src0 row indices[n], any row" },
-    support: F32,
+    // f32 rows from every weight dtype; i32 rows from an i32 table (ggml_get_rows).
+    support: { cpu: ["f32", "i32"], webgpu: ["f32", "i32"] },
   },
   norm: { code: 14, arity: 1, params: ["eps"], core: "norm", inPlace: rowRead, support: F32 },
   rmsNorm: {
@@ -268,7 +280,7 @@ export const OPS = {
     params: [],
     core: "set_rows",
     inPlace: { safe: false, reason: "setRows writes its third source's memory, owning none" },
-    support: FLOAT,
+    support: { cpu: ["f32", "f16"], webgpu: ["f32", "f16"] },
   },
   // ggml's unary math, sums along rows, argmax, extremes, count and scan (kernels/unary.zig,
   // kernels/reduce_rows.zig; WGSL in shader_unary.ts, shader_reduce_rows.ts).
@@ -393,6 +405,105 @@ export const OPS = {
     // element it has written.
     inPlace: { safe: true, reason: "each row is read element by element ahead of its writes" },
     support: FLOAT,
+  },
+  // Shape and indexing ops (codes 70-99; kernels/indexing.zig and kernels/sort.zig, WGSL in
+  // shader_indexing.ts; builders in src/ops/indexing.ts and src/ops/sort.ts).
+  concat: {
+    code: 70,
+    arity: 2,
+    params: ["dim"],
+    core: "concat",
+    inPlace: { safe: false, reason: "dst is larger than either source" },
+    support: { cpu: ["f32", "f16", "i32"], webgpu: ["f32", "f16", "i32"] },
+  },
+  pad: {
+    code: 71,
+    arity: 1,
+    params: ["lp0", "rp0", "lp1", "rp1", "lp2", "rp2", "lp3", "rp3"],
+    core: "pad",
+    inPlace: { safe: false, reason: "dst element i reads src0 at i minus the left pads" },
+    support: { cpu: ["f32", "f16", "i32"], webgpu: ["f32", "f16", "i32"] },
+  },
+  padReflect1d: {
+    code: 72,
+    arity: 1,
+    params: ["p0", "p1"],
+    core: "pad_reflect_1d",
+    inPlace: { safe: false, reason: "dst element i reads src0 elements on both sides of it" },
+    support: { cpu: ["f32", "f16", "i32"], webgpu: ["f32", "f16", "i32"] },
+  },
+  roll: {
+    code: 73,
+    arity: 1,
+    params: ["shift0", "shift1", "shift2", "shift3"],
+    core: "roll",
+    inPlace: { safe: false, reason: "dst element i reads src0 element i - shift (another row)" },
+    support: { cpu: ["f32", "f16", "i32"], webgpu: ["f32", "f16", "i32"] },
+  },
+  repeatBack: {
+    code: 74,
+    arity: 1,
+    params: [],
+    core: "repeat_back",
+    inPlace: { safe: false, reason: "each dst element sums src0 elements of every tile" },
+    support: { cpu: ["f32", "f16"], webgpu: ["f32", "f16"] },
+  },
+  argsort: {
+    code: 75,
+    arity: 1,
+    params: ["order"],
+    core: "argsort",
+    inPlace: { safe: false, reason: "each dst element depends on the whole src0 row" },
+    support: { cpu: ["i32"], webgpu: ["i32"] },
+  },
+  topK: {
+    code: 76,
+    arity: 1,
+    params: ["k"],
+    core: "top_k",
+    inPlace: { safe: false, reason: "each dst element depends on the whole src0 row" },
+    support: { cpu: ["i32"], webgpu: ["i32"] },
+  },
+  tri: {
+    code: 77,
+    arity: 1,
+    params: ["type"],
+    core: "tri",
+    // indexing.zig: each element is its own src0 element or a constant.
+    inPlace: {
+      safe: true,
+      reason: "each dst element depends only on the src0 element at its index",
+    },
+    support: { cpu: ["f32", "f16", "i32"], webgpu: ["f32", "f16", "i32"] },
+  },
+  diagMaskInf: {
+    code: 78,
+    arity: 1,
+    params: ["nPast"],
+    core: "diag_mask_inf",
+    // As ggml_diag_mask_inf_inplace: each element is its own src0 element or -inf.
+    inPlace: {
+      safe: true,
+      reason: "each dst element depends only on the src0 element at its index",
+    },
+    support: { cpu: ["f32", "f16"], webgpu: ["f32", "f16"] },
+  },
+  arange: {
+    code: 79,
+    arity: 0,
+    params: ["start", "stop", "step"],
+    core: "arange",
+    inPlace: { safe: false, reason: "arange has no source" },
+    support: { cpu: ["f32"], webgpu: ["f32"] },
+  },
+  fill: {
+    code: 80,
+    arity: 1,
+    params: ["value"],
+    core: "fill",
+    // As ggml_fill_inplace: src0 gives only the shape; nothing of it is read.
+    inPlace: { safe: true, reason: "fill reads no src0 element" },
+    support: { cpu: ["f32", "f16"], webgpu: ["f32", "f16"] },
   },
   view: { code: 100, arity: 1, params: [], core: null, inPlace: view, support: ANY },
   reshape: { code: 101, arity: 1, params: [], core: null, inPlace: view, support: ANY },

@@ -8,7 +8,6 @@ import assert from "node:assert/strict";
 import { assertNothingLive } from "./leaks.ts";
 import { denoEval } from "./child.ts";
 import {
-  Allocator,
   allocTensors,
   ArgumentError,
   Context,
@@ -24,6 +23,7 @@ import {
   type Tensor,
   transpose,
 } from "../mod.ts";
+import { Allocator } from "../internal.ts";
 
 const baseline = liveAllocations();
 

@@ -8,7 +8,7 @@
  */
 
 import assert from "node:assert/strict";
-import { sharedWebGpu } from "./gpu.ts";
+import { closeSharedWebGpuTest, sharedWebGpu } from "./gpu.ts";
 import {
   add,
   allocGraph,
@@ -47,6 +47,7 @@ import {
 } from "../mod.ts";
 import { unplacedOwners } from "../src/alloc/alloc_tensors.ts";
 import { CpuBackend } from "../src/backend/cpu/backend.ts";
+import { WasmBackend } from "../src/backend/wasm/backend.ts";
 
 /** Copies and gathers move bits: any difference is a bug. */
 const NMSE_EXACT = 0;
@@ -507,12 +508,14 @@ const reference = new CpuBackend({ threads: 1 });
 const backends: { name: string; backend: Backend | null }[] = [
   { name: "cpu", backend: new CpuBackend() },
   { name: "webgpu", backend: await sharedWebGpu() },
+  { name: "wasm", backend: await WasmBackend.create() },
 ];
 
 globalThis.addEventListener("unload", () => {
   reference.dispose();
-  // The shared WebGPU backend (tests/gpu.ts) is never disposed.
+  // The shared WebGPU backend closes in the file's last test (tests/gpu.ts).
   backends[0]!.backend?.dispose();
+  backends[2]!.backend?.dispose();
 });
 
 for (const { name, backend } of backends) {
@@ -567,3 +570,5 @@ Deno.test("backend_ops: the suite covers every op of the foundation set", () => 
     assert.ok(covered.has(op), `no case for ${op}`);
   }
 });
+
+closeSharedWebGpuTest();

@@ -356,7 +356,7 @@ Deno.test("setRows with an out-of-range index fails before writing and the backe
   assert.equal(got[8 + 7], 15);
   assert.equal(got[0], -1);
   assert.throws(() => setRows(cache, rows, ctx.newTensor("i32", [3])), ShapeError);
-  assert.throws(() => setRows(cache, ctx.newTensor("f16", [8, 2]), indices), DTypeError);
+  assert.throws(() => setRows(cache, ctx.newTensor("i32", [8, 2]), indices), DTypeError);
 });
 
 // ---------------------------------------------------------------------------------------------

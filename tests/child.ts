@@ -32,6 +32,7 @@ export async function denoEval(
 /** The loader's modules: what `src/core/ffi.ts` imports, directly or not. */
 const LOADER_FILES = [
   "core/ffi.ts",
+  "core/lookup.ts",
   "core/abi.ts",
   "core/tables.ts",
   "errors.ts",

@@ -4,7 +4,8 @@
  */
 
 import assert from "node:assert/strict";
-import { Allocator, liveAllocations } from "../mod.ts";
+import { liveAllocations } from "../mod.ts";
+import { Allocator } from "../internal.ts";
 import { FreeList } from "../src/alloc/free_list.ts";
 import { greedyWalk, planGreedy } from "../src/alloc/greedy.ts";
 import { analyzeLifetimes } from "../src/alloc/lifetimes.ts";

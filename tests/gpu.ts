@@ -1,8 +1,11 @@
 // The one WebGPU backend a test process shares. With Deno 2.9.6 on Mesa's lavapipe, a process
 // that did much WebGPU work (several devices, or all three WebGPU test files) aborted at exit
-// now and then with a glibc heap error after every test had passed; so each WebGPU test file
-// runs in its own `deno test` process (the `test` task in deno.json) over one device. The
-// shared backend is never disposed: the process ends with it.
+// now and then with a glibc heap error after every test had passed (again once in CI on an
+// AVX2-only EPYC, after webgpu_quant_test's summary); so each WebGPU test file runs in its own
+// `deno test` process (the `test` task in deno.json) over one device, and ends with
+// `closeSharedWebGpuTest()`: its last test waits until the queue has finished every submitted
+// command and destroys the device, so that no lavapipe thread still runs shaders over device
+// memory while the process tears down.
 import { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 
 let opened: Promise<WebGpuBackend | null> | null = null;
@@ -14,4 +17,20 @@ export function sharedWebGpu(): Promise<WebGpuBackend | null> {
     return null;
   });
   return opened;
+}
+
+/**
+ * Registers the file's last test: drain the shared device's queue, then destroy the device and
+ * wait until it reports itself lost. Call it after the file's other tests are registered.
+ */
+export function closeSharedWebGpuTest(): void {
+  Deno.test("webgpu: the shared device finishes its work and closes", async () => {
+    const gpu = await opened;
+    if (!gpu) return;
+    const device = gpu.device;
+    await device.queue.onSubmittedWorkDone();
+    gpu.dispose(); // the backend made the device, so it destroys it
+    const lost = await device.lost;
+    if (lost.reason !== "destroyed") throw new Error(`device lost: ${lost.message}`);
+  });
 }

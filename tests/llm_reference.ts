@@ -15,6 +15,7 @@
 
 import { GGUFFile } from "../src/gguf/file.ts";
 import { metadataValue } from "../src/gguf/reader.ts";
+import { arrayLength } from "../src/gguf/lazy_array.ts";
 import type { GGUFHeader, GGUFTensorInfo } from "../src/gguf/reader.ts";
 import { dequantize, isQuantDType } from "../src/quant.ts";
 
@@ -133,7 +134,7 @@ export async function loadReferenceModel(
     : meta(h, "llama.rope.freq_scale") ?? 1;
   const tokens = metadataValue(h, "tokenizer.ggml.tokens");
   const nVocab = tokens !== undefined && typeof tokens === "object"
-    ? tokens.items.length
+    ? arrayLength(tokens)
     : required(h, "llama.vocab_size");
   if (!Number.isInteger(headDim) || nHead % nHeadKV !== 0 || ropeDims > headDim || ropeDims % 2) {
     throw new Error("llm_reference: inconsistent head dimensions");

@@ -26,19 +26,24 @@ import {
   abs,
   add,
   allocTensors,
+  arange,
   argmax,
+  argsort,
   type Backend,
   ceil,
   clamp,
+  concat,
   cont,
   Context,
   cos,
   countEqual,
   cpy,
   cumsum,
+  diagMaskInf,
   div,
   elu,
   exp,
+  fill,
   floor,
   gelu,
   geluErf,
@@ -56,10 +61,14 @@ import {
   mulMat,
   neg,
   norm,
+  pad,
+  padReflect1d,
   permute,
   relu,
   repeat,
+  repeatBack,
   rmsNorm,
+  roll,
   rope,
   round,
   scale,
@@ -79,7 +88,9 @@ import {
   tanh,
   type Tensor,
   type TensorData,
+  topK,
   transpose,
+  tri,
   trunc,
 } from "../mod.ts";
 import { type DType, DTYPES, holdsRawBytes } from "../src/dtype.ts";
@@ -609,7 +620,9 @@ export async function runGraph(
   out: Tensor,
 ): Promise<Float64Array> {
   const graph = Graph.build(out);
-  using _inputs = allocTensors(backend, inputs.ctx.tensors);
+  // A graph may have no inputs (arange).
+  const leaves = inputs.ctx.tensors;
+  using _inputs = unplacedOwners(leaves).length > 0 ? allocTensors(backend, leaves) : null;
   using _nodes = unplacedOwners(graph.nodes).length > 0 ? allocTensors(backend, graph.nodes) : null;
   for (const [tensor, data] of inputs.data) await backend.setTensorAsync(tensor, data);
   backend.graphCompute(graph);
@@ -693,6 +706,18 @@ export const PROBES: Partial<Record<OpName, Probe>> = {
 for (const [name, s] of Object.entries(UNARY_MATH) as [OpName, UnarySpec][]) {
   PROBES[name] = unaryProbe(s.build);
 }
+// The shape and indexing ops (codes 70-80, src/ops/indexing.ts and sort.ts).
+PROBES.concat = (i, d) => concat(probeInput(i, d, PROBE), probeInput(i, d, PROBE), 1);
+PROBES.pad = unaryProbe((a) => pad(a, [0, 2, 1, 0]));
+PROBES.padReflect1d = unaryProbe((a) => padReflect1d(a, 2, 3));
+PROBES.roll = unaryProbe((a) => roll(a, [3, 1, 0, 0]));
+PROBES.repeatBack = (i, d) => repeatBack(probeInput(i, d, [256, 6]), [256, 3, 1, 1]);
+PROBES.argsort = unaryProbe(argsort);
+PROBES.topK = unaryProbe((a) => topK(a, 5));
+PROBES.tri = (i, d) => tri(probeInput(i, d, [256, 256]), "lower"); // square
+PROBES.diagMaskInf = unaryProbe((a) => diagMaskInf(a, 1));
+PROBES.arange = () => arange(0, 10, 1); // no source: f32 whatever the probe's dtype
+PROBES.fill = unaryProbe((a) => fill(a, 0.5));
 
 /** Every dtype a probe is tried with. */
 export const PROBE_DTYPES = Object.keys(DTYPES) as DType[];

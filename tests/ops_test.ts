@@ -1,11 +1,12 @@
 /**
  * Every op against the f64 reference (tests/reference.ts), on odd sizes, 3-4 dim shapes and
  * non-contiguous sources. Each case is computed with 1 and 2 threads (results must be bitwise
- * identical) on every kernel build the CPU has (avx2, and avx512 when supported).
+ * identical) on every kernel build the CPU has (avx2, and avx512 when supported), and on the
+ * WebAssembly core (SIMD128, one thread).
  */
 
 import assert from "node:assert/strict";
-import { assertNothingLive } from "./leaks.ts";
+import { assertNothingLive, NOTHING_LIVE } from "./leaks.ts";
 import {
   add,
   allocTensors,
@@ -90,8 +91,9 @@ import {
   type Tolerance,
   tolMulMat,
 } from "./reference.ts";
+import { WasmBackend } from "../src/backend/wasm/backend.ts";
 
-type Simd = "avx2" | "avx512";
+type Simd = "avx2" | "avx512" | "neon" | "simd128";
 
 // Loads the library outside any test, so its resource is not reported as a test's leak.
 const baseline = liveAllocations();
@@ -99,6 +101,10 @@ const baseline = liveAllocations();
 // The builds this process may use: the CPU's, capped by GRAFT_CPU (GRAFT_CPU=avx2 runs the
 // suite on the AVX2 kernels of an AVX-512 machine).
 const SIMD_LEVELS: readonly Simd[] = simdLevels();
+// The WebAssembly core runs every case too (one thread, so no thread comparison): one backend
+// for the file, disposed by the leak check at the end.
+const wasm = await WasmBackend.create();
+const BUILDS: readonly Simd[] = [...SIMD_LEVELS, "simd128"];
 for (const simd of ["avx2", "avx512"] as const) {
   // A build the CPU lacks is skipped by name, never failed.
   Deno.test({
@@ -197,14 +203,15 @@ function computeCase(simd: Simd, build: (feed: Feed) => Check[]): {
   checks: Check[];
   runs: Uint8Array[][];
 } {
-  using cpu = new CpuBackend({ simd, threads: 1 });
+  using native = simd === "simd128" ? null : new CpuBackend({ simd, threads: 1 });
+  const cpu = native ?? wasm;
   const feed = new Feed();
   const checks = build(feed);
   const graph = Graph.build(...checks.map((c) => c.tensor));
   using _memory = allocTensors(cpu, [...feed.ctx.tensors, ...graph.leafs, ...graph.nodes]);
   const owners = memoryOwners(graph);
   const runs: Uint8Array[][] = [];
-  for (const threads of [1, 2]) {
+  for (const threads of simd === "simd128" ? [1] : [1, 2]) {
     if (cpu.threads !== threads) cpu.setThreads(threads);
     for (const t of owners) cpu.setTensor(t, new Uint8Array(t.nbytes).fill(0xff));
     for (const [t, data] of feed.inputs) cpu.setTensor(t, data);
@@ -216,11 +223,13 @@ function computeCase(simd: Simd, build: (feed: Feed) => Check[]): {
 }
 
 function checkCase(build: (feed: Feed) => Check[]): void {
-  for (const simd of SIMD_LEVELS) {
+  for (const simd of BUILDS) {
     const { checks, runs } = computeCase(simd, build);
     checks.forEach((check, i) => {
       const label = `${simd}: ${check.label ?? `output ${i}`} ${check.tensor.label}`;
-      assertBytesEqual(runs[0]![i]!, runs[1]![i]!, `${label}: 1 thread vs 2 threads`);
+      if (runs.length > 1) {
+        assertBytesEqual(runs[0]![i]!, runs[1]![i]!, `${label}: 1 thread vs 2 threads`);
+      }
       const t = check.tensor;
       const got = fromBytes(runs[0]![i]!, t.dtype as RefDType, t.ne, t.nb);
       assertClose(got, check.want, check.tol, label);
@@ -724,7 +733,7 @@ Deno.test("softmax with a causal -Infinity mask gives zeros for a fully masked r
   };
   checkCase(build);
   // The hidden row is exactly zero (not NaN), and every other row sums to one.
-  for (const simd of SIMD_LEVELS) {
+  for (const simd of BUILDS) {
     const { checks, runs } = computeCase(simd, build);
     const t = checks[0]!.tensor;
     const got = fromBytes(runs[0]![0]!, t.dtype as RefDType, t.ne, t.nb);
@@ -823,5 +832,7 @@ Deno.test({
 });
 
 Deno.test("ops_test leaves no native buffers, pools or plans alive", () => {
+  wasm.dispose();
+  assert.deepEqual(WasmBackend.liveAllocations(), NOTHING_LIVE, "the WebAssembly core");
   assertNothingLive(baseline);
 });

@@ -17,7 +17,6 @@ import {
   cpy,
   getRows,
   Graph,
-  inPlaceRule,
   liveAllocations,
   mean,
   type MemoryPlan,
@@ -37,9 +36,10 @@ import {
   type Tensor,
   view,
 } from "../mod.ts";
+import { inPlaceRule } from "../internal.ts";
 import { randomDag } from "./random_dag.ts";
 import { planToSvg } from "../src/viz/timeline_svg.ts";
-import { buildGpt2 } from "../bench/planner_bench.ts";
+import { buildGpt2 } from "../bench/planner_perf.ts";
 import { randomValues } from "../demo/block.ts";
 
 const RANDOM_DAGS = 300;

@@ -1,12 +1,6 @@
 import assert from "node:assert/strict";
-import {
-  ArgumentError,
-  createSampler,
-  MT19937,
-  Sampler,
-  type SamplerOptions,
-  StopChecker,
-} from "../mod.ts";
+import { ArgumentError, createSampler, Sampler, type SamplerOptions, StopChecker } from "../mod.ts";
+import { MT19937 } from "../internal.ts";
 
 /** Every filter off, so one option at a time can be tested. */
 const OFF: SamplerOptions = { temperature: 1, topK: 0, topP: 1, minP: 0, penaltyLastN: 0, seed: 1 };

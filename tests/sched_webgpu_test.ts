@@ -2,7 +2,7 @@
 // attention weights on the GPU and the MLP on the CPU, planned buffers per backend, compared
 // with a CPU-only run. Skipped, with a message, where Deno finds no WebGPU adapter.
 import assert from "node:assert/strict";
-import { sharedWebGpu } from "./gpu.ts";
+import { closeSharedWebGpuTest, sharedWebGpu } from "./gpu.ts";
 import {
   add,
   allocGraph,
@@ -140,3 +140,5 @@ function product(w: Float32Array, x: Float32Array, k: number, m: number, n: numb
   }
   return out;
 }
+
+closeSharedWebGpuTest();

@@ -3,9 +3,7 @@
 import assert from "node:assert/strict";
 import {
   CoreOp,
-  coreOp,
   DTypeError,
-  isViewOp,
   liveAllocations,
   Op,
   opInfo,
@@ -13,6 +11,7 @@ import {
   parseDType,
   rowBytes,
 } from "../mod.ts";
+import { coreOp, isViewOp } from "../internal.ts";
 import { loadLibrary, nativeTables } from "../src/core/ffi.ts";
 import { compareTables, expectedTables } from "../src/core/tables.ts";
 import { assertNothingLive } from "./leaks.ts";

@@ -1,17 +1,14 @@
 import assert from "node:assert/strict";
 import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
 import {
-  BYTE_TO_UNICODE,
   GGUFFile,
   type GGUFHeader,
   type GGUFMetadataEntry,
-  preTokenizer,
-  splitWithPatterns,
   Tokenizer,
   TokenizerError,
   TokenType,
-  UNICODE_TO_BYTE,
 } from "../mod.ts";
+import { BYTE_TO_UNICODE, preTokenizer, splitWithPatterns, UNICODE_TO_BYTE } from "../internal.ts";
 
 const MODEL = SMOLLM2_PATH;
 const haveModel = smolLM2Cached();

@@ -14,7 +14,7 @@
 import assert from "node:assert/strict";
 import { LLM } from "../mod.ts";
 import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
-import { sharedWebGpu } from "./gpu.ts";
+import { closeSharedWebGpuTest, sharedWebGpu } from "./gpu.ts";
 
 const gpu = await sharedWebGpu();
 const haveModel = smolLM2Cached();
@@ -126,3 +126,5 @@ Deno.test({
     assert.equal(split.nPast, p + steps);
   },
 });
+
+closeSharedWebGpuTest();

@@ -13,7 +13,7 @@
  */
 
 import assert from "node:assert/strict";
-import { sharedWebGpu } from "./gpu.ts";
+import { closeSharedWebGpuTest, sharedWebGpu } from "./gpu.ts";
 import {
   allocGraph,
   allocTensors,
@@ -334,3 +334,5 @@ test("NMSE ranges per dtype", () => {
     );
   }
 });
+
+closeSharedWebGpuTest();

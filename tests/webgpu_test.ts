@@ -5,7 +5,7 @@
  */
 
 import assert from "node:assert/strict";
-import { sharedWebGpu } from "./gpu.ts";
+import { closeSharedWebGpuTest, sharedWebGpu } from "./gpu.ts";
 import { samePlanOtherWeights, unplacedTensor } from "./plan_identity.ts";
 import {
   add,
@@ -343,3 +343,5 @@ test("writeTensorsGGUF reads tensors from device buffers into a GGUF file", asyn
     await Deno.remove(path);
   }
 });
+
+closeSharedWebGpuTest();

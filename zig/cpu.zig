@@ -1,8 +1,33 @@
-//! Run-time CPU feature detection: which kernel build this machine can run.
+//! Run-time CPU feature detection: which kernel build this machine can run. The wasm build has
+//! one kernel build (SIMD128, checked by the engine when it compiles the module), so there is
+//! nothing to detect: `detect` names it.
 
 const std = @import("std");
+const builtin = @import("builtin");
 
-pub const SimdLevel = enum(u32) { none = 0, avx2 = 1, avx512 = 2 };
+/// Kernel builds by level number (the TS side's `LEVELS`): AVX2 and AVX-512 on x86-64, NEON on
+/// aarch64 (its baseline, so every aarch64 CPU runs it), SIMD128 in the wasm build (checked by
+/// the engine when it compiles the module: nothing to detect).
+pub const SimdLevel = enum(u32) { none = 0, avx2 = 1, avx512 = 2, neon = 3, wasm_simd128 = 4 };
+
+/// The architectures the core is built for (build.zig); anything else fails to compile here.
+pub const arch_family: enum { x86_64, aarch64, wasm32 } = switch (builtin.cpu.arch) {
+    .x86_64 => .x86_64,
+    .aarch64 => .aarch64,
+    .wasm32 => .wasm32,
+    else => @compileError("the Graft core is built for x86_64, aarch64 and wasm32 only"),
+};
+
+/// Whether a CPU whose best build is `supported` runs the `wanted` build: on x86-64 the
+/// AVX-512 machine runs the AVX2 build too; on aarch64 there is only NEON, in wasm only SIMD128.
+pub fn runs(supported: SimdLevel, wanted: SimdLevel) bool {
+    return switch (wanted) {
+        .none => false,
+        .neon, .wasm_simd128 => supported == wanted,
+        .avx2, .avx512 => (supported == .avx2 or supported == .avx512) and
+            @intFromEnum(wanted) <= @intFromEnum(supported),
+    };
+}
 
 const Registers = struct { eax: u32, ebx: u32, ecx: u32, edx: u32 };
 
@@ -42,6 +67,9 @@ fn bit(value: u32, index: u5) bool {
 /// FMA, F16C, BMI1/2, MOVBE and LZCNT). An AVX-512 CPU without VNNI (Skylake-SP) runs the AVX2
 /// build.
 pub fn detect() SimdLevel {
+    // cpuid and xgetbv exist on x86 only; NEON is part of aarch64's baseline.
+    if (comptime arch_family == .wasm32) return .wasm_simd128;
+    if (comptime arch_family == .aarch64) return .neon;
     const basic = cpuid(1, 0);
     if (!bit(basic.ecx, 27)) return .none; // OSXSAVE: xgetbv is usable
     const xcr0 = xgetbv();

@@ -19,14 +19,15 @@ pub const DType = enum(u32) {
     q5_K = 11,
     q6_K = 12,
     q8_K = 13,
+    i64 = 14, // row indices of get_rows and set_rows only (ggml's GGML_TYPE_I64)
 
     /// The last code; a larger one names no dtype.
-    pub const last: DType = .q8_K;
+    pub const last: DType = .i64;
 
     /// Elements per block: ggml's quantized types store blocks of 32, its k-quants super-blocks of 256; plain types 1.
     pub fn block_size(dtype: DType) usize {
         return switch (dtype) {
-            .f32, .f16, .i32, .bf16 => 1,
+            .f32, .f16, .i32, .bf16, .i64 => 1,
             .q8_0, .q4_0, .q4_1, .q5_0, .q5_1, .q8_1 => 32,
             .q4_K, .q5_K, .q6_K, .q8_K => 256, // ggml's QK_K super-blocks
         };
@@ -35,6 +36,7 @@ pub const DType = enum(u32) {
     /// Bytes one block takes (ggml's type_size).
     pub fn block_bytes(dtype: DType) usize {
         return switch (dtype) {
+            .i64 => 8,
             .f32, .i32 => 4,
             .f16, .bf16 => 2,
             .q8_0 => 34, // f16 d, 32 x i8
@@ -66,6 +68,7 @@ pub const DType = enum(u32) {
             .q6_K => 14,
             .q8_K => 15,
             .i32 => 26,
+            .i64 => 27,
             .bf16 => 30,
         };
     }
@@ -92,7 +95,7 @@ pub const DType = enum(u32) {
         return switch (dtype) {
             .bf16, .q8_0, .q4_0, .q4_1, .q5_0, .q5_1, .q4_K, .q5_K, .q6_K => true,
             // q8_1 and q8_K are ggml's activation types: they only feed dot products.
-            .f32, .f16, .i32, .q8_1, .q8_K => false,
+            .f32, .f16, .i32, .q8_1, .q8_K, .i64 => false,
         };
     }
 

@@ -9,10 +9,15 @@
 //! as with any mapping; the caller checks the file it mapped is the one it opened.
 
 const std = @import("std");
+const builtin = @import("builtin");
 const status_module = @import("status.zig");
 const Status = status_module.Status;
 const fail = status_module.fail;
 const c = std.c;
+const is_windows = builtin.os.tag == .windows;
+/// Windows maps with CreateFileMappingW/MapViewOfFile (windows.zig); a struct with nothing
+/// elsewhere, so the Windows declarations are never compiled for other targets.
+const win = if (is_windows) @import("windows.zig") else struct {};
 
 /// The longest path accepted, NUL terminator included (Linux's PATH_MAX): the path is copied
 /// onto the stack to terminate it, so no heap allocation depends on the caller's length.
@@ -28,6 +33,10 @@ pub const Mapping = struct {
 pub const Failure = union(enum) {
     /// open, fstat or mmap failed with this errno.
     os: struct { step: []const u8, errno: std.posix.E },
+    /// A Win32 call failed with this GetLastError code (Windows only).
+    win32: struct { step: []const u8, code: u32 },
+    /// The path is not valid UTF-8 or too long for Windows (Windows only).
+    bad_path,
     not_regular,
     empty,
     too_large: u64,
@@ -37,6 +46,8 @@ pub const Failure = union(enum) {
     pub fn report(self: Failure, path: []const u8) Status {
         return switch (self) {
             .os => |os| fail(.io_error, "map file {s}: {s} failed: {s} (errno {d})", .{ path, os.step, @tagName(os.errno), @intFromEnum(os.errno) }),
+            .win32 => |call| fail(.io_error, "map file {s}: {s} failed (Windows error {d})", .{ path, call.step, call.code }),
+            .bad_path => fail(.invalid_argument, "map file {s}: not valid UTF-8, or too long for Windows", .{path}),
             .not_regular => fail(.io_error, "map file {s}: not a regular file", .{path}),
             .empty => fail(.io_error, "map file {s}: the file is empty (nothing to map)", .{path}),
             .too_large => |size| fail(.invalid_argument, "map file {s}: {d} bytes exceed buffer_bytes_max", .{ path, size }),
@@ -57,6 +68,7 @@ pub fn map(path: []const u8, size_max: u64, out: *Mapping) Outcome {
     std.debug.assert(path.len < path_bytes_max);
     if (std.mem.indexOfScalar(u8, path, 0) != null) return .{ .failed = .nul_in_path };
     var terminated: [path_bytes_max:0]u8 = undefined;
+    if (comptime is_windows) return map_windows(path, size_max, out);
     @memcpy(terminated[0..path.len], path);
     terminated[path.len] = 0;
     const fd = open: while (true) {
@@ -84,15 +96,36 @@ pub fn map(path: []const u8, size_max: u64, out: *Mapping) Outcome {
     return .ok;
 }
 
+fn map_windows(path: []const u8, size_max: u64, out: *Mapping) Outcome {
+    switch (win.map(path, size_max)) {
+        .ok => |view| {
+            out.* = .{ .memory = view.memory, .device = view.device, .inode = view.inode };
+            return .ok;
+        },
+        .failed => |failure| return .{ .failed = switch (failure) {
+            .win32 => |call| .{ .win32 = .{ .step = call.step, .code = call.code } },
+            .bad_path => .bad_path,
+            .not_regular => .not_regular,
+            .empty => .empty,
+            .too_large => |size| .{ .too_large = size },
+        } },
+    }
+}
+
 /// Unmaps a mapping made by `map`. munmap of a whole live mapping cannot fail; if the OS says
 /// otherwise the pages stay mapped (a leak, never a crash).
 pub fn unmap(memory: []align(std.heap.page_size_min) u8) void {
+    if (comptime is_windows) return win.unmap(memory);
     _ = c.munmap(@ptrCast(memory.ptr), memory.len);
 }
 
 /// madvise over [offset, offset + length) of a mapping, widened to whole pages: 0 normal,
 /// 1 random, 2 sequential, 3 will need.
 pub fn advise(memory: []align(std.heap.page_size_min) u8, offset: u64, length: u64, advice: u32) Status {
+    if (advice > 3) return fail(.invalid_argument, "advise: advice {d} is not 0 (normal), 1 (random), 2 (sequential) or 3 (will need)", .{advice});
+    // Windows has no madvise; its mappings are paged in on demand, so the advice is only a hint
+    // that does not apply there.
+    if (comptime is_windows) return .ok;
     const native: u32 = switch (advice) {
         0 => std.posix.MADV.NORMAL,
         1 => std.posix.MADV.RANDOM,

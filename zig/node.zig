@@ -27,7 +27,7 @@ pub const Op = enum(u32) {
     repeat = 10, // dst shape is a multiple of src0's
     mul_mat = 11, // src0 [K,M,a,b] (f32|f16) x src1 [K,N,c,d] f32 -> dst [M,N,c,d] f32
     cpy = 12, // dst (any strides, f32/f16; i32->i32; f32/f16 <-> q8_0/q4_0 by rows) <- src0; cont is cpy too
-    get_rows = 13, // src0 [ne0, rows, ne2] f32|f16, src1 [n, ne2] i32 -> dst [ne0, n, ne2] f32
+    get_rows = 13, // src0 [ne0, rows, ne2] f32|f16|bf16|quant (i32 -> i32), src1 [n, ne2] i32|i64 -> dst [ne0, n, ne2] f32
     norm = 14, // params[0]: f32 eps
     rms_norm = 15, // params[0]: f32 eps
     soft_max = 16, // params[0]: f32 scale; src1 (optional) mask [ne0, >=ne1] f32
@@ -74,7 +74,20 @@ pub const Op = enum(u32) {
     max_rows = 52, // dst [1, ne1, ne2, ne3], src0's dtype
     min_rows = 53, // dst [1, ne1, ne2, ne3], src0's dtype
     count_equal = 54, // src0, src1 i32 of one shape; dst i32 [1]: elements equal (ggml: i64)
-    cumsum = 55, // dst src0's shape and dtype: running sums along each row
+    cumsum = 55,
+    // Shape and indexing ops (kernels/indexing.zig, kernels/sort.zig); params are f32 slots
+    // holding whole numbers unless noted. f32, f16 and i32 elements are moved as bits.
+    concat = 70, // params[0]: dim; dst = src0 then src1 along dim
+    pad = 71, // params[2d], params[2d + 1]: zeros before and after dim d (ggml_pad_ext)
+    pad_reflect_1d = 72, // params p0, p1: dim 0 mirrored about its edges
+    roll = 73, // params[d]: shift of dim d, |shift| < ne[d]
+    repeat_back = 74, // dst [ne] <- sum of the tiles of src0 [ne * repeats] (f32 | f16)
+    argsort = 75, // params[0]: 0 ascending, 1 descending; dst i32 [ne0, ...] column indices
+    top_k = 76, // dst i32 [k, ...]: the columns of the k largest, largest first
+    tri = 77, // params[0]: ggml_tri_type; elements outside the triangle become 0
+    diag_mask_inf = 78, // params[0]: n_past; column i of row j is -inf when i > n_past + j
+    arange = 79, // no sources; params f32 start, stop, step; dst f32 [ceil((stop - start) / step)]
+    fill = 80, // params[0]: f32 value; dst (shape of src0, f32 | f16) all that value
     _,
 
     /// The unary element-wise ops (named as above): validation and dispatch derive their

@@ -5,8 +5,12 @@
 //! later dlclose calls then leave it mapped.
 
 const std = @import("std");
+const builtin = @import("builtin");
+/// Windows pins with GetModuleHandleExW (windows.zig); empty elsewhere.
+const windows = if (builtin.os.tag == .windows) @import("windows.zig") else struct {};
 const Status = @import("node.zig").Status;
 const fail = @import("status.zig").fail;
+const target = @import("target.zig");
 
 const DlInfo = extern struct {
     dli_fname: ?[*:0]const u8,
@@ -21,7 +25,17 @@ var pinned = std.atomic.Value(bool).init(false);
 
 /// Pins the library (idempotent). Called by the loader right after it opens the library.
 pub fn pin() Status {
+    // A wasm instance is never unloaded under running code: nothing to pin.
+    if (comptime target.is_wasm) return .ok;
     if (pinned.load(.acquire)) return .ok;
+    if (comptime builtin.os.tag == .windows) {
+        var code: u32 = 0;
+        if (!windows.pin_module(@ptrCast(&pin), &code)) {
+            return fail(.unsupported, "cannot pin the library in memory (GetModuleHandleExW failed: Windows error {d})", .{code});
+        }
+        pinned.store(true, .release);
+        return .ok;
+    }
     var info: DlInfo = undefined;
     if (dladdr(@ptrCast(&pin), &info) == 0 or info.dli_fname == null) {
         return fail(.unsupported, "cannot find the library's own path (dladdr failed)", .{});

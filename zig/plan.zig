@@ -11,6 +11,7 @@ const std = @import("std");
 const assert = std.debug.assert;
 const node_abi = @import("node.zig");
 const pool_module = @import("pool.zig");
+const target = @import("target.zig");
 
 const Node = node_abi.Node;
 const Status = node_abi.Status;
@@ -54,7 +55,7 @@ pub const Plan = struct {
     /// Repack requests so far, and the count the packed copies reflect: they differ when the
     /// next compute must pack. A count, not a flag, so that a request made while a compute
     /// packs is never lost when that compute finishes.
-    pack_requests: std.atomic.Value(u64) = .init(1),
+    pack_requests: target.Counter64 = .init(1),
     packed_requests: u64 = 0,
 
     /// Marks the packed copies stale: the next compute packs again.
@@ -68,9 +69,16 @@ pub const Plan = struct {
         if (range.size_bytes == 0) return .{ null, 0 };
         assert(range.offset % prepacked_alignment == 0);
         assert(range.offset + range.size_bytes <= self.prepacked.len);
-        return .{ @alignCast(self.prepacked.ptr + range.offset), range.size_bytes };
+        return .{ @alignCast(self.prepacked.ptr + @as(usize, @intCast(range.offset))), range.size_bytes };
     }
 };
+
+/// Nanoseconds of a monotonic clock. Only reached with timings on, which a build without a
+/// clock refuses (graft_plan_profile), so the wasm build never calls it.
+fn timestamp() i128 {
+    if (comptime !target.clock_available) unreachable;
+    return std.time.nanoTimestamp();
+}
 
 /// The outcome of one compute: the first failing node, if any.
 pub const Outcome = struct {
@@ -107,7 +115,7 @@ const Execution = struct {
         }
         // Timings start after the packing: they measure the steady-state nodes.
         const timings = if (thread_index == 0) self.plan.node_nanoseconds else null;
-        var started = if (timings != null) std.time.nanoTimestamp() else 0;
+        var started = if (timings != null) timestamp() else 0;
         for (self.plan.nodes, 0..) |*node, index| {
             work.prepacked, work.prepacked_size_bytes = self.plan.prepacked_for(index);
             if (self.first_error.load(.monotonic) == 0) {
@@ -117,7 +125,7 @@ const Execution = struct {
             // No barrier after the last node: the pool's join is one.
             if (index + 1 < self.plan.nodes.len) self.barrier.wait();
             if (timings) |out| {
-                const now = std.time.nanoTimestamp();
+                const now = timestamp();
                 out[index] = @intCast(now - started);
                 started = now;
             }

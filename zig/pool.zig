@@ -2,13 +2,19 @@
 //! (one graph) threads meet at a spinning barrier between dependent nodes, which costs far less
 //! than a futex round trip. After a job a worker spins briefly for the next one, then sleeps, so
 //! an idle pool uses no CPU.
+//!
+//! Target-aware: a single-threaded build (wasm32 without shared memory) has `threads_max` 1 and
+//! no workers; `run` then runs the job on the calling thread, and the barrier is a no-op.
 
 const std = @import("std");
 const assert = std.debug.assert;
 const Atomic = std.atomic.Value;
 const Futex = std.Thread.Futex;
+const target = @import("target.zig");
 
-pub const threads_max = 64;
+pub const threads_max = if (target.threads_available) 64 else 1;
+/// A worker's thread; nothing in a build without threads (std.Thread does not compile there).
+const Worker = if (target.threads_available) std.Thread else void;
 /// Spins before a parked worker sleeps: long enough to catch back-to-back graphs.
 const park_spins_max = 20_000;
 /// Spins in the barrier before yielding the core, for machines with more threads than cores.
@@ -31,7 +37,7 @@ pub const Barrier = struct {
         while (self.phase.load(.acquire) == phase) {
             std.atomic.spinLoopHint();
             spins += 1;
-            if (spins % barrier_spins_before_yield == 0) std.Thread.yield() catch {};
+            if (spins % barrier_spins_before_yield == 0) yield_core();
         }
     }
 
@@ -41,6 +47,12 @@ pub const Barrier = struct {
     }
 };
 
+fn yield_core() void {
+    // Unreachable without threads: the barrier of one thread returns before spinning.
+    if (comptime !target.threads_available) unreachable;
+    std.Thread.yield() catch {};
+}
+
 pub const Job = struct {
     context: *anyopaque,
     run: *const fn (context: *anyopaque, thread_index: u32, thread_count: u32) void,
@@ -49,7 +61,7 @@ pub const Job = struct {
 
 pub const Pool = struct {
     thread_count: u32,
-    workers: [threads_max]std.Thread = undefined,
+    workers: [threads_max]Worker = undefined,
     worker_count: u32 = 0,
     job: ?Job = null,
     job_generation: Atomic(u32) = .init(0),
@@ -62,9 +74,11 @@ pub const Pool = struct {
         assert(thread_count >= 1 and thread_count <= threads_max);
         self.* = .{ .thread_count = thread_count };
         errdefer self.stop();
-        for (1..thread_count) |index| {
-            self.workers[index] = try std.Thread.spawn(.{}, worker_main, .{ self, @as(u32, @intCast(index)) });
-            self.worker_count += 1;
+        if (comptime target.threads_available) {
+            for (1..thread_count) |index| {
+                self.workers[index] = try std.Thread.spawn(.{}, worker_main, .{ self, @as(u32, @intCast(index)) });
+                self.worker_count += 1;
+            }
         }
     }
 
@@ -74,7 +88,9 @@ pub const Pool = struct {
         self.shutdown.store(true, .release);
         _ = self.job_generation.fetchAdd(1, .release);
         Futex.wake(&self.job_generation, threads_max);
-        for (1..self.worker_count + 1) |index| self.workers[index].join();
+        if (comptime target.threads_available) {
+            for (1..self.worker_count + 1) |index| self.workers[index].join();
+        }
         self.worker_count = 0;
     }
 
@@ -89,6 +105,12 @@ pub const Pool = struct {
         _ = self.job_generation.fetchAdd(1, .release);
         Futex.wake(&self.job_generation, threads_max);
         job.run(job.context, 0, job.thread_count);
+        if (comptime target.threads_available) self.wait_for_workers();
+        self.job = null;
+        return true;
+    }
+
+    fn wait_for_workers(self: *Pool) void {
         // Workers not taking part still report, so the job's memory outlives every reader.
         const expected = self.thread_count - 1;
         var spins: u32 = 0;
@@ -102,8 +124,6 @@ pub const Pool = struct {
                 Futex.wait(&self.finished, finished);
             }
         }
-        self.job = null;
-        return true;
     }
 
     fn worker_main(self: *Pool, thread_index: u32) void {

@@ -40,7 +40,7 @@ pub const qk_k = 256;
 pub fn quantizable(dtype: DType) bool {
     return switch (dtype) {
         .bf16, .q8_0, .q4_0, .q4_1, .q5_0, .q5_1, .q8_1, .q4_K, .q5_K, .q6_K, .q8_K => true,
-        .f32, .f16, .i32 => false,
+        .f32, .f16, .i32, .i64 => false,
     };
 }
 

@@ -17,6 +17,7 @@ const tables = @import("tables.zig");
 const quant = @import("quant.zig");
 const mapping = @import("mapping.zig");
 const DType = @import("dtype.zig").DType;
+const target = @import("target.zig");
 
 const Node = node_abi.Node;
 const Status = node_abi.Status;
@@ -36,7 +37,8 @@ pub const live_blocks_initial = 64;
 /// The largest buffer: 2^53 bytes, the largest size TypeScript's numbers hold exactly.
 pub const buffer_bytes_max: u64 = 1 << 53;
 
-const gpa = std.heap.c_allocator;
+/// libc's allocator natively; the wasm build links no libc and grows the instance's memory.
+const gpa = if (target.is_wasm) std.heap.wasm_allocator else std.heap.c_allocator;
 
 const Buffer = struct {
     memory: []align(buffer_alignment) u8,
@@ -53,32 +55,26 @@ var buffers: registry_module.Registry(Buffer, .buffer, buffers_max) = .{};
 var allocators: registry_module.Registry(AllocatorObject, .allocator, allocators_max) = .{};
 var pools: registry_module.Registry(pool_module.Pool, .pool, pools_max) = .{};
 var plans: registry_module.Registry(plan_module.Plan, .plan, plans_max) = .{};
-var live_buffer_bytes = std.atomic.Value(u64).init(0);
-var live_plan_bytes = std.atomic.Value(u64).init(0);
-var live_mappings = std.atomic.Value(u64).init(0);
-var live_mapped_bytes = std.atomic.Value(u64).init(0);
+var live_buffer_bytes = target.Counter64.init(0);
+var live_plan_bytes = target.Counter64.init(0);
+var live_mappings = target.Counter64.init(0);
+var live_mapped_bytes = target.Counter64.init(0);
 
-extern fn graft_avx2_compute_node(node: *const Node, work: *const node_abi.Work) callconv(.c) c_int;
-extern fn graft_avx2_work_size(node: *const Node, thread_count: u32) callconv(.c) u64;
-extern fn graft_avx2_prepacked_size(node: *const Node) callconv(.c) u64;
-extern fn graft_avx2_prepack(node: *const Node, work: *const node_abi.Work) callconv(.c) c_int;
-extern fn graft_avx512_compute_node(node: *const Node, work: *const node_abi.Work) callconv(.c) c_int;
-extern fn graft_avx512_work_size(node: *const Node, thread_count: u32) callconv(.c) u64;
-extern fn graft_avx512_prepacked_size(node: *const Node) callconv(.c) u64;
-extern fn graft_avx512_prepack(node: *const Node, work: *const node_abi.Work) callconv(.c) c_int;
-
-const kernels_avx2: plan_module.Kernels = .{
-    .compute_node = graft_avx2_compute_node,
-    .work_size = graft_avx2_work_size,
-    .prepacked_size = graft_avx2_prepacked_size,
-    .prepack = graft_avx2_prepack,
-};
-const kernels_avx512: plan_module.Kernels = .{
-    .compute_node = graft_avx512_compute_node,
-    .work_size = graft_avx512_work_size,
-    .prepacked_size = graft_avx512_prepacked_size,
-    .prepack = graft_avx512_prepack,
-};
+/// The kernel builds linked into this library (build.zig): AVX2 and AVX-512 on x86-64, one
+/// NEON build on aarch64, one SIMD128 build in the wasm module. Each is a variant object
+/// exporting `graft_<variant>_*`.
+fn variant_kernels(comptime variant: []const u8) plan_module.Kernels {
+    const Compute = fn (node: *const Node, work: *const node_abi.Work) callconv(.c) c_int;
+    const WorkSize = fn (node: *const Node, thread_count: u32) callconv(.c) u64;
+    const PrepackedSize = fn (node: *const Node) callconv(.c) u64;
+    const prefix = "graft_" ++ variant;
+    return .{
+        .compute_node = @extern(*const Compute, .{ .name = prefix ++ "_compute_node" }),
+        .work_size = @extern(*const WorkSize, .{ .name = prefix ++ "_work_size" }),
+        .prepacked_size = @extern(*const PrepackedSize, .{ .name = prefix ++ "_prepacked_size" }),
+        .prepack = @extern(*const Compute, .{ .name = prefix ++ "_prepack" }),
+    };
+}
 
 /// The kernel build for a SIMD level (0: the best this CPU supports), or null with a message
 /// when the CPU cannot run it. Each plan holds its own, so backends choose independently.
@@ -88,19 +84,25 @@ fn kernels_for(level: u32) ?plan_module.Kernels {
         0 => supported,
         1 => .avx2,
         2 => .avx512,
+        3 => .neon,
+        4 => .wasm_simd128,
         else => {
-            _ = fail(.invalid_argument, "simd level {d} is not 0, 1 or 2", .{level});
+            _ = fail(.invalid_argument, "simd level {d} is not 0, 1, 2, 3 or 4", .{level});
             return null;
         },
     };
-    if (wanted == .none or @intFromEnum(wanted) > @intFromEnum(supported)) {
-        _ = fail(.unsupported, "this CPU does not support simd level {d} (best: {d}; AVX2, FMA and F16C are the minimum)", .{ @intFromEnum(wanted), @intFromEnum(supported) });
+    if (wanted == .none or !cpu.runs(supported, wanted)) {
+        _ = fail(.unsupported, "this CPU does not support simd level {d} (best: {d}; AVX2, FMA and F16C are the minimum on x86-64)", .{ @intFromEnum(wanted), @intFromEnum(supported) });
         return null;
     }
-    return switch (wanted) {
-        .none => unreachable,
-        .avx2 => kernels_avx2,
-        .avx512 => kernels_avx512,
+    return switch (comptime cpu.arch_family) {
+        .x86_64 => switch (wanted) {
+            .avx2 => variant_kernels("avx2"),
+            .avx512 => variant_kernels("avx512"),
+            .none, .neon, .wasm_simd128 => unreachable,
+        },
+        .aarch64 => variant_kernels("neon"),
+        .wasm32 => variant_kernels("wasm"),
     };
 }
 
@@ -134,7 +136,8 @@ export fn graft_last_error(destination: [*]u8, capacity: u32) u32 {
     return @intCast(status_module.copy_message(destination[0..capacity]));
 }
 
-/// The best SIMD level this CPU supports (0 none, 1 AVX2, 2 AVX-512).
+/// The best SIMD level this CPU supports (0 none, 1 AVX2, 2 AVX-512, 3 NEON on aarch64, 4 SIMD128
+/// in the wasm build).
 export fn graft_simd_supported() u32 {
     return @intFromEnum(cpu.detect());
 }
@@ -272,7 +275,7 @@ export fn graft_buffer_alloc(size_bytes: u64, out_handle: *u32, out_address: *u6
 /// that uses it runs.
 export fn graft_buffer_free(handle: u32) c_int {
     const buffer = buffers.remove(handle) catch |err| return status_code(remove_failed(err, "buffer", handle));
-    if (buffer.mapped) {
+    if (target.file_mapping_available and buffer.mapped) {
         mapping.unmap(@alignCast(buffer.memory));
         _ = live_mappings.fetchSub(1, .monotonic);
         _ = live_mapped_bytes.fetchSub(buffer.memory.len, .monotonic);
@@ -293,6 +296,13 @@ export fn graft_buffer_free(handle: u32) c_int {
 /// file or a failed mmap is a status (io_error or invalid_argument) naming the path and the OS
 /// error; nothing is allocated on the heap but the buffer record. graft_buffer_free unmaps.
 export fn graft_file_map(path: ?[*]const u8, path_length: u64, out_handle: *u32, out: *[4]u64) c_int {
+    return if (comptime target.file_mapping_available)
+        file_map(path, path_length, out_handle, out)
+    else
+        status_code(fail(.unsupported, "map file: the WebAssembly core has no files; read the file and write it into a buffer", .{}));
+}
+
+fn file_map(path: ?[*]const u8, path_length: u64, out_handle: *u32, out: *[4]u64) c_int {
     const start = path orelse return status_code(fail(.invalid_argument, "map file: path is null", .{}));
     if (path_length >= mapping.path_bytes_max) {
         return status_code(fail(.invalid_argument, "map file: a path of {d} bytes exceeds the OS limit ({d})", .{ path_length, mapping.path_bytes_max - 1 }));
@@ -326,7 +336,7 @@ export fn graft_file_map(path: ?[*]const u8, path_length: u64, out_handle: *u32,
 /// hint the OS refuses is io_error.
 export fn graft_buffer_advise(handle: u32, offset: u64, length: u64, advice: u32) c_int {
     const buffer = buffers.get(handle) orelse return status_code(stale_buffer(handle));
-    if (!buffer.mapped) {
+    if (!target.file_mapping_available or !buffer.mapped) {
         return status_code(fail(.invalid_argument, "advise: buffer 0x{x} is not a file mapping", .{handle}));
     }
     const size = buffer.memory.len;
@@ -726,6 +736,9 @@ export fn graft_plan_repack(handle: u32) c_int {
 
 /// Turns per-node timing on (enable != 0) or off for a plan.
 export fn graft_plan_profile(handle: u32, enable: u32) c_int {
+    if (comptime !target.clock_available) {
+        return status_code(fail(.unsupported, "per-node timings need a clock; the WebAssembly core has none", .{}));
+    }
     // The timings buffer is swapped with the plan table locked and the plan idle, so no compute
     // can start (or be running) while it changes.
     var busy = false;
@@ -764,4 +777,29 @@ export fn graft_plan_free(handle: u32) c_int {
 
 comptime {
     assert(buffers_max <= registry_module.slots_max);
+    if (target.is_wasm) {
+        @export(&wasm_scratch_alloc, .{ .name = "graft_wasm_alloc" });
+        @export(&wasm_scratch_free, .{ .name = "graft_wasm_free" });
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// WebAssembly only: scratch memory for the loader (src/core/wasm.ts). Wasm code reaches only its
+// own memory, so the loader copies each typed-array argument into a scratch block, passes the
+// block's offset as the pointer, and copies results back out.
+
+/// Scratch blocks are aligned for any scalar or v128 the exports read through a pointer.
+const wasm_scratch_alignment = 16;
+
+/// A scratch block of `size_bytes` (at least 1) and returns its offset; 0 when memory is out.
+fn wasm_scratch_alloc(size_bytes: u32) callconv(.c) u32 {
+    const memory = gpa.alignedAlloc(u8, .fromByteUnits(wasm_scratch_alignment), @max(size_bytes, 1)) catch return 0;
+    return @intCast(@intFromPtr(memory.ptr));
+}
+
+/// Frees a block from graft_wasm_alloc (`size_bytes` as allocated).
+fn wasm_scratch_free(address: u32, size_bytes: u32) callconv(.c) void {
+    assert(address != 0);
+    const memory: [*]align(wasm_scratch_alignment) u8 = @ptrFromInt(address);
+    gpa.free(memory[0..@max(size_bytes, 1)]);
 }

@@ -5,8 +5,10 @@ test {
     _ = @import("pool.zig");
     _ = @import("kernels/tests.zig");
     _ = @import("kernels/unary_test.zig");
+    _ = @import("kernels/indexing_test.zig");
     _ = @import("quant.zig");
     _ = @import("kernels/gemv_quant.zig");
     _ = @import("kernels/dot_quant.zig");
     _ = @import("mapping.zig");
+    _ = @import("target.zig");
 }

@@ -75,6 +75,17 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
         .argmax => check_argmax(n),
         .cumsum => check_unary_float(name, n),
         .count_equal => check_count_equal(n),
+        .concat => check_concat(n),
+        .pad => check_pad(n),
+        .pad_reflect_1d => check_pad_reflect_1d(n),
+        .roll => check_roll(n),
+        .repeat_back => check_repeat_back(n),
+        .argsort => check_sort(.argsort, n),
+        .top_k => check_sort(.top_k, n),
+        .tri => check_tri(n),
+        .diag_mask_inf => check_diag_mask_inf(n),
+        .fill => check_fill(n),
+        .arange => check_arange(n),
         // Unary ops returned above (op is comptime-known); unnamed codes never get here.
         else => unreachable,
     };
@@ -83,7 +94,8 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
 /// Inclusive bounds on src_count.
 fn source_counts(comptime op: Op) [2]u32 {
     return switch (op) {
-        .add, .sub, .mul, .div, .mul_mat, .get_rows, .silu_mul, .rms_norm_mul, .rope, .set_rows, .count_equal => .{ 2, 2 },
+        .add, .sub, .mul, .div, .mul_mat, .get_rows, .silu_mul, .rms_norm_mul, .rope, .set_rows, .concat, .count_equal => .{ 2, 2 },
+        .arange => .{ 0, 0 },
         .soft_max => .{ 1, 2 },
         else => .{ 1, 1 },
     };
@@ -268,13 +280,17 @@ fn check_cpy(n: *const Node) Verdict {
 fn check_get_rows(n: *const Node) Verdict {
     const src = &n.src[0];
     const indices = &n.src[1];
-    if (!dtype_of(src).weight()) return fail(.unsupported, "get_rows: src0 must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K or q6_K");
+    if (!dtype_of(src).weight() and dtype_of(src) != .i32) return fail(.unsupported, "get_rows: src0 must be f32, f16, i32, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K or q6_K");
     if (check_dequantized_rows("get_rows", src)) |verdict| return verdict;
     if (dtype_of(src).dequantizes() and n.dst.nb[0] != 4) {
         return fail(.unsupported, "get_rows: dst rows must be contiguous for a bf16 or quantized src0");
     }
-    if (dtype_of(indices) != .i32) return fail(.unsupported, "get_rows: src1 must be i32");
-    if (dtype_of(&n.dst) != .f32) return fail(.unsupported, "get_rows: dst must be f32");
+    if (dtype_of(indices) != .i32 and dtype_of(indices) != .i64) {
+        return fail(.unsupported, "get_rows: src1 must be i32 or i64");
+    }
+    if (dtype_of(src) == .i32) {
+        if (dtype_of(&n.dst) != .i32) return fail(.unsupported, "get_rows: dst must be i32 for an i32 src0");
+    } else if (dtype_of(&n.dst) != .f32) return fail(.unsupported, "get_rows: dst must be f32");
     if (indices.ne[1] != src.ne[2]) {
         return fail(.shape_mismatch, "get_rows: src1.ne[1] != src0.ne[2]");
     }
@@ -292,22 +308,27 @@ fn check_get_rows(n: *const Node) Verdict {
     return .ok;
 }
 
-/// set_rows (kernels/copy.zig): f32 src0 [ne0, N, B, C], i32 src1 [N, B, C], dst f32 or f16
+/// set_rows (kernels/copy.zig): f32 | f16 src0 [ne0, N, B, C], i32 | i64 src1 [N, B', C'] (B' | B,
+/// C' | C: broadcast), dst f32 or f16
 /// [ne0, R, B, C] of any strides (a KV cache, or a transposed view of one).
 fn check_set_rows(n: *const Node) Verdict {
     const src = &n.src[0];
     const indices = &n.src[1];
-    if (dtype_of(src) != .f32) return fail(.unsupported, "set_rows: src0 must be f32");
+    if (dtype_of(src) != .f32 and dtype_of(src) != .f16) return fail(.unsupported, "set_rows: src0 must be f32 or f16");
     const to = dtype_of(&n.dst);
     if (to != .f32 and to != .f16) return fail(.unsupported, "set_rows: dst must be f32 or f16");
-    if (dtype_of(indices) != .i32) return fail(.unsupported, "set_rows: src1 must be i32");
+    if (dtype_of(indices) != .i32 and dtype_of(indices) != .i64) {
+        return fail(.unsupported, "set_rows: src1 must be i32 or i64");
+    }
     if (n.dst.ne[0] != src.ne[0]) return fail(.shape_mismatch, "set_rows: dst.ne[0] != src0.ne[0]");
     if (n.dst.ne[2] != src.ne[2] or n.dst.ne[3] != src.ne[3]) {
         return fail(.shape_mismatch, "set_rows: dst.ne[2..4] != src0.ne[2..4]");
     }
-    const expected = [dims_max]i64{ src.ne[1], src.ne[2], src.ne[3], 1 };
-    if (!std.mem.eql(i64, &indices.ne, &expected)) {
-        return fail(.shape_mismatch, "set_rows: src1.ne != [src0.ne[1], src0.ne[2], src0.ne[3], 1]");
+    // As ggml_set_rows: src1 [N, B', C'] with B' dividing B and C' dividing C (broadcast).
+    if (indices.ne[0] != src.ne[1] or indices.ne[3] != 1 or @mod(src.ne[2], indices.ne[1]) != 0 or
+        @mod(src.ne[3], indices.ne[2]) != 0)
+    {
+        return fail(.shape_mismatch, "set_rows: src1.ne must be [src0.ne[1], a divisor of src0.ne[2], a divisor of src0.ne[3], 1]");
     }
     return .ok;
 }
@@ -385,6 +406,172 @@ fn check_rms_norm_mul(n: *const Node) Verdict {
         if (@mod(a.ne[d], g.ne[d]) != 0) {
             return fail(.shape_mismatch, "rms_norm_mul: src1.ne[d] does not divide src0.ne[d]");
         }
+    }
+    return .ok;
+}
+
+// ---- Shape and indexing ops (kernels/indexing.zig, kernels/sort.zig) ----
+
+/// Largest magnitude of a whole-number param: TypeScript writes params as f32, exact up to 2^24.
+pub const param_int_max: i64 = 1 << 24;
+
+/// params[index] as a whole number in [min, max], or null (NaN, fractional, out of range).
+fn param_int(n: *const Node, index: usize, min: i64, max: i64) ?i64 {
+    const value = n.param_f32(index);
+    if (!std.math.isFinite(value) or @floor(value) != value) return null;
+    if (@abs(value) > @as(f32, @floatFromInt(param_int_max))) return null;
+    const whole: i64 = @intFromFloat(value);
+    if (whole < min or whole > max) return null;
+    return whole;
+}
+
+/// dst and src0 of one dtype among those moved as bits (f32, f16, i32).
+fn check_same_plain(comptime name: []const u8, n: *const Node) ?Verdict {
+    if (dtype_of(&n.dst) != dtype_of(&n.src[0])) return fail(.unsupported, name ++ ": dst.dtype != src0.dtype");
+    if (!dtype_of(&n.dst).has_kernels()) return fail(.unsupported, name ++ ": dtype must be f32, f16 or i32");
+    return null;
+}
+
+/// dst and src0 of one float dtype (f32 or f16).
+fn check_same_float(comptime name: []const u8, n: *const Node) ?Verdict {
+    const dtype = dtype_of(&n.dst);
+    if (dtype != dtype_of(&n.src[0])) return fail(.unsupported, name ++ ": dst.dtype != src0.dtype");
+    if (dtype != .f32 and dtype != .f16) return fail(.unsupported, name ++ ": dtype must be f32 or f16");
+    return null;
+}
+
+fn check_concat(n: *const Node) Verdict {
+    if (check_same_plain("concat", n)) |verdict| return verdict;
+    if (dtype_of(&n.src[1]) != dtype_of(&n.dst)) return fail(.unsupported, "concat: src1.dtype != src0.dtype");
+    const dim = param_int(n, 0, 0, dims_max - 1) orelse {
+        return fail(.invalid_argument, "concat: params[0] (dim) must be 0, 1, 2 or 3");
+    };
+    for (0..dims_max) |d| {
+        const a = n.src[0].ne[d];
+        const b = n.src[1].ne[d];
+        if (d != dim and a != b) return fail(.shape_mismatch, "concat: src0.ne[d] != src1.ne[d] outside dim");
+        const expected = if (d == dim) a + b else a;
+        if (n.dst.ne[d] != expected) return fail(.shape_mismatch, "concat: dst.ne != src0.ne + src1.ne along dim");
+    }
+    return .ok;
+}
+
+fn check_pad(n: *const Node) Verdict {
+    if (check_same_plain("pad", n)) |verdict| return verdict;
+    for (0..dims_max) |d| {
+        const left = param_int(n, 2 * d, 0, param_int_max) orelse {
+            return fail(.invalid_argument, "pad: params[2d] (left pad) must be a whole number >= 0");
+        };
+        const right = param_int(n, 2 * d + 1, 0, param_int_max) orelse {
+            return fail(.invalid_argument, "pad: params[2d + 1] (right pad) must be a whole number >= 0");
+        };
+        if (n.dst.ne[d] != n.src[0].ne[d] + left + right) {
+            return fail(.shape_mismatch, "pad: dst.ne[d] != src0.ne[d] + left + right");
+        }
+    }
+    return .ok;
+}
+
+fn check_pad_reflect_1d(n: *const Node) Verdict {
+    if (check_same_plain("pad_reflect_1d", n)) |verdict| return verdict;
+    const src = &n.src[0];
+    const p0 = param_int(n, 0, 0, src.ne[0] - 1) orelse {
+        return fail(.invalid_argument, "pad_reflect_1d: params[0] (p0) must be in [0, src0.ne[0])");
+    };
+    const p1 = param_int(n, 1, 0, src.ne[0] - 1) orelse {
+        return fail(.invalid_argument, "pad_reflect_1d: params[1] (p1) must be in [0, src0.ne[0])");
+    };
+    const expected = [dims_max]i64{ src.ne[0] + p0 + p1, src.ne[1], src.ne[2], src.ne[3] };
+    if (!std.mem.eql(i64, &n.dst.ne, &expected)) {
+        return fail(.shape_mismatch, "pad_reflect_1d: dst.ne != [src0.ne[0] + p0 + p1, src0.ne[1..4]]");
+    }
+    return .ok;
+}
+
+fn check_roll(n: *const Node) Verdict {
+    if (check_same_plain("roll", n)) |verdict| return verdict;
+    if (!same_shape(&n.dst, &n.src[0])) return fail(.shape_mismatch, "roll: dst.ne != src0.ne");
+    for (0..dims_max) |d| {
+        const extent = n.src[0].ne[d];
+        _ = param_int(n, d, 1 - extent, extent - 1) orelse {
+            return fail(.invalid_argument, "roll: params[d] (shift) must be a whole number with |shift| < ne[d]");
+        };
+    }
+    return .ok;
+}
+
+fn check_repeat_back(n: *const Node) Verdict {
+    if (check_same_float("repeat_back", n)) |verdict| return verdict;
+    for (0..dims_max) |d| {
+        if (@mod(n.src[0].ne[d], n.dst.ne[d]) != 0) {
+            return fail(.shape_mismatch, "repeat_back: dst.ne[d] does not divide src0.ne[d]");
+        }
+    }
+    return .ok;
+}
+
+fn check_sort(comptime op: enum { argsort, top_k }, n: *const Node) Verdict {
+    const name = @tagName(op);
+    const src = &n.src[0];
+    if (dtype_of(src) != .f32 and dtype_of(src) != .f16) return fail(.unsupported, name ++ ": src0 must be f32 or f16");
+    if (dtype_of(&n.dst) != .i32) return fail(.unsupported, name ++ ": dst must be i32");
+    if (src.ne[0] > std.math.maxInt(i32)) return fail(.limit_reached, name ++ ": src0.ne[0] > 2^31 - 1 (i32 indices)");
+    for (1..dims_max) |d| {
+        if (n.dst.ne[d] != src.ne[d]) return fail(.shape_mismatch, name ++ ": dst.ne[1..4] != src0.ne[1..4]");
+    }
+    if (op == .top_k) {
+        if (n.dst.ne[0] > src.ne[0]) return fail(.shape_mismatch, "top_k: dst.ne[0] (k) > src0.ne[0]");
+        return .ok;
+    }
+    if (n.dst.ne[0] != src.ne[0]) return fail(.shape_mismatch, "argsort: dst.ne[0] != src0.ne[0]");
+    _ = param_int(n, 0, 0, 1) orelse return fail(.invalid_argument, "argsort: params[0] (order) must be 0 or 1");
+    // The kernel sorts each dst row in place as an i32 array.
+    if (n.dst.nb[0] != 4 or n.dst.data % 4 != 0 or @mod(n.dst.nb[1], 4) != 0 or
+        @mod(n.dst.nb[2], 4) != 0 or @mod(n.dst.nb[3], 4) != 0)
+    {
+        return fail(.unsupported, "argsort: dst rows must be contiguous and 4-byte aligned");
+    }
+    return .ok;
+}
+
+fn check_tri(n: *const Node) Verdict {
+    if (check_same_plain("tri", n)) |verdict| return verdict;
+    if (!same_shape(&n.dst, &n.src[0])) return fail(.shape_mismatch, "tri: dst.ne != src0.ne");
+    _ = param_int(n, 0, 0, 3) orelse return fail(.invalid_argument, "tri: params[0] (type) must be 0, 1, 2 or 3");
+    return .ok;
+}
+
+fn check_diag_mask_inf(n: *const Node) Verdict {
+    if (check_same_float("diag_mask_inf", n)) |verdict| return verdict;
+    if (!same_shape(&n.dst, &n.src[0])) return fail(.shape_mismatch, "diag_mask_inf: dst.ne != src0.ne");
+    _ = param_int(n, 0, 0, param_int_max) orelse {
+        return fail(.invalid_argument, "diag_mask_inf: params[0] (n_past) must be a whole number >= 0");
+    };
+    return .ok;
+}
+
+fn check_fill(n: *const Node) Verdict {
+    if (check_same_float("fill", n)) |verdict| return verdict;
+    if (!same_shape(&n.dst, &n.src[0])) return fail(.shape_mismatch, "fill: dst.ne != src0.ne");
+    return .ok;
+}
+
+fn check_arange(n: *const Node) Verdict {
+    if (dtype_of(&n.dst) != .f32) return fail(.unsupported, "arange: dst must be f32");
+    const start = n.param_f32(0);
+    const stop = n.param_f32(1);
+    const step = n.param_f32(2);
+    if (!std.math.isFinite(start) or !std.math.isFinite(stop) or !std.math.isFinite(step)) {
+        return fail(.invalid_argument, "arange: start, stop and step must be finite");
+    }
+    // ggml_arange: ceilf((stop - start) / step) elements, in f32 arithmetic.
+    const steps = @ceil((stop - start) / step);
+    if (!(steps >= 1) or steps > @as(f32, @floatFromInt(ne_max))) {
+        return fail(.invalid_argument, "arange: (stop - start) / step must be positive");
+    }
+    const expected = [dims_max]i64{ @intFromFloat(steps), 1, 1, 1 };
+    if (!std.mem.eql(i64, &n.dst.ne, &expected)) {
+        return fail(.shape_mismatch, "arange: dst.ne != [ceil((stop - start) / step), 1, 1, 1]");
     }
     return .ok;
 }

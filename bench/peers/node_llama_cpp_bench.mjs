@@ -1,5 +1,5 @@
 // deno-lint-ignore-file explicit-function-return-type -- plain JavaScript for Node: no types to write
-// node-llama-cpp's side of `deno task bench:llm` (bench/llm_bench.ts): pp and tg on the CPU
+// node-llama-cpp's side of `deno task bench:llm` (bench/llm_perf.ts): pp and tg on the CPU
 // (gpu: false), measured as llama-bench measures them (bench/llm_graft.ts does the same for Graft),
 // printed as one JSON line on stdout. node-llama-cpp is not a dependency of the repository:
 // NODE_LLAMA_CPP_DIR names an install of it (`npm i -E node-llama-cpp@3.21.1` there).

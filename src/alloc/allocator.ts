@@ -38,7 +38,7 @@ export interface AllocatorOptions {
  *
  * @example
  * ```ts
- * import { Allocator } from "../../mod.ts";
+ * import { Allocator } from "../../internal.ts";
  * using measure = Allocator.measure();
  * const a = measure.alloc(1000);
  * measure.alloc(500);

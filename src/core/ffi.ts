@@ -8,8 +8,9 @@ import { GraftError, LibraryLoadError } from "../errors.ts";
 import { compareTables } from "./tables.ts";
 
 import { ABI_VERSION, lastError, type NativeCore, symbols } from "./abi.ts";
+import { candidates, fileUrlToPath, isFile, type LoadOptions, lookupHint } from "./lookup.ts";
 
-export { ABI_VERSION, symbols };
+export { ABI_VERSION, fileUrlToPath, type LoadOptions, symbols };
 
 /** The loaded symbols. */
 export type GraftSymbols = Deno.DynamicLibrary<typeof symbols>["symbols"];
@@ -17,68 +18,30 @@ export type GraftSymbols = Deno.DynamicLibrary<typeof symbols>["symbols"];
 // The FFI symbols are one implementation of the core's interface.
 const _implements = (lib: GraftSymbols): NativeCore => lib;
 
-/** Where to find the library; the first that exists is loaded. */
-export interface LoadOptions {
-  /** An explicit path to `libgraft.so`; tried first. */
-  path?: string;
-}
-
 const BUILD_HINT = "Build it with `./scripts/zig build` (or `deno task build`) from the " +
   "repository root, or set GRAFT_LIB to its path.";
 
 let library: Deno.DynamicLibrary<typeof symbols> | null = null;
 
-function readEnv(name: string): string | undefined {
-  try {
-    return Deno.env.get(name);
-  } catch {
-    // Without --allow-env the variable is simply not consulted.
-    return undefined;
-  }
-}
-
-/**
- * The path of a `file:` URL, percent-escapes decoded (a checkout under "My Files" is
- * `My%20Files` in its URL: `URL.pathname` would keep the escape and find nothing).
- */
-export function fileUrlToPath(url: URL): string {
-  if (url.protocol !== "file:") throw new TypeError(`${url.href} is not a file: URL`);
-  if (url.hostname !== "" && url.hostname !== "localhost") {
-    throw new TypeError(`${url.href} names a host; only local file: URLs have a path`);
-  }
-  return decodeURIComponent(url.pathname.replace(/%(?![0-9a-fA-F]{2})/g, "%25"));
-}
-
-/**
- * The library paths to try, in order: the `path` option, GRAFT_LIB, then the checkout's build
- * output when this module was loaded from a `file:` URL. A module loaded over http(s) (as from
- * JSR) has no checkout beside it: only the first two apply.
- */
-export function candidatePaths(options: LoadOptions = {}): string[] {
-  const paths: string[] = [];
-  if (options.path) paths.push(options.path);
-  const fromEnv = readEnv("GRAFT_LIB");
-  if (fromEnv) paths.push(fromEnv);
-  const name = readEnv("GRAFT_SAFE") === "1" ? "libgraft-safe.so" : "libgraft.so";
-  const built = new URL(`../../zig-out/lib/${name}`, import.meta.url);
-  if (built.protocol === "file:") paths.push(fileUrlToPath(built));
-  return paths;
-}
-
 /** True when `path` is a file; a missing --allow-read is an error that names the flag. */
 function exists(path: string): boolean {
   try {
-    return Deno.statSync(path).isFile;
+    return isFile(path);
   } catch (error) {
-    if (error instanceof Deno.errors.NotCapable || error instanceof Deno.errors.PermissionDenied) {
-      throw new LibraryLoadError(
-        `Graft needs read access to load its native library (${path}): run Deno with ` +
-          `--allow-read (or --allow-read=${path}), or use Graft's WebAssembly backend`,
-        { cause: error },
-      );
-    }
-    return false;
+    throw new LibraryLoadError(
+      `Graft needs read access to load its native library (${path}): run Deno with ` +
+        `--allow-read (or --allow-read=${path}), or use Graft's WebAssembly backend`,
+      { cause: error },
+    );
   }
+}
+
+/**
+ * The library paths to try, in order (see `lookup.ts`): the `path` option, GRAFT_LIB, the
+ * checkout's build output when this module was loaded from a `file:` URL, the platform package.
+ */
+export function candidatePaths(options: LoadOptions = {}): string[] {
+  return candidates(options).flatMap((c) => c.path === undefined ? [] : [c.path]);
 }
 
 /** Throws a LibraryLoadError naming --allow-ffi when FFI is not permitted. */
@@ -104,17 +67,15 @@ function requireFfiPermission(): void {
 export function loadLibrary(options: LoadOptions = {}): GraftSymbols {
   if (library) return library.symbols;
   requireFfiPermission();
-  const tried = candidatePaths(options);
-  const path = tried.find(exists);
+  const tried = candidates(options);
+  const path = tried.find((c) => c.path !== undefined && exists(c.path))?.path;
   if (!path) {
-    const remote = new URL(import.meta.url).protocol !== "file:";
+    const places = tried.map((c, i) =>
+      `${i + 1}. ${c.place}: ${c.path === undefined ? c.note : `${c.path} (no such file)`}`
+    );
     throw new LibraryLoadError(
-      `Graft's native library was not found. Tried: ${tried.join(", ") || "nothing"}. ` +
-        (remote
-          ? `This module was loaded from ${new URL(".", import.meta.url).href}, which ships no ` +
-            `native library (platform packages come later): set GRAFT_LIB to a libgraft.so ` +
-            `built with \`zig build\` from a checkout.`
-          : BUILD_HINT),
+      `Graft's native library was not found. Tried, in order: ${places.join("; ")}. ` +
+        lookupHint(),
     );
   }
   let opened: Deno.DynamicLibrary<typeof symbols>;

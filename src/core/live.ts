@@ -3,7 +3,7 @@
  * @module
  */
 
-import { loadCore } from "./core.ts";
+import { loadCore, type NativeCore } from "./core.ts";
 
 /** Native objects alive now. */
 export interface LiveAllocations {
@@ -37,8 +37,13 @@ export interface LiveAllocations {
  * ```
  */
 export function liveAllocations(): LiveAllocations {
+  return liveAllocationsOf(loadCore());
+}
+
+/** The live counts of one loaded core (the native library's, or the WebAssembly core's). */
+export function liveAllocationsOf(core: NativeCore): LiveAllocations {
   const out = new BigUint64Array(8);
-  loadCore().graft_live(out);
+  core.graft_live(out);
   const [buffers, bufferBytes, allocators, pools, plans, planBytes, mappings, mappedBytes] = Array
     .from(out, Number);
   return {

@@ -79,9 +79,19 @@ function weights(
  * An open GGUF file.
  *
  * @example
- * ```ts ignore
- * import { CpuBackend, GGUFFile } from "../../mod.ts";
- * using file = GGUFFile.open("model.gguf");
+ * ```ts
+ * import { CpuBackend, GGUFFile, ggmlTypeByName, writeGGUF } from "../../mod.ts";
+ * // A one-tensor file to open (any GGUF model works the same way).
+ * const path = await Deno.makeTempFile({ suffix: ".gguf" });
+ * await Deno.writeFile(
+ *   path,
+ *   writeGGUF({
+ *     metadata: [{ key: "general.name", type: "string", value: "tiny" }],
+ *     tensors: [{ name: "w", dims: [4], type: ggmlTypeByName("f32")!, offset: 0, nbytes: 16 }],
+ *     data: () => new Uint8Array(new Float32Array([1, 2, 3, 4]).buffer),
+ *   }),
+ * );
+ * using file = GGUFFile.open(path);
  * console.log(file.header.tensors.length, file.header.metadata.length);
  * using cpu = new CpuBackend();
  * using weights = file.load(cpu, { onProgress: (done, total) => console.log(done / total) });

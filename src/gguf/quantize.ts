@@ -384,10 +384,32 @@ function metadataNumber(header: GGUFHeader, key: string): number | undefined {
  * cannot quantize (split files; a mixture without `{arch}.block_count`).
  *
  * @example
- * ```ts ignore
- * import { GGUFFile, planQuantization } from "../../mod.ts";
- * using file = GGUFFile.open("model-f32.gguf");
- * for (const t of planQuantization(file.header, "q4_K_M")) console.log(t.name, t.to.name, t.note);
+ * ```ts
+ * import { ggmlTypeByName, GGUFFile, planQuantization, writeGGUF } from "../../mod.ts";
+ * // A small f32 model file: one 256 x 4 weight (any GGUF model works the same way).
+ * const input = await Deno.makeTempFile({ suffix: ".gguf" });
+ * const values = Float32Array.from({ length: 1024 }, (_, i) => Math.sin(i));
+ * await Deno.writeFile(
+ *   input,
+ *   writeGGUF({
+ *     metadata: [
+ *       { key: "general.architecture", type: "string", value: "llama" },
+ *       { key: "llama.block_count", type: "u32", value: 1 },
+ *     ],
+ *     tensors: [{
+ *       name: "blk.0.ffn_up.weight",
+ *       dims: [256, 4],
+ *       type: ggmlTypeByName("f32")!,
+ *       offset: 0,
+ *       nbytes: 4096,
+ *     }],
+ *     data: () => new Uint8Array(values.buffer),
+ *   }),
+ * );
+ * using file = GGUFFile.open(input);
+ * for (const t of planQuantization(file.header, "q4_K_M")) {
+ *   console.log(t.name, t.to.name); // blk.0.ffn_up.weight q4_K
+ * }
  * ```
  */
 export function planQuantization(
@@ -518,10 +540,31 @@ function sameFile(a: string | URL, b: string | URL): boolean {
  * missing input file.
  *
  * @example
- * ```ts ignore
- * import { quantizeGGUF } from "../../mod.ts";
- * const summary = await quantizeGGUF("model-f16.gguf", "model-q8_0.gguf", { type: "q8_0" });
- * console.log(summary.counts, summary.dataBytesIn, summary.dataBytesOut); // { f32: 61, q8_0: 211 }
+ * ```ts
+ * import { ggmlTypeByName, quantizeGGUF, writeGGUF } from "../../mod.ts";
+ * // A small f32 model file: one 256 x 4 weight (any GGUF model works the same way).
+ * const input = await Deno.makeTempFile({ suffix: ".gguf" });
+ * const values = Float32Array.from({ length: 1024 }, (_, i) => Math.sin(i));
+ * await Deno.writeFile(
+ *   input,
+ *   writeGGUF({
+ *     metadata: [
+ *       { key: "general.architecture", type: "string", value: "llama" },
+ *       { key: "llama.block_count", type: "u32", value: 1 },
+ *     ],
+ *     tensors: [{
+ *       name: "blk.0.ffn_up.weight",
+ *       dims: [256, 4],
+ *       type: ggmlTypeByName("f32")!,
+ *       offset: 0,
+ *       nbytes: 4096,
+ *     }],
+ *     data: () => new Uint8Array(values.buffer),
+ *   }),
+ * );
+ * const output = await Deno.makeTempFile({ suffix: ".gguf" });
+ * const summary = await quantizeGGUF(input, output, { type: "q8_0" });
+ * console.log(summary.counts, summary.dataBytesIn, summary.dataBytesOut); // { q8_0: 1 } 4096 1088
  * ```
  */
 export async function quantizeGGUF(

@@ -7,6 +7,7 @@
 
 import { GGUFError } from "../errors.ts";
 import type { ByteSource } from "./source.ts";
+import { isUtf8, LAZY_ARRAY_MIN_ITEMS, LazyArray } from "./lazy_array.ts";
 import {
   type GgmlType,
   ggmlType,
@@ -193,6 +194,56 @@ class Cursor {
     return name;
   }
 
+  /**
+   * `n` scalars of `itemType` kept as a copy of their bytes (see lazy_array.ts), every string's
+   * length and UTF-8 and every bool checked now, as when they are decoded here.
+   */
+  lazyArray(field: string, itemType: ValueTypeName, n: number): LazyArray {
+    const start = this.pos;
+    if (itemType !== "string") {
+      const bytes = this.bytes(field, n * VALUE_SIZES[itemType]!).slice();
+      if (itemType === "bool") {
+        const bad = bytes.findIndex((b) => b > 1);
+        if (bad >= 0) {
+          throw new GGUFError(`${field}[${bad}]`, start + bad, `bool is ${bytes[bad]}, not 0 or 1`);
+        }
+      }
+      return new LazyArray(itemType, n, bytes);
+    }
+    // Strings: walk the lengths through windows of the file, without a JS object per item.
+    let window: Uint8Array = new Uint8Array(0), windowStart = start;
+    let view = new DataView(window.buffer);
+    const reach = (at: number, length: number): void => {
+      if (at + length <= windowStart + window.length) return;
+      windowStart = at;
+      window = this.#source.read(at, Math.min(this.#source.size - at, Math.max(length, 1 << 16)));
+      view = new DataView(window.buffer, window.byteOffset, window.byteLength);
+    };
+    let at = start;
+    for (let i = 0; i < n; i++) {
+      if (at + 8 > this.#source.size) {
+        throw new GGUFError(`${field}[${i}].length`, at, "the file ends inside it");
+      }
+      reach(at, 8);
+      const length = view.getBigUint64(at - windowStart, true);
+      if (length > BigInt(this.#source.size - at - 8)) {
+        throw new GGUFError(
+          `${field}[${i}]`,
+          at,
+          `needs ${length} bytes but the file ends at byte ${this.#source.size}`,
+        );
+      }
+      const bytes = Number(length);
+      reach(at + 8, bytes);
+      if (!isUtf8(window, at + 8 - windowStart, at + 8 - windowStart + bytes)) {
+        throw new GGUFError(`${field}[${i}]`, at, "is not valid UTF-8");
+      }
+      at += 8 + bytes;
+    }
+    const bytes = this.bytes(field, at - start).slice();
+    return new LazyArray("string", n, bytes);
+  }
+
   /** A value of `type`; arrays may nest (the spec allows it; llama.cpp's reader does not). */
   value(field: string, type: ValueTypeName, depth = 0): GGUFScalar | GGUFArray {
     if (type !== "array") return this.scalar(field, type);
@@ -201,6 +252,9 @@ class Cursor {
     // The least bytes one item can take, so a count the file cannot hold fails before any work.
     const least = VALUE_SIZES[itemType] ?? (itemType === "string" ? 8 : 12);
     const n = this.count(`${field}.count`, least);
+    if (itemType !== "array" && n >= LAZY_ARRAY_MIN_ITEMS) {
+      return this.lazyArray(field, itemType, n);
+    }
     const items: (GGUFScalar | GGUFArray)[] = new Array(n);
     for (let i = 0; i < n; i++) items[i] = this.value(`${field}[${i}]`, itemType, depth + 1);
     return { itemType, items };

@@ -60,18 +60,19 @@ function isDense(tensor: Tensor): boolean {
  * each names the tensor, and is thrown before anything is written.
  *
  * @example
- * ```ts ignore
+ * ```ts
  * import { allocTensors, Context, CpuBackend, GGUFFile, writeTensorsGGUF } from "../../mod.ts";
  * using cpu = new CpuBackend();
  * const ctx = new Context();
  * const w = ctx.newTensor("f32", [4, 2], "w");
  * using _memory = allocTensors(cpu, [w]);
  * cpu.setTensor(w, new Float32Array([1, 2, 3, 4, 5, 6, 7, 8]));
- * await writeTensorsGGUF("w.gguf", {
+ * const path = await Deno.makeTempFile({ suffix: ".gguf" });
+ * await writeTensorsGGUF(path, {
  *   metadata: [{ key: "general.name", type: "string", value: "tiny" }],
  *   tensors: [w],
  * });
- * using file = GGUFFile.open("w.gguf");
+ * using file = GGUFFile.open(path);
  * console.log(file.tensor("w").dims); // [4, 2]
  * ```
  */

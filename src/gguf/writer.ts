@@ -244,10 +244,11 @@ async function writeZeros(sink: GGUFSink, n: number): Promise<void> {
  * are those {@link writeGGUF} returns. Resolves to the number of bytes written.
  *
  * @example
- * ```ts ignore
+ * ```ts
  * import { ggmlTypeByName, writeGGUFStream } from "../../mod.ts";
  * const f32 = ggmlTypeByName("f32")!;
- * await writeGGUFStream("tiny.gguf", {
+ * const path = await Deno.makeTempFile({ suffix: ".gguf" });
+ * await writeGGUFStream(path, {
  *   metadata: [{ key: "general.name", type: "string", value: "tiny" }],
  *   tensors: [{ name: "w", dims: [4], type: f32, offset: 0, nbytes: 16 }],
  *   data: async () => new Uint8Array(new Float32Array([1, 2, 3, 4]).buffer),

@@ -7,6 +7,7 @@
 import { GraftError } from "../errors.ts";
 import type { GGUFHeader } from "../gguf/reader.ts";
 import { metadataValue } from "../gguf/reader.ts";
+import { arrayLength } from "../gguf/lazy_array.ts";
 
 /** A model file Graft cannot run: an architecture it lacks, a key missing or out of range. */
 export class ModelError extends GraftError {
@@ -116,7 +117,7 @@ export function readLlamaHParams(header: GGUFHeader): LlamaHParams {
   }
   const tokens = metadataValue(header, "tokenizer.ggml.tokens");
   const tokenCount = tokens && typeof tokens === "object" && "items" in tokens
-    ? tokens.items.length
+    ? arrayLength(tokens)
     : undefined;
   const nVocab = int("vocab_size", tokenCount);
   const rmsEps = numberAt(header, key("attention.layer_norm_rms_epsilon"));

@@ -128,10 +128,14 @@ const EOG_TEXTS = [
  * A loaded model.
  *
  * @example
- * ```ts ignore
- * import { LLM } from "./mod.ts";
- * using llm = await LLM.load("SmolLM2-135M-Instruct.Q4_1.gguf", { threads: 2 });
- * for await (const text of llm.generate("The capital of France is", { maxTokens: 16, temperature: 0 })) {
+ * ```ts
+ * import { LLM } from "../../mod.ts";
+ * // The SmolLM2 GGUF `deno task model:fetch` caches (any llama-family GGUF works the same way).
+ * const cache = Deno.env.get("GRAFT_MODEL_CACHE") ?? `${Deno.env.get("HOME")}/.cache/graft/models`;
+ * const path = `${cache}/SmolLM2-135M-Instruct.Q4_1.gguf`;
+ * using llm = await LLM.load(path, { threads: 2 });
+ * const prompt = "The capital of France is";
+ * for await (const text of llm.generate(prompt, { maxTokens: 4, temperature: 0 })) {
  *   Deno.stdout.writeSync(new TextEncoder().encode(text));
  * }
  * ```

@@ -314,7 +314,7 @@ function minP(c: Candidates, p: number, minKeep: number): void {
  *
  * @example
  * ```ts
- * import { Sampler } from "./mod.ts";
+ * import { Sampler } from "../../mod.ts";
  * const sampler = new Sampler({ temperature: 0.7, topK: 40, topP: 0.9, seed: 42 });
  * const logits = new Float32Array([1, 3, 2, 0.5]);
  * const token = sampler.sample(logits);
@@ -578,7 +578,7 @@ export interface StopResult {
  *
  * @example
  * ```ts
- * import { StopChecker } from "./mod.ts";
+ * import { StopChecker } from "../../mod.ts";
  * const stop = new StopChecker({ eogTokens: [2], stopStrings: ["\nUser:"] });
  * let out = "";
  * for (const [id, piece] of [[5, "Hi"], [6, "\nUs"], [7, "er: more"]] as const) {

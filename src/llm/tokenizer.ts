@@ -117,9 +117,12 @@ const utf8 = new TextEncoder();
  * its ids equal llama.cpp's for the same model and text.
  *
  * @example
- * ```ts ignore
+ * ```ts
  * import { GGUFFile, Tokenizer } from "@graft/graft";
- * using file = GGUFFile.open("SmolLM2-135M-Instruct.Q4_1.gguf");
+ * // The SmolLM2 GGUF `deno task model:fetch` caches (any llama-family GGUF works the same way).
+ * const cache = Deno.env.get("GRAFT_MODEL_CACHE") ?? `${Deno.env.get("HOME")}/.cache/graft/models`;
+ * const path = `${cache}/SmolLM2-135M-Instruct.Q4_1.gguf`;
+ * using file = GGUFFile.open(path);
  * const tok = Tokenizer.fromGGUF(file);
  * const ids = tok.tokenize("<|im_start|>user\nhi<|im_end|>", { parseSpecial: true });
  * console.log(ids, tok.detokenize(ids, { unparseSpecial: true }));

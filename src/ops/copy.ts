@@ -84,15 +84,16 @@ export function cpy(a: Tensor, b: Tensor): Tensor {
 }
 
 /**
- * Gathers rows: `getRows(a[ne0, rows, B], indices[N, B] i32) -> [ne0, N, B]` f32, where output
- * row n of batch b is row `indices[n, b]` of `a` (an embedding lookup). Out-of-range indices are
- * an error at compute time. `a` may be any dtype of `WEIGHT_DTYPES`: f32, f16, or bf16 and ggml's
+ * Gathers rows: `getRows(a[ne0, rows, B], indices[N, B] i32 or i64) -> [ne0, N, B]` f32 (i32
+ * for an i32 `a`, as ggml), where output row n of batch b is row `indices[n, b]` of `a` (an
+ * embedding lookup). Out-of-range indices are an error at compute time. i64 indices travel as
+ * raw bytes (a Uint8Array over a BigInt64Array's buffer). `a` may be any dtype of `WEIGHT_DTYPES`: f32, f16, or bf16 and ggml's
  * block types (q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K; rows are dequantized exactly as
  * `dequantize` does).
  */
 export function getRows(a: Tensor, indices: Tensor): Tensor {
-  requireDType("getRows", a, WEIGHT_DTYPES);
-  requireDType("getRows", indices, ["i32"]);
+  requireDType("getRows", a, [...WEIGHT_DTYPES, "i32"]);
+  requireDType("getRows", indices, ["i32", "i64"]);
   if (a.ne[3] !== 1 || indices.ne[2] !== 1 || indices.ne[3] !== 1 || indices.ne[1] !== a.ne[2]) {
     throw new ShapeError(
       `getRows: rows ${formatShape(a.ne)} and indices ${formatShape(indices.ne)} do not match ` +
@@ -100,7 +101,8 @@ export function getRows(a: Tensor, indices: Tensor): Tensor {
     );
   }
   return new Tensor({
-    dtype: "f32",
+    // As ggml_get_rows: an i32 table gives i32 rows, every other one f32.
+    dtype: a.dtype === "i32" ? "i32" : "f32",
     ne: [a.ne[0], indices.ne[0], a.ne[2], 1],
     op: Op.getRows,
     src: [a, indices],
@@ -112,8 +114,11 @@ export function getRows(a: Tensor, indices: Tensor): Tensor {
  * `rows` is written, converted, to row `indices[n, b, c]` of batch `(b, c)` of `target`, and the
  * result is `target` itself (a view of its memory, so later reads of it come after the write).
  * This is how a graph writes new tokens into a KV cache at positions given as an input, so that
- * one plan serves every position. `rows` is f32 `[ne0, N, B, C]`, `indices` i32 `[N, B, C]`,
+ * one plan serves every position. `rows` is f32 or f16 `[ne0, N, B, C]`, `indices` i32 or i64
+ * (raw bytes of a BigInt64Array) `[N, B, C]`,
  * `target` f32 or f16 `[ne0, R, B, C]` with any strides (a transposed view of a cache is fine).
+ * As ggml's, the indices may be `[N, B', C']` with B' dividing B and C' dividing C: batch (b, c)
+ * uses the indices of batch (b mod B', c mod C').
  * An index outside `[0, R)` is an error at compute time, before anything is written.
  *
  * @example
@@ -129,17 +134,17 @@ export function getRows(a: Tensor, indices: Tensor): Tensor {
  */
 export function setRows(target: Tensor, rows: Tensor, indices: Tensor): Tensor {
   requireDType("setRows", target, ["f32", "f16"]);
-  requireDType("setRows", rows, ["f32"]);
-  requireDType("setRows", indices, ["i32"]);
+  requireDType("setRows", rows, ["f32", "f16"]);
+  requireDType("setRows", indices, ["i32", "i64"]);
   if (
     target.ne[0] !== rows.ne[0] || target.ne[2] !== rows.ne[2] || target.ne[3] !== rows.ne[3] ||
-    indices.ne[0] !== rows.ne[1] || indices.ne[1] !== rows.ne[2] ||
-    indices.ne[2] !== rows.ne[3] || indices.ne[3] !== 1
+    indices.ne[0] !== rows.ne[1] || rows.ne[2] % indices.ne[1] !== 0 ||
+    rows.ne[3] % indices.ne[2] !== 0 || indices.ne[3] !== 1
   ) {
     throw new ShapeError(
       `setRows: rows ${formatShape(rows.ne)} with indices ${formatShape(indices.ne)} do not ` +
         `fit target ${formatShape(target.ne)} (target [ne0, R, B, C], rows [ne0, N, B, C], ` +
-        `indices [N, B, C])`,
+        `indices [N, B', C'] with B' dividing B and C' dividing C)`,
     );
   }
   requireNoOverlap(rows, target);

@@ -9,7 +9,9 @@
  *    unpinned nodes, so a run of nodes between two of its pinned nodes stays with it instead of
  *    ping-ponging. The last backend (usually the CPU) does not expand: it is the fallback.
  * 4. Remaining nodes follow their sources (most source bytes, ties to the previous node's
- *    backend), else the first backend that supports the op.
+ *    backend), else the first backend that supports the op. A node that a backend would have
+ *    taken (by expansion or by its sources) but whose `supportsOp` refused it is a fallback:
+ *    its assignment names the backends that lack it, and the schedule's report says so.
  * 5. Views and `cpy` go where their memory is.
  * @module
  */
@@ -29,7 +31,8 @@ export type AssignmentReason =
   | "weight lives here"
   | "expanded from neighbour"
   | "follows sources"
-  | "first backend that supports the op";
+  | "first backend that supports the op"
+  | "fallback: a preferred backend lacks the op";
 
 /** One tensor's backend and the reason. */
 export interface Assignment {
@@ -37,6 +40,11 @@ export interface Assignment {
   backend: Backend;
   /** Why. */
   reason: AssignmentReason;
+  /**
+   * For a fallback: the backends that would have computed the node (by expansion or by its
+   * sources) but whose `supportsOp` refused it.
+   */
+  lacking?: readonly Backend[];
 }
 
 /** Options of {@link assignBackends}. */
@@ -97,11 +105,26 @@ export function assignBackends(graph: Graph, options: AssignOptions): Map<Tensor
   const work = graph.nodes.filter((n) => !followsMemory(n));
   pinNodes(work, assigned, options);
   const expanders = new Set(backends.slice(0, -1));
-  expand(work, assigned, expanders);
-  expand([...work].reverse(), assigned, expanders);
+  // Per node, the backends that wanted it but lack it (passes 3 and 4).
+  const declined = new Map<Tensor, Set<Backend>>();
+  expand(work, assigned, expanders, declined);
+  expand([...work].reverse(), assigned, expanders, declined);
   let previous: Backend | null = null;
   for (const node of work) {
-    if (!assigned.has(node)) assigned.set(node, followSources(node, assigned, backends, previous));
+    if (!assigned.has(node)) {
+      const chosen = followSources(node, assigned, backends, previous, declined);
+      const lacking = [...(declined.get(node) ?? [])];
+      assigned.set(
+        node,
+        lacking.length > 0
+          ? {
+            backend: chosen.backend,
+            reason: "fallback: a preferred backend lacks the op",
+            lacking,
+          }
+          : chosen,
+      );
+    }
     previous = assigned.get(node)!.backend;
   }
   assignMemoryFollowers(graph, assigned);
@@ -145,7 +168,12 @@ function pinNodes(work: Tensor[], assigned: Map<Tensor, Assignment>, o: AssignOp
   }
 }
 
-function expand(order: Tensor[], assigned: Map<Tensor, Assignment>, expanders: Set<Backend>): void {
+function expand(
+  order: Tensor[],
+  assigned: Map<Tensor, Assignment>,
+  expanders: Set<Backend>,
+  declined: Map<Tensor, Set<Backend>>,
+): void {
   let current: Backend | null = null;
   for (const node of order) {
     const known = assigned.get(node);
@@ -153,8 +181,16 @@ function expand(order: Tensor[], assigned: Map<Tensor, Assignment>, expanders: S
       current = expanders.has(known.backend) ? known.backend : null;
     } else if (current && supports(current, node)) {
       assigned.set(node, { backend: current, reason: "expanded from neighbour" });
+    } else if (current) {
+      decline(declined, node, current);
     }
   }
+}
+
+function decline(declined: Map<Tensor, Set<Backend>>, node: Tensor, backend: Backend): void {
+  let set = declined.get(node);
+  if (!set) declined.set(node, set = new Set());
+  set.add(backend);
 }
 
 function followSources(
@@ -162,6 +198,7 @@ function followSources(
   assigned: Map<Tensor, Assignment>,
   backends: readonly Backend[],
   previous: Backend | null,
+  declined: Map<Tensor, Set<Backend>>,
 ): Assignment {
   const bytes = new Map<Backend, number>();
   for (const source of node.src) {
@@ -175,9 +212,11 @@ function followSources(
   ).map(([b]) => b);
   for (const backend of ranked) {
     if (supports(backend, node)) return { backend, reason: "follows sources" };
+    decline(declined, node, backend);
   }
   for (const backend of backends) {
     if (supports(backend, node)) return { backend, reason: "first backend that supports the op" };
+    decline(declined, node, backend);
   }
   throw new GraftError(
     `schedule: no backend supports ${opName(node.op)} ${node.label} ` +

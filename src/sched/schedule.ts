@@ -10,7 +10,7 @@ import type { TensorData } from "../dtype.ts";
 import { DisposedError, GraftError } from "../errors.ts";
 import type { Graph } from "../graph.ts";
 import { graphToDot } from "../viz/graph_dot.ts";
-import { isViewOp, opName } from "../op.ts";
+import { isViewOp, Op, opName } from "../op.ts";
 import type { Tensor } from "../tensor.ts";
 import {
   assignBackends,
@@ -86,11 +86,26 @@ export interface ScheduleOptions extends AssignOptions {
  * A graph split across backends.
  *
  * @example
- * ```ts ignore
- * const schedule = Schedule.create(graph, { backends: [gpu, cpu] });
+ * ```ts
+ * import { allocTensors, Context, CpuBackend, Graph, mulMat, Schedule, silu } from "../../mod.ts";
+ * // Two backends (a WebGpuBackend and a CpuBackend, say; two CPU ones here): each weight lives
+ * // on one, and every node runs where its weight is.
+ * using a = new CpuBackend({ threads: 1, name: "a" });
+ * using b = new CpuBackend({ threads: 1, name: "b" });
+ * const ctx = new Context();
+ * const x = ctx.newTensor("f32", [16, 4], "x");
+ * const w1 = ctx.newTensor("f32", [16, 16], "w1");
+ * const w2 = ctx.newTensor("f32", [16, 16], "w2");
+ * const output = mulMat(w2, silu(mulMat(w1, x)));
+ * using _a = allocTensors(a, [x, w1]);
+ * using _b = allocTensors(b, [w2]);
+ * for (const t of [x, w1]) a.setTensor(t, new Float32Array(t.nelements).fill(0.1));
+ * b.setTensor(w2, new Float32Array(w2.nelements).fill(0.1));
+ * using schedule = Schedule.create(Graph.build(output), { backends: [b, a] });
  * console.log(schedule.report());
- * const stats = await schedule.compute();
+ * await schedule.compute();
  * const out = await schedule.getOutput(output);
+ * console.log(out.length); // 64
  * ```
  */
 export class Schedule implements Disposable {
@@ -253,22 +268,33 @@ export class Schedule implements Disposable {
     return true;
   }
 
-  /** One line per split: backend, node count, inputs copied in. */
+  /**
+   * One line per split: backend, node count, inputs copied in; then one line per node that
+   * runs on a fallback backend because a preferred one lacks its op.
+   */
   report(): string {
-    return this.splits.map((s) => {
+    const splits = this.splits.map((s) => {
       const work = s.nodes.filter((n) => !isViewOp(n.op)).length;
       const bytes = s.inputs.reduce((sum, i) => sum + i.copy.nbytes, 0);
       const inputs = s.inputs.map((i) => `${i.copy.name} (${i.copy.nbytes} B from ${i.from.name})`);
       return `split ${s.index} ${s.backend.name}: ${work} nodes, ${s.inputs.length} inputs ` +
         `${bytes} B${inputs.length ? `: ${inputs.join(", ")}` : ""}`;
-    }).join("\n");
+    });
+    const fallbacks = this.graph.nodes.flatMap((n) => {
+      const a = this.assignment.get(n)!;
+      return a.lacking
+        ? [`fallback: ${opName(n.op)} ${n.label} runs on ${a.backend.name}: ${lackingText(a)}`]
+        : [];
+    });
+    return [...splits, ...fallbacks].join("\n");
   }
 
   /** One line per node: which backend runs it, and why. */
   explain(): string {
     return this.graph.nodes.map((n, i) => {
       const a = this.assignment.get(n)!;
-      return `node${i} ${opName(n.op)} ${n.label}: ${a.backend.name} (${a.reason})`;
+      const why = a.lacking ? `${a.reason}: ${lackingText(a)}` : a.reason;
+      return `node${i} ${opName(n.op)} ${n.label}: ${a.backend.name} (${why})`;
     }).join("\n");
   }
 
@@ -277,8 +303,19 @@ export class Schedule implements Disposable {
    * its backend, and the edges that cross between backends (the copies) in red.
    *
    * @example
-   * ```ts ignore
-   * await Deno.writeTextFile("splits.dot", schedule.toDot()); // dot -Tsvg splits.dot
+   * ```ts
+   * import { allocTensors, Context, CpuBackend, Graph, mulMat, Schedule } from "../../mod.ts";
+   * using a = new CpuBackend({ threads: 1, name: "a" });
+   * using b = new CpuBackend({ threads: 1, name: "b" });
+   * const ctx = new Context();
+   * const x = ctx.newTensor("f32", [8, 2], "x");
+   * const w1 = ctx.newTensor("f32", [8, 8], "w1");
+   * const w2 = ctx.newTensor("f32", [8, 8], "w2");
+   * using _a = allocTensors(a, [x, w1]);
+   * using _b = allocTensors(b, [w2]);
+   * using schedule = Schedule.create(Graph.build(mulMat(w2, mulMat(w1, x))), { backends: [b, a] });
+   * const path = await Deno.makeTempFile({ suffix: ".dot" });
+   * await Deno.writeTextFile(path, schedule.toDot()); // render with: dot -Tsvg
    * ```
    */
   toDot(): string {
@@ -292,7 +329,7 @@ export class Schedule implements Disposable {
       groupOf: (t) => backendOf(t).name,
       clusterOf: (t) => {
         // A view sits with the split that computes its memory; views of leafs with none.
-        let local: Tensor | null = t.src.length === 0 ? null : this.result(t);
+        let local: Tensor | null = t.op === Op.none ? null : this.result(t);
         while (local && !splitOf.has(local)) local = local.viewSource;
         const split = local && splitOf.get(local);
         return split
@@ -318,6 +355,11 @@ export class Schedule implements Disposable {
   }
 }
 
+/** "webgpu lacks it" for a fallback assignment. */
+function lackingText(a: Assignment): string {
+  return `${(a.lacking ?? []).map((b) => b.name).join(", ")} lacks it`;
+}
+
 /** True when `t` is a leaf or a view of one: no node of the schedule computes its memory. */
 function isLeafMemory(t: Tensor): boolean {
   let at: Tensor | null = t;
@@ -325,7 +367,7 @@ function isLeafMemory(t: Tensor): boolean {
     if (!isViewOp(at.op)) return false;
     at = at.viewSource;
   }
-  return at.src.length === 0;
+  return at.op === Op.none;
 }
 
 /** Backends from hand-marked cuts; views and cpy still go where their memory is. */

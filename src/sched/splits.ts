@@ -9,7 +9,7 @@
 
 import type { Backend } from "../backend/backend.ts";
 import { Graph } from "../graph.ts";
-import { isViewOp } from "../op.ts";
+import { isViewOp, Op } from "../op.ts";
 import { Tensor } from "../tensor.ts";
 import type { Assignment } from "./assign.ts";
 
@@ -106,7 +106,8 @@ class Builder {
   materialize(t: Tensor, backend: Backend, sourceOf: (s: Tensor) => Tensor): Tensor {
     const m = this.map(backend);
     if (!t.viewSource || !isViewOp(t.op)) {
-      if (t.src.length === 0) {
+      // Inputs, not sourceless ops (arange): those are computed like any other node.
+      if (t.op === Op.none) {
         m.set(t, t);
         return t;
       }

@@ -215,19 +215,42 @@ pub fn load_chunk_f16(row: Strided, index: usize, count: usize) F32x {
     assert(count <= lanes);
     if (count == lanes and row.stride == 2) {
         const halves: F16x = @as(*align(1) const [lanes]f16, @ptrFromInt(row.at(index))).*;
-        return @floatCast(halves);
+        return widen_f16(lanes, halves);
     }
     var chunk: [lanes]f16 = @splat(0);
     for (0..count) |lane| chunk[lane] = load_f16(row.at(index + lane));
     const halves: F16x = chunk;
-    return @floatCast(halves);
+    return widen_f16(lanes, halves);
+}
+
+/// LLVM 20 cannot lower vector f32 <-> f16 conversions for wasm32 (it fails the module with
+/// "Invalid cast"); there each lane converts alone, with the same results (widening is exact,
+/// narrowing rounds to nearest even).
+const vector_f16_conversions = !builtin.cpu.arch.isWasm();
+
+/// `halves` widened to f32 (exact).
+pub inline fn widen_f16(comptime n: usize, halves: @Vector(n, f16)) @Vector(n, f32) {
+    if (comptime vector_f16_conversions) return @floatCast(halves);
+    const narrow: [n]f16 = halves;
+    var wide: [n]f32 = undefined;
+    inline for (0..n) |lane| wide[lane] = @floatCast(narrow[lane]);
+    return wide;
+}
+
+/// `value` rounded to f16 lane by lane (nearest even, overflow to infinity).
+pub inline fn narrow_f16(comptime n: usize, value: @Vector(n, f32)) @Vector(n, f16) {
+    if (comptime vector_f16_conversions) return @floatCast(value);
+    const wide: [n]f32 = value;
+    var halves: [n]f16 = undefined;
+    inline for (0..n) |lane| halves[lane] = @floatCast(wide[lane]);
+    return halves;
 }
 
 /// Narrows lanes [0, count) to f16 (round to nearest even, overflow to infinity) and stores them.
 pub fn store_chunk_f16(row: Strided, index: usize, count: usize, value: F32x) void {
     assert(count >= 1);
     assert(count <= lanes);
-    const halves: F16x = @floatCast(value);
+    const halves: F16x = narrow_f16(lanes, value);
     if (count == lanes and row.stride == 2) {
         @as(*align(1) [lanes]f16, @ptrFromInt(row.at(index))).* = halves;
         return;
@@ -240,10 +263,18 @@ pub fn store_chunk_f16(row: Strided, index: usize, count: usize, value: F32x) vo
 const has_fma = (builtin.cpu.arch.isX86() and builtin.cpu.has(.x86, .fma)) or
     builtin.cpu.arch.isAARCH64();
 
+/// a * b + c for a float or vector type T: fused (one rounding) where the CPU has FMA (every
+/// native kernel build), else a multiply and an add. Never `@mulAdd` without FMA: that is a
+/// correctly rounded software fma per lane, which made the wasm sgemm 10 times slower. (A
+/// relaxed-SIMD build, f32x4.relaxed_madd, measured no faster in V8 here: not built.)
+pub inline fn fma(comptime T: type, a: T, b: T, c: T) T {
+    if (comptime has_fma) return @mulAdd(T, a, b, c);
+    return a * b + c;
+}
+
 /// a * b + c, fused (one rounding) where the CPU has FMA, else a multiply and an add.
 pub fn mul_add(a: F32x, b: F32x, c: F32x) F32x {
-    if (has_fma) return @mulAdd(F32x, a, b, c);
-    return a * b + c;
+    return fma(F32x, a, b, c);
 }
 
 /// e^x for every lane, about 1 ulp: Cephes' expf. x = n ln2 + r with |r| <= ln2 / 2, e^r from a
@@ -384,17 +415,20 @@ const libm = struct {
     extern "c" fn powf32(x: f32, y: f32) f32;
 };
 const glibc = builtin.target.isGnuLibC();
+// Without glibc (the wasm build) each function is its f64 version rounded once to f32: correctly
+// rounded in all but rare double-rounding cases, as glibc's are, where Zig's f32 pow is off by
+// ulps (which rope's angle recurrence multiplies by the position: an NMSE of 1e-9 at 4095).
 pub fn expf(x: f32) f32 {
-    return if (glibc) libm.expf32(x) else @exp(x);
+    return if (glibc) libm.expf32(x) else @floatCast(@exp(@as(f64, x)));
 }
 pub fn sinf(x: f32) f32 {
-    return if (glibc) libm.sinf32(x) else @sin(x);
+    return if (glibc) libm.sinf32(x) else @floatCast(@sin(@as(f64, x)));
 }
 pub fn cosf(x: f32) f32 {
-    return if (glibc) libm.cosf32(x) else @cos(x);
+    return if (glibc) libm.cosf32(x) else @floatCast(@cos(@as(f64, x)));
 }
 pub fn powf(x: f32, y: f32) f32 {
-    return if (glibc) libm.powf32(x, y) else std.math.pow(f32, x, y);
+    return if (glibc) libm.powf32(x, y) else @floatCast(std.math.pow(f64, x, y));
 }
 
 const has_avx512 = builtin.cpu.arch == .x86_64 and builtin.cpu.has(.x86, .avx512f);

@@ -7,12 +7,13 @@
 //! equal row length (row to row, vectorized), and otherwise an element walk per dst row.
 //!
 //! set_rows: the scatter of get_rows, into a KV cache at token positions: dst (the target's own
-//! memory, f32 or f16, any strides) row (src1[n, b, c], b, c) <- src0 f32 row (n, b, c), converted
-//! as cpy converts. An index outside [0, R) stops the node before any thread writes; two equal
+//! memory, f32 or f16, any strides) row (src1[n, b, c], b, c) <- src0 f32 or f16 row (n, b, c),
+//! converted as cpy converts; src1 i32 or i64. An index outside [0, R) stops the node before any thread writes; two equal
 //! indices leave one of their rows (which one is not specified), as in ggml.
 //!
 //! get_rows: src0 [ne0, R, B, C] f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 (rows of
-//! the last six are dequantized with quant.zig, bit for bit what `dequantize` gives), src1 i32
+//! the last six are dequantized with quant.zig, bit for bit what `dequantize` gives; an i32
+//! table gives i32 rows, as ggml), src1 i32 or i64
 //! [N, B, C, 1], dst f32 [ne0, N, B, C]: dst row (n, b, c) = src0 row (src1[n, b, c], b, c). An index outside [0, R) makes every thread
 //! return .out_of_bounds before any thread writes.
 
@@ -43,10 +44,10 @@ pub fn cpy(n: *const common.Node, work: *const common.Work) common.Status {
         for (range.begin..range.end) |row| {
             if (src.dtype.block_size() > 1) {
                 const bytes: [*]const u8 = @ptrFromInt(src.row(row).base);
-                dequantize_row_to(dst.dtype, dst.row(row).base, src.dtype, bytes[0..quant.row_bytes(src.dtype, count)], count);
+                dequantize_row_to(dst.dtype, dst.row(row).base, src.dtype, bytes[0..@intCast(quant.row_bytes(src.dtype, count))], count);
             } else {
                 const bytes: [*]u8 = @ptrFromInt(dst.row(row).base);
-                quantize_row_from(src.dtype, src.row(row).base, dst.dtype, bytes[0..quant.row_bytes(dst.dtype, count)], count);
+                quantize_row_from(src.dtype, src.row(row).base, dst.dtype, bytes[0..@intCast(quant.row_bytes(dst.dtype, count))], count);
             }
         }
         return .ok;
@@ -212,8 +213,8 @@ pub fn get_rows(n: *const common.Node, work: *const common.Work) common.Status {
     const dst = Tensor.from(&n.dst);
     const src = Tensor.from(&n.src[0]);
     const indices = Tensor.from(&n.src[1]);
-    assert(indices.dtype == .i32);
-    assert(dst.dtype == .f32);
+    assert(indices.dtype == .i32 or indices.dtype == .i64);
+    assert(dst.dtype == .f32 or (dst.dtype == .i32 and src.dtype == .i32));
     if (!indices_in_range(indices, src.ne[1])) return .out_of_bounds;
     const range = common.thread_range(dst.rows(), work);
     for (range.begin..range.end) |row| {
@@ -223,7 +224,7 @@ pub fn get_rows(n: *const common.Node, work: *const common.Work) common.Status {
         if (src.dtype.dequantizes()) {
             dequantize_into(dst.row_at(index), from, src.dtype, dst.ne[0]);
         } else {
-            convert_row(dst.row_at(index), .f32, from, src.dtype, dst.ne[0]);
+            convert_row(dst.row_at(index), dst.dtype, from, src.dtype, dst.ne[0]);
         }
     }
     return .ok;
@@ -233,15 +234,15 @@ pub fn set_rows(n: *const common.Node, work: *const common.Work) common.Status {
     const dst = Tensor.from(&n.dst);
     const src = Tensor.from(&n.src[0]);
     const indices = Tensor.from(&n.src[1]);
-    assert(indices.dtype == .i32);
-    assert(src.dtype == .f32);
+    assert(indices.dtype == .i32 or indices.dtype == .i64);
+    assert(src.dtype == .f32 or src.dtype == .f16);
     if (!indices_in_range(indices, dst.ne[1])) return .out_of_bounds;
     const range = common.thread_range(src.rows(), work);
     for (range.begin..range.end) |row| {
         const index = src.row_index(row);
         const target_row = row_index_value(indices, index);
         const to = dst.row_at(.{ .i1 = target_row, .i2 = index.i2, .i3 = index.i3 });
-        convert_row(to, dst.dtype, src.row_at(index), .f32, src.ne[0]);
+        convert_row(to, dst.dtype, src.row_at(index), src.dtype, src.ne[0]);
     }
     return .ok;
 }
@@ -251,14 +252,22 @@ fn dequantize_into(dst: Strided, src: Strided, dtype: DType, count: usize) void 
     assert(dst.stride == @sizeOf(f32));
     const bytes: [*]const u8 = @ptrFromInt(src.base);
     const floats: [*]align(1) f32 = @ptrFromInt(dst.base);
-    quant.dequantize_row(dtype, bytes[0..quant.row_bytes(dtype, count)], floats[0..count]);
+    quant.dequantize_row(dtype, bytes[0..@intCast(quant.row_bytes(dtype, count))], floats[0..count]);
 }
 
-/// src1[n, b, c] for row (n, b, c); only called after `indices_in_range`.
+/// An index element of src1 (i32 or i64), widened.
+fn load_index(indices: Tensor, address: usize) i64 {
+    if (indices.dtype == .i64) return @as(*align(1) const i64, @ptrFromInt(address)).*;
+    return @as(i32, @bitCast(common.load_u32(address)));
+}
+
+/// src1[n, b, c] for row (n, b, c), b and c modulo src1's extents (set_rows broadcasts its
+/// indices over batches as ggml does; get_rows' are whole); only called after `indices_in_range`.
 fn row_index_value(indices: Tensor, index: common.RowIndex) usize {
-    const offset = index.i1 * indices.nb[0] + index.i2 * indices.nb[1] + index.i3 * indices.nb[2];
-    const address = indices.base + offset;
-    const value: i32 = @bitCast(common.load_u32(address));
+    const batch2 = index.i2 % indices.ne[1];
+    const batch3 = index.i3 % indices.ne[2];
+    const offset = index.i1 * indices.nb[0] + batch2 * indices.nb[1] + batch3 * indices.nb[2];
+    const value = load_index(indices, indices.base + offset);
     assert(value >= 0);
     return @intCast(value);
 }
@@ -270,7 +279,7 @@ fn indices_in_range(indices: Tensor, rows: usize) bool {
         for (0..indices.ne[1]) |batch2| {
             const row = indices.row_at(.{ .i1 = batch2, .i2 = batch3, .i3 = 0 });
             for (0..indices.ne[0]) |column| {
-                const value: i32 = @bitCast(common.load_u32(row.at(column)));
+                const value = load_index(indices, row.at(column));
                 if (value < 0 or value >= rows) return false;
             }
         }

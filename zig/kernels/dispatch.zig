@@ -17,6 +17,8 @@ const mul_mat = @import("mul_mat.zig");
 const copy = @import("copy.zig");
 const unary = @import("unary.zig");
 const reduce_rows = @import("reduce_rows.zig");
+const indexing = @import("indexing.zig");
+const sort = @import("sort.zig");
 
 const assert = common.assert;
 const Node = common.Node;
@@ -71,6 +73,17 @@ fn dispatch(op: Op, n: *const Node, work: *const Work) Status {
         .argmax => reduce_rows.argmax(n, work),
         .cumsum => reduce_rows.cumsum(n, work),
         .count_equal => reduce_rows.count_equal(n, work),
+        .concat => indexing.concat(n, work),
+        .pad => indexing.pad(n, work),
+        .pad_reflect_1d => indexing.pad_reflect_1d(n, work),
+        .roll => indexing.roll(n, work),
+        .repeat_back => indexing.repeat_back(n, work),
+        .tri => indexing.mask(.tri, n, work),
+        .diag_mask_inf => indexing.mask(.diag_mask_inf, n, work),
+        .fill => indexing.fill(n, work),
+        .arange => indexing.arange(n, work),
+        .argsort => sort.argsort(n, work),
+        .top_k => sort.top_k(n, work),
         // Unary ops returned above; anything else is no op the core knows.
         else => .unsupported,
     };
@@ -86,6 +99,7 @@ pub fn work_size(n: *const Node, thread_count: u32) u64 {
         .sum => reduce.sum_work_size_bytes,
         .count_equal => reduce_rows.count_work_size_bytes,
         .mul_mat => mul_mat.work_size(n, thread_count),
+        .top_k => sort.top_k_work_size(n, thread_count),
         else => 0,
     };
 }

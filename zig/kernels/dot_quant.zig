@@ -36,6 +36,7 @@
 const std = @import("std");
 const builtin = @import("builtin");
 const quant = @import("../quant.zig");
+const common = @import("common.zig");
 
 const assert = std.debug.assert;
 
@@ -216,7 +217,7 @@ const BlockDot = struct { ints: I32x8, scales: @Vector(4, f32) };
 inline fn blockScales(xb: *const [4]u8, yb: *const [4]u8) @Vector(4, f32) {
     const bits = @as(u64, std.mem.readInt(u32, xb, .little)) | @as(u64, std.mem.readInt(u32, yb, .little)) << 32;
     const halves: @Vector(4, f16) = @bitCast(bits);
-    const values: @Vector(4, f32) = halves;
+    const values: @Vector(4, f32) = common.widen_f16(4, halves);
     return values * @shuffle(f32, values, undefined, [4]i32{ 2, 3, 0, 1 });
 }
 
@@ -252,13 +253,13 @@ fn dotSmall(comptime kind: Small, x: []const u8, y: []const u8) f32 {
     while (i + 2 <= blocks) : (i += 2) {
         const a = blockDot(kind, x[i * xs ..][0..xs], y[i * ys ..][0..ys]);
         const b = blockDot(kind, x[(i + 1) * xs ..][0..xs], y[(i + 1) * ys ..][0..ys]);
-        acc0 = @mulAdd(F32x8, @splat(a.scales[0]), @floatFromInt(a.ints), acc0);
-        acc1 = @mulAdd(F32x8, @splat(b.scales[0]), @floatFromInt(b.ints), acc1);
+        acc0 = common.fma(F32x8, @splat(a.scales[0]), @floatFromInt(a.ints), acc0);
+        acc1 = common.fma(F32x8, @splat(b.scales[0]), @floatFromInt(b.ints), acc1);
         if (kind != .q5_0) mins = mins + a.scales + b.scales;
     }
     if (i < blocks) {
         const a = blockDot(kind, x[i * xs ..][0..xs], y[i * ys ..][0..ys]);
-        acc0 = @mulAdd(F32x8, @splat(a.scales[0]), @floatFromInt(a.ints), acc0);
+        acc0 = common.fma(F32x8, @splat(a.scales[0]), @floatFromInt(a.ints), acc0);
         if (kind != .q5_0) mins += a.scales;
     }
     return hsum8(acc0 + acc1) + mins[1];
@@ -356,7 +357,7 @@ fn dot45K(comptime kind: KKind, x: []const u8, y: []const u8) f32 {
         const d = dy * f16At(xb[0..2]);
         const dmin = -dy * f16At(xb[2..4]);
         const sm = scalesAndMins(xb[4..16]);
-        acc_m = @mulAdd(F32x8, @splat(dmin), @floatFromInt(minProducts(sm, yb)), acc_m);
+        acc_m = common.fma(F32x8, @splat(dmin), @floatFromInt(minProducts(sm, yb)), acc_m);
 
         const qs_at = if (kind == .q4_K) 16 else 48;
         var sumi: I32x16 = @splat(0);
@@ -373,7 +374,7 @@ fn dot45K(comptime kind: KKind, x: []const u8, y: []const u8) f32 {
             const q8: I8x64 = @bitCast(yb[4 + 64 * j ..][0..64].*);
             sumi += madd(32, maddubs(64, values, q8), spreadScales(sm, 2 * j, 16));
         }
-        acc = @mulAdd(F32x16, @splat(d), @floatFromInt(sumi), acc);
+        acc = common.fma(F32x16, @splat(d), @floatFromInt(sumi), acc);
     }
     return hsum8(fold16(acc) + acc_m);
 }
@@ -427,7 +428,7 @@ pub fn dot_q6_K_q8_K(x: []const u8, y: []const u8) f32 {
         }
         const halves: [2]I32x8 = @bitCast(sumi);
         const total = halves[0] + halves[1] - offset;
-        acc = @mulAdd(F32x8, @splat(d), @floatFromInt(total), acc);
+        acc = common.fma(F32x8, @splat(d), @floatFromInt(total), acc);
     }
     return hsum8(acc);
 }

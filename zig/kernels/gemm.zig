@@ -34,6 +34,7 @@ const std = @import("std");
 const builtin = @import("builtin");
 const node = @import("../node.zig");
 const quant = @import("../quant.zig");
+const common = @import("common.zig");
 
 const assert = std.debug.assert;
 
@@ -63,15 +64,18 @@ const has_avx2 = is_x86 and std.Target.x86.featureSetHas(builtin.cpu.features, .
 /// f32 lanes of one vector register.
 pub const lanes: usize = if (has_avx512) 16 else if (has_avx2) 8 else 4;
 const V = @Vector(lanes, f32);
-/// Vectors along m in one micro-tile.
-pub const mr_vectors: usize = 2;
+/// Vectors along m in one micro-tile. wasm (SIMD128; V8 on x86-64 has 16 v128 registers): a
+/// 3 x 4 tile (12 accumulators, 3 vectors of A, 1 of B) measured best at n=512, about 1.2x the
+/// 2 x 6 tile and 1.4x 3 x 5 (which spills).
+pub const mr_vectors: usize = if (builtin.cpu.arch.isWasm()) 3 else 2;
 /// Micro-tile: MR elements of m (vectors) by NR elements of n (broadcasts).
 pub const mr: usize = mr_vectors * lanes;
 pub const nr: usize = if (has_avx512) 12 else if (has_avx2) 6 else 4;
 /// Cache blocks: a KC x NR panel of B stays in L1, an MC x KC block of A in L2, a KC x NC block of
 /// B in L3.
 pub const kc_max: usize = 256;
-pub const mc_max: usize = 256;
+/// A multiple of MR (256 natively, 252 for wasm's 12).
+pub const mc_max: usize = 256 - 256 % mr;
 pub const nc_max: usize = 2048 - 2048 % nr;
 /// Largest N that takes the dot-product path.
 pub const dot_n_max: usize = 64;
@@ -117,7 +121,7 @@ inline fn loadScalar(comptime T: type, base: [*]const u8, offset: isize) f32 {
 inline fn loadVec(comptime T: type, comptime n: usize, p: [*]const u8) @Vector(n, f32) {
     const q: *align(1) const [n]T = @ptrCast(p);
     const v: @Vector(n, T) = q.*;
-    return if (T == f32) v else @floatCast(v);
+    return if (T == f32) v else common.widen_f16(n, v);
 }
 
 inline fn iota(comptime n: usize) @Vector(n, i32) {
@@ -278,7 +282,7 @@ fn microKernel(
         inline for (0..mr_vectors) |v| av[v] = pa[v * lanes ..][0..lanes].*;
         inline for (0..cols) |j| {
             const bv: V = @splat(pb[j]);
-            inline for (0..mr_vectors) |v| acc[j][v] = @mulAdd(V, av[v], bv, acc[j][v]);
+            inline for (0..mr_vectors) |v| acc[j][v] = common.fma(V, av[v], bv, acc[j][v]);
         }
         pa += mr;
         pb += nr;
@@ -342,7 +346,7 @@ fn roundUp(x: usize, to: usize) usize {
 /// the results follow ggml's (and llama.cpp's attention) rather than a more exact f32 B.
 inline fn roundB(comptime T: type, v: V) V {
     if (T != f16) return v;
-    return @floatCast(@as(@Vector(lanes, f16), @floatCast(v)));
+    return common.widen_f16(lanes, common.narrow_f16(lanes, v));
 }
 
 /// `roundB` over a packed B panel of `count` floats when A is f16.
@@ -889,7 +893,7 @@ fn dotRows(comptime T: type, comptime R: usize, comptime N: usize, args: *const 
         inline for (0..R) |r| {
             if (dot_prefetch_bytes > 0) @prefetch(a_rows[r] + k * @sizeOf(T) + dot_prefetch_bytes, .{});
             const av = loadVec(T, lanes, a_rows[r] + k * @sizeOf(T));
-            inline for (0..N) |j| acc[r][j] = @mulAdd(V, av, bv[j], acc[r][j]);
+            inline for (0..N) |j| acc[r][j] = common.fma(V, av, bv[j], acc[r][j]);
         }
     }
     if (k < K) {
@@ -905,8 +909,8 @@ fn dotRows(comptime T: type, comptime R: usize, comptime N: usize, args: *const 
             var buf: [lanes]T = @splat(0);
             const src: [*]align(1) const T = @ptrCast(a_rows[r] + k * @sizeOf(T));
             for (0..rest) |i| buf[i] = src[i];
-            const av: V = if (T == f32) buf else @floatCast(@as(@Vector(lanes, T), buf));
-            inline for (0..N) |j| acc[r][j] = @mulAdd(V, av, bv[j], acc[r][j]);
+            const av: V = if (T == f32) buf else common.widen_f16(lanes, buf);
+            inline for (0..N) |j| acc[r][j] = common.fma(V, av, bv[j], acc[r][j]);
         }
     }
     inline for (0..R) |r| {
@@ -1000,7 +1004,7 @@ fn dotRowsF16(comptime R: usize, args: *const GemmArgs, m0: usize, j: usize) voi
             const bv = roundB(f16, loadVec(f32, lanes, b_row + (k + i * lanes) * 4));
             inline for (0..R) |r| {
                 const av = loadVec(f16, lanes, a_rows[r] + (k + i * lanes) * 2);
-                acc[r][i] = @mulAdd(V, av, bv, acc[r][i]);
+                acc[r][i] = common.fma(V, av, bv, acc[r][i]);
             }
         }
     }

@@ -23,6 +23,7 @@
 const std = @import("std");
 const builtin = @import("builtin");
 const quant = @import("../quant.zig");
+const common = @import("common.zig");
 const node = @import("../node.zig");
 
 const assert = std.debug.assert;
@@ -243,7 +244,7 @@ inline fn halves_to_f32(heads: I32x8, comptime high: bool) F32x8 {
     const bits: @Vector(8, u32) = @bitCast(heads);
     const shifted = if (high) bits >> @splat(16) else bits;
     const h: @Vector(8, f16) = @bitCast(@as(@Vector(8, u16), @truncate(shifted)));
-    return @floatCast(h);
+    return common.widen_f16(8, h);
 }
 
 /// Lanes [s[2p] x 4, s[2p+1] x 4]: the scales of pair p for its 8 i32 lanes of sums.
@@ -288,7 +289,7 @@ fn dot_chunks(comptime kind: DType, comptime R: usize, rows: *const [rows_max][*
         inline for (0..R) |r| {
             const heads = gather_heads(bb, rows[r] + first * bb, count);
             scales[r] = halves_to_f32(heads, false) * dy;
-            if (kind == .q4_1) mins[r] = @mulAdd(F32x8, halves_to_f32(heads, true), sy, mins[r]);
+            if (kind == .q4_1) mins[r] = common.fma(F32x8, halves_to_f32(heads, true), sy, mins[r]);
         }
         if (kind == .q8_0) {
             for (0..count) |i| {
@@ -307,7 +308,7 @@ fn dot_chunks(comptime kind: DType, comptime R: usize, rows: *const [rows_max][*
                         dot_add(offset, @as(U8x32, @bitCast(xq)) ^ @as(U8x32, @splat(0x80)), yq)
                     else
                         dot_add(zero, @bitCast(@abs(xq)), sign(yq, xq));
-                    acc[r] = @mulAdd(F32x8, @floatFromInt(dot), permute(scales[r], index), acc[r]);
+                    acc[r] = common.fma(F32x8, @floatFromInt(dot), permute(scales[r], index), acc[r]);
                 }
             }
         } else {
@@ -329,7 +330,7 @@ fn dot_chunks(comptime kind: DType, comptime R: usize, rows: *const [rows_max][*
                     // the bits that crossed over from the next byte.
                     const high = @as(U8x32, @bitCast(@as(@Vector(16, u16), @bitCast(packed_bytes)) >> @splat(4))) & mask;
                     const dot = dot_add(dot_add(offset, low, ylo), high, yhi);
-                    acc[r] = @mulAdd(F32x8, @floatFromInt(dot), pair_lanes(scales[r], p), acc[r]);
+                    acc[r] = common.fma(F32x8, @floatFromInt(dot), pair_lanes(scales[r], p), acc[r]);
                 }
             }
             if (count % 2 == 1) {
@@ -342,7 +343,7 @@ fn dot_chunks(comptime kind: DType, comptime R: usize, rows: *const [rows_max][*
                 inline for (0..R) |r| {
                     const block = rows[r] + b * bb;
                     const dot = dot_add(offset, nibbles(block[at..][0..16]), yq);
-                    acc[r] = @mulAdd(F32x8, @floatFromInt(dot), permute(scales[r], index), acc[r]);
+                    acc[r] = common.fma(F32x8, @floatFromInt(dot), permute(scales[r], index), acc[r]);
                 }
             }
         }
@@ -391,13 +392,13 @@ fn dot_q4_1(comptime R: usize, rows: *const [rows_max][*]const u8, y: Activation
             inline for (0..R) |r| heads[r] = std.mem.readInt(i32, rows[r][b * bb ..][0..4], .little);
         }
         const dxy = halves_to_f32(heads, false) * @as(F32x8, @splat(y.d[b]));
-        summs = @mulAdd(F32x8, halves_to_f32(heads, true), @as(F32x8, @splat(y.s[b])), summs);
+        summs = common.fma(F32x8, halves_to_f32(heads, true), @as(F32x8, @splat(y.s[b])), summs);
         const yq: I8x32 = @bitCast(y_bytes[b * qk ..][0..32].*);
         inline for (0..R) |r| {
             const block = rows[r] + b * bb;
             @prefetch(block + ahead, .{ .locality = 2 });
             const dot = dot_add(@splat(0), nibbles(block[4..][0..16]), yq);
-            acc[r] = @mulAdd(F32x8, @floatFromInt(dot), @as(F32x8, @splat(dxy[r])), acc[r]);
+            acc[r] = common.fma(F32x8, @floatFromInt(dot), @as(F32x8, @splat(dxy[r])), acc[r]);
         }
     }
     inline for (0..R) |r| out[r] = hsum_float_8(acc[r]) + summs[r];
@@ -518,7 +519,7 @@ fn ggml_dot_ref(dtype: DType, x: []const u8, y: []const u8, blocks: usize) f32 {
         const ys = y[b * yb ..][0..yb];
         const d0 = f16_at(xs[0..2]);
         const d1 = f16_at(ys[0..2]);
-        if (dtype == .q4_1) summs = @mulAdd(f32, f16_at(xs[2..4]), f16_at(ys[2..4]), summs);
+        if (dtype == .q4_1) summs = common.fma(f32, f16_at(xs[2..4]), f16_at(ys[2..4]), summs);
         const dd = d0 * d1;
         const yq = ys[yb - 32 ..][0..32];
         for (0..8) |j| {
@@ -530,7 +531,7 @@ fn ggml_dot_ref(dtype: DType, x: []const u8, y: []const u8, blocks: usize) f32 {
                     @as(i8, @bitCast(xs[2 + e]));
                 lane += q * @as(i8, @bitCast(yq[e]));
             }
-            acc[j] = @mulAdd(f32, dd, @floatFromInt(lane), acc[j]);
+            acc[j] = common.fma(f32, dd, @floatFromInt(lane), acc[j]);
         }
     }
     return hsum_float_8(acc) + if (dtype == .q4_1) summs else 0;

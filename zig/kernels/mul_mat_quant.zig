@@ -117,7 +117,7 @@ pub fn mul_mat(n: *const common.Node, work: *const common.Work) common.Status {
         const count = g.count;
         for (0..count) |r| {
             const bytes: [*]const u8 = @ptrFromInt(g.weight_row(a, r).base);
-            quant.dequantize_row(a.dtype, bytes[0..quant.row_bytes(a.dtype, k)], rows[r * stride ..][0..k]);
+            quant.dequantize_row(a.dtype, bytes[0..@intCast(quant.row_bytes(a.dtype, k))], rows[r * stride ..][0..k]);
         }
         for (0..b.ne[1]) |column| {
             const index: common.RowIndex = .{ .i1 = column, .i2 = g.batch2, .i3 = g.batch3 };

@@ -1158,7 +1158,7 @@ test "validate_node names the op and the broken rule; compute_node refuses the s
     try expect_verdict(
         &make_node(.get_rows, a.desc, &.{ a.desc, a.desc }),
         .unsupported,
-        "get_rows: src1 must be i32",
+        "get_rows: src1 must be i32 or i64",
     );
     try expect_verdict(
         &make_node(.sum, a.desc, &.{a.desc}),
@@ -1217,7 +1217,7 @@ test "validate_node names the op and the broken rule; compute_node refuses the s
     try expect_verdict(
         &make_node(.get_rows, a.desc, &.{ bad, b.desc }),
         .unsupported,
-        "get_rows: src0 must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K or q6_K",
+        "get_rows: src0 must be f32, f16, i32, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K or q6_K",
     );
     bad = a.desc;
     bad.ne = .{ 1 << 30, 1 << 30, 1, 1 };

@@ -1,6 +1,9 @@
 /**
  * The CPU backend: buffers from the Zig core, a persistent thread pool, and graph plans that
- * compute a whole graph in one FFI call.
+ * compute a whole graph in one FFI call. {@link CoreBackend} is everything but the loading and
+ * file mappings, shared with the WebAssembly backend (`src/backend/wasm/backend.ts`), which
+ * runs the same core built for wasm32: its addresses are offsets into the instance's memory,
+ * and the node table carries them as it carries native addresses.
  * @module
  */
 
@@ -12,7 +15,7 @@ import {
   PlacementError,
   StalePlanError,
 } from "../../errors.ts";
-import { check, loadCore, type LoadOptions, type NativeCore } from "../../core/core.ts";
+import { check, loadNativeLibrary, type LoadOptions, type NativeCore } from "../../core/core.ts";
 import type { Graph } from "../../graph.ts";
 import type { Tensor } from "../../tensor.ts";
 import type { Backend, BufferType, GraphPlan } from "../backend.ts";
@@ -22,14 +25,27 @@ import { requireSameLayout, requireTensorData, requireTensorRange } from "../che
 import { requireReadable } from "../../alloc/reuse.ts";
 import { CPU_ALIGNMENT, CpuBuffer, CpuMappedBuffer } from "./buffer.ts";
 import { CpuPlan, type CpuPlanOptions } from "./plan.ts";
-import { resolveSimd, type SimdChoice, type SimdLevel } from "./simd.ts";
+import { resolveSimd, type SimdChoice, type SimdLevel, simdLevelName } from "./simd.ts";
+
+/** Options of every backend over the Zig core ({@link CpuBackend}, `WasmBackend`). */
+export interface CoreBackendOptions {
+  /**
+   * Threads that compute graphs (CPU default: 1 per available core, at most 64; the
+   * WebAssembly core has one).
+   */
+  threads?: number;
+  /** A name for reports, to tell several backends apart (default "cpu" or "wasm"). */
+  name?: string;
+  /**
+   * The largest buffer {@link CoreBackend.allocBuffer} makes (default and upper bound: the
+   * backend's limit, {@link CPU_MAX_BUFFER_SIZE} on the CPU); lower it to hold weights in several
+   * smaller buffers.
+   */
+  maxBufferSize?: number;
+}
 
 /** Options of {@link CpuBackend}. */
-export interface CpuBackendOptions {
-  /** Threads that compute graphs (default: 1 per available core, at most 64). */
-  threads?: number;
-  /** A name for reports, to tell several CPU backends apart (default "cpu"). */
-  name?: string;
+export interface CpuBackendOptions extends CoreBackendOptions {
   /**
    * Kernel build. Default: the `GRAFT_CPU` environment variable (`auto`, `avx2`, `avx512`),
    * else "auto", the best the CPU runs. An explicit build the CPU (or `GRAFT_CPU`) does not
@@ -38,21 +54,40 @@ export interface CpuBackendOptions {
   simd?: SimdChoice;
   /** Where to load the native library from. */
   library?: LoadOptions;
-  /**
-   * The largest buffer {@link CpuBackend.allocBuffer} makes (default and upper bound
-   * {@link CPU_MAX_BUFFER_SIZE}); lower it to hold weights in several smaller buffers.
-   */
-  maxBufferSize?: number;
+}
+
+/**
+ * What a backend over the Zig core is made of: the loaded core and what differs between the
+ * native library and the WebAssembly core.
+ */
+export interface CoreBinding {
+  /** The core's functions (FFI or WebAssembly). */
+  readonly core: NativeCore;
+  /** The kernel build's level number (1 AVX2, 2 AVX-512, 3 NEON, 4 SIMD128). */
+  readonly simdLevel: number;
+  /** The class, as errors name it ("CpuBackend", "WasmBackend"; minifiers rename classes). */
+  readonly label: string;
+  /** The buffer type's name ("cpu", "wasm"). */
+  readonly memory: string;
+  /** Threads when the options name none. */
+  readonly defaultThreads: number;
+  /** The most threads the core's pool takes (64 natively, 1 in the WebAssembly core). */
+  readonly threadsMax: number;
+  /** The largest buffer the core makes. */
+  readonly maxBufferSize: number;
 }
 
 /** The largest CPU buffer: 2^53 - 1 bytes, the largest size a number holds exactly. */
 export const CPU_MAX_BUFFER_SIZE: number = Number.MAX_SAFE_INTEGER;
 
-/** Thread counts a pool takes: the core's threads_max is 64. */
-function requireThreads(verb: string, threads: unknown): void {
-  if (typeof threads !== "number" || !Number.isInteger(threads) || threads < 1 || threads > 64) {
+/** Thread counts a pool takes: the core's threads_max (64 natively). */
+function requireThreads(verb: string, threads: unknown, threadsMax: number): void {
+  if (
+    typeof threads !== "number" || !Number.isInteger(threads) || threads < 1 ||
+    threads > threadsMax
+  ) {
     throw new ArgumentError(
-      `${verb}: threads must be an integer in 1..64, got ${showValue(threads)}`,
+      `${verb}: threads must be an integer in 1..${threadsMax}, got ${showValue(threads)}`,
     );
   }
 }
@@ -66,30 +101,18 @@ function defaultThreads(): number {
 }
 
 /**
- * The CPU backend.
- *
- * @example
- * ```ts
- * import { add, allocTensors, Context, CpuBackend, Graph } from "../../../mod.ts";
- * using cpu = new CpuBackend({ threads: 2 });
- * const ctx = new Context();
- * const a = ctx.newTensor("f32", [3]);
- * const b = ctx.newTensor("f32", [3]);
- * const c = add(a, b);
- * const graph = Graph.build(c);
- * using buffer = allocTensors(cpu, [a, b, ...graph.nodes]);
- * cpu.setTensor(a, new Float32Array([1, 2, 3]));
- * cpu.setTensor(b, new Float32Array([10, 20, 30]));
- * cpu.graphCompute(graph);
- * console.log(cpu.getTensor(c)); // Float32Array [11, 22, 33]
- * ```
+ * A backend over the Zig core: its buffers, thread pool and graph plans (a node table written
+ * once, one call per graph). {@link CpuBackend} runs it natively through FFI, `WasmBackend` as
+ * WebAssembly; make one of those.
  */
-export class CpuBackend implements Backend {
+export class CoreBackend implements Backend {
   readonly name: string;
   readonly alignment: number = CPU_ALIGNMENT;
   /** Host memory, 64-byte aligned offsets, up to `maxBufferSize` bytes a buffer. */
   readonly bufferType: BufferType;
   readonly #lib: NativeCore;
+  readonly #threadsMax: number;
+  readonly #label: string;
   #pool = 0;
   #simdLevel = 1;
   #threads = 1;
@@ -97,31 +120,37 @@ export class CpuBackend implements Backend {
   #tail: Promise<void> = Promise.resolve();
   #pending = 0;
 
-  /** Loads the core, selects the kernel build and starts the thread pool. */
-  constructor(options: CpuBackendOptions = {}) {
-    this.name = options.name ?? "cpu";
-    const maxSize = options.maxBufferSize ?? CPU_MAX_BUFFER_SIZE;
-    requireByteCount("CpuBackend: maxBufferSize", maxSize, 1);
-    if (maxSize > CPU_MAX_BUFFER_SIZE) {
+  /**
+   * Starts the thread pool of a loaded core (use {@link CpuBackend} or `WasmBackend`).
+   * @ignore
+   */
+  protected constructor(options: CoreBackendOptions, binding: CoreBinding) {
+    this.#label = binding.label;
+    this.name = options.name ?? binding.memory;
+    const limit = binding.maxBufferSize;
+    const maxSize = options.maxBufferSize ?? limit;
+    requireByteCount(`${this.#label}: maxBufferSize`, maxSize, 1);
+    if (maxSize > limit) {
       throw new ArgumentError(
-        `CpuBackend: maxBufferSize ${maxSize} is above the core's limit ${CPU_MAX_BUFFER_SIZE}`,
+        `${this.#label}: maxBufferSize ${maxSize} is above the core's limit ${limit}`,
       );
     }
     this.bufferType = {
-      name: "cpu",
+      name: binding.memory,
       alignment: CPU_ALIGNMENT,
       maxSize,
       hostVisible: true,
       allocSize: (tensor: Tensor): number => tensor.nbytes,
     };
-    this.#lib = loadCore(options.library);
-    this.#simdLevel = resolveSimd(this.#lib, options.simd);
-    this.#startPool(options.threads ?? defaultThreads());
+    this.#lib = binding.core;
+    this.#simdLevel = binding.simdLevel;
+    this.#threadsMax = binding.threadsMax;
+    this.#startPool(options.threads ?? binding.defaultThreads);
   }
 
   /** The kernel build in use. */
   get simd(): SimdLevel {
-    return this.#simdLevel === 2 ? "avx512" : "avx2";
+    return simdLevelName(this.#simdLevel);
   }
 
   /** Threads computing graphs. */
@@ -134,27 +163,34 @@ export class CpuBackend implements Backend {
     this.#alive("setThreads");
     this.#idle("setThreads");
     // Validate before tearing the old pool down: a bad count must leave the backend working.
-    requireThreads("setThreads", threads);
+    requireThreads("setThreads", threads, this.#threadsMax);
     check(this.#lib, this.#lib.graft_pool_destroy(this.#pool), "setThreads");
     this.#startPool(threads);
   }
 
   #startPool(threads: number): void {
-    requireThreads("CpuBackend", threads);
+    requireThreads(this.#label, threads, this.#threadsMax);
     const handle = new Uint32Array(1);
-    check(this.#lib, this.#lib.graft_pool_create(threads, handle), "CpuBackend thread pool");
+    check(
+      this.#lib,
+      this.#lib.graft_pool_create(threads, handle),
+      `${this.#label} thread pool`,
+    );
     this.#pool = handle[0]!;
     this.#threads = threads;
   }
 
   #alive(verb: string): void {
-    if (this.#disposed) throw new DisposedError(`CpuBackend.${verb}: backend is disposed`);
+    if (this.#disposed) {
+      throw new DisposedError(`${this.#label}.${verb}: backend is disposed`);
+    }
   }
 
   #idle(verb: string): void {
     if (this.#pending > 0) {
       throw new BusyError(
-        `CpuBackend.${verb}: asynchronous work is in flight; await synchronize() first`,
+        `${this.#label}.${verb}: asynchronous work is in flight; await synchronize() ` +
+          "first",
       );
     }
   }
@@ -171,34 +207,15 @@ export class CpuBackend implements Backend {
   }
 
   /**
-   * Maps the whole file at `path` read-only (mmap PROT_READ, MAP_PRIVATE) as a buffer of this
-   * backend: no copy and no memory of its own, the OS pages the file in as kernels read it.
-   * Tensors placed in it at their byte offsets in the file are read in place; writing into
-   * them is a ReadOnlyError. Disposing the buffer unmaps the file. `maxBufferSize` does not
-   * apply (nothing is allocated). A file that cannot be mapped is a FileError naming the OS
-   * error.
-   *
-   * @example
-   * ```ts
-   * import { CpuBackend } from "../../../mod.ts";
-   * const path = Deno.makeTempFileSync();
-   * Deno.writeFileSync(path, new Uint8Array([1, 2, 3, 4]));
-   * using cpu = new CpuBackend({ threads: 1 });
-   * using mapped = cpu.mapFile(path);
-   * console.log(mapped.size, mapped.readOnly); // 4 true
-   * ```
-   */
-  mapFile(path: string | URL): CpuMappedBuffer {
-    this.#alive("mapFile");
-    return new CpuMappedBuffer(this, this.#lib, path);
-  }
-
-  /**
    * The CPU runs every op of the op table that the core computes, with the dtypes the op
    * builders accept (the core validates each node again when a plan is made).
    */
   supportsOp(tensor: Tensor): boolean {
-    return isViewOp(tensor.op) || opInfo(tensor.op).core !== null;
+    if (isViewOp(tensor.op)) return true;
+    const info = opInfo(tensor.op);
+    // An op that declares its result dtypes (the op table's support column) has kernels for
+    // those only; the builders admit no others, but a hand-made tensor might.
+    return info.core !== null && (info.support?.cpu.includes(tensor.dtype) ?? true);
   }
 
   /** The CPU buffer holding `tensor`; throws if it has no memory here. */
@@ -208,7 +225,8 @@ export class CpuBackend implements Backend {
     const buffer = placement.buffer;
     if (!(buffer instanceof CpuBuffer) || buffer.backend !== this) {
       throw new PlacementError(
-        `${verb}: ${tensor.label} lives on ${buffer.backend.name}, not on this cpu backend`,
+        `${verb}: ${tensor.label} lives on ${buffer.backend.name}, not on this ` +
+          `${this.bufferType.name} backend`,
       );
     }
     if (buffer.disposed) {
@@ -449,14 +467,87 @@ export class CpuBackend implements Backend {
    * {@link synchronize} first.
    */
   dispose(): void {
-    if (this.#disposed) throw new DisposedError("CpuBackend.dispose: already disposed");
+    if (this.#disposed) {
+      throw new DisposedError(`${this.#label}.dispose: already disposed`);
+    }
     this.#idle("dispose");
-    check(this.#lib, this.#lib.graft_pool_destroy(this.#pool), "CpuBackend.dispose");
+    check(this.#lib, this.#lib.graft_pool_destroy(this.#pool), `${this.#label}.dispose`);
     this.#disposed = true;
   }
 
   /** Disposes unless already disposed (for `using`). */
   [Symbol.dispose](): void {
     if (!this.#disposed) this.dispose();
+  }
+
+  /**
+   * The core this backend runs on (for buffers of it, made by subclasses).
+   * @ignore
+   */
+  protected get core(): NativeCore {
+    return this.#lib;
+  }
+
+  /** Throws a DisposedError naming `verb` once disposed (for subclasses' verbs). */
+  protected requireAlive(verb: string): void {
+    this.#alive(verb);
+  }
+}
+
+/**
+ * The CPU backend.
+ *
+ * @example
+ * ```ts
+ * import { add, allocTensors, Context, CpuBackend, Graph } from "../../../mod.ts";
+ * using cpu = new CpuBackend({ threads: 2 });
+ * const ctx = new Context();
+ * const a = ctx.newTensor("f32", [3]);
+ * const b = ctx.newTensor("f32", [3]);
+ * const c = add(a, b);
+ * const graph = Graph.build(c);
+ * using buffer = allocTensors(cpu, [a, b, ...graph.nodes]);
+ * cpu.setTensor(a, new Float32Array([1, 2, 3]));
+ * cpu.setTensor(b, new Float32Array([10, 20, 30]));
+ * cpu.graphCompute(graph);
+ * console.log(cpu.getTensor(c)); // Float32Array [11, 22, 33]
+ * ```
+ */
+export class CpuBackend extends CoreBackend {
+  /** Loads the core, selects the kernel build and starts the thread pool. */
+  constructor(options: CpuBackendOptions = {}) {
+    const core = loadNativeLibrary(options.library);
+    super(options, {
+      core,
+      label: "CpuBackend",
+      simdLevel: resolveSimd(core, options.simd),
+      memory: "cpu",
+      defaultThreads: defaultThreads(),
+      threadsMax: 64,
+      maxBufferSize: CPU_MAX_BUFFER_SIZE,
+    });
+  }
+
+  /**
+   * Maps the whole file at `path` read-only (mmap PROT_READ, MAP_PRIVATE) as a buffer of this
+   * backend: no copy and no memory of its own, the OS pages the file in as kernels read it.
+   * Tensors placed in it at their byte offsets in the file are read in place; writing into
+   * them is a ReadOnlyError. Disposing the buffer unmaps the file. `maxBufferSize` does not
+   * apply (nothing is allocated). A file that cannot be mapped is a FileError naming the OS
+   * error.
+   *
+   * @example
+   * ```ts
+   * import { CpuBackend } from "../../../mod.ts";
+   * const path = Deno.makeTempFileSync();
+   * Deno.writeFileSync(path, new Uint8Array([1, 2, 3, 4]));
+   * using cpu = new CpuBackend({ threads: 1 });
+   * using mapped = cpu.mapFile(path);
+   * console.log(mapped.size, mapped.readOnly); // 4 true
+   * ```
+   */
+  mapFile(path: string | URL): CpuMappedBuffer {
+    this.requireAlive("mapFile");
+    return new CpuMappedBuffer(this, this.core, path);
   }
 }

@@ -11,7 +11,7 @@ import { fileUrlToPath } from "../../core/ffi.ts";
 import { type DType, DTYPES } from "../../dtype.ts";
 import type { Tensor } from "../../tensor.ts";
 import type { BackendBuffer, MappedBuffer, MappedFile } from "../backend.ts";
-import type { CpuBackend } from "./backend.ts";
+import type { CoreBackend, CpuBackend } from "./backend.ts";
 
 /** Tensor offsets in CPU buffers are 64-byte aligned (one cache line, one zmm register). */
 export const CPU_ALIGNMENT = 64;
@@ -30,7 +30,7 @@ interface NativeBuffer {
 /** Memory allocated by the Zig core (or, for {@link CpuMappedBuffer}, a file it mapped). */
 export class CpuBuffer implements BackendBuffer {
   /** The backend that made the plan. */
-  readonly backend: CpuBackend;
+  readonly backend: CoreBackend;
   readonly size: number;
   readonly alignment: number = CPU_ALIGNMENT;
   /** Native handle. */
@@ -44,10 +44,10 @@ export class CpuBuffer implements BackendBuffer {
   readonly #lib: NativeCore;
 
   /**
-   * Use {@link CpuBackend.allocBuffer}. `native` is a buffer the core already made (a file
+   * Use {@link CoreBackend.allocBuffer}. `native` is a buffer the core already made (a file
    * mapping); without it, `size` bytes are allocated.
    */
-  constructor(backend: CpuBackend, lib: NativeCore, size: number, native?: NativeBuffer) {
+  constructor(backend: CoreBackend, lib: NativeCore, size: number, native?: NativeBuffer) {
     if (!native) {
       // A size above 2^53 would reach the core wrapped (2^64 + 4096 became a 4 KiB buffer).
       requireByteCount("allocBuffer: size", size, 1);

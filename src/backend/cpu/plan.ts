@@ -12,7 +12,7 @@ import type { GraphPlan } from "../backend.ts";
 import { writesLeaf } from "../checks.ts";
 import { PlanIdentity } from "../plan_identity.ts";
 import { markFused } from "../../alloc/reuse.ts";
-import type { CpuBackend } from "./backend.ts";
+import type { CoreBackend } from "./backend.ts";
 import type { CpuBuffer } from "./buffer.ts";
 import { fuseNodes } from "./fuse.ts";
 import { computeNodes, encodeNodeTable, type TableEntry, tensorEntry } from "./node_table.ts";
@@ -21,7 +21,7 @@ const plans = new FinalizationRegistry<{ lib: NativeCore; handle: number }>((hel
   held.lib.graft_plan_free(held.handle);
 });
 
-/** Options of {@link CpuBackend.graphPlanCreate}. */
+/** Options of {@link CoreBackend.graphPlanCreate}. */
 export interface CpuPlanOptions {
   /**
    * Pack the weights of the graph's matrix products once, as the kernels read them, instead of
@@ -53,7 +53,7 @@ interface BufferRange {
   end: number;
 }
 
-function ownerRange(backend: CpuBackend, tensor: Tensor): BufferRange {
+function ownerRange(backend: CoreBackend, tensor: Tensor): BufferRange {
   const owner = tensor.memoryOwner;
   const buffer = backend.bufferOf(owner, "graphPlanCreate");
   const begin = owner.placement!.offset;
@@ -70,7 +70,7 @@ function overlaps(a: BufferRange, b: BufferRange): boolean {
  * is checked, not only copies into leafs, so that a placement that aliases a weight (however
  * it was made) never leaves a stale packed copy.
  */
-function prepackedProducts(backend: CpuBackend, nodes: readonly Tensor[]): Tensor[] {
+function prepackedProducts(backend: CoreBackend, nodes: readonly Tensor[]): Tensor[] {
   const writes = nodes.map((t) => ownerRange(backend, t));
   return nodes.filter((t) => {
     if (t.op !== Op.mulMat) return false;
@@ -92,7 +92,7 @@ export class CpuPlan implements GraphPlan {
   /** The thread count the plan was made for. */
   readonly threads: number;
   /** The backend that made the plan. */
-  readonly backend: CpuBackend;
+  readonly backend: CoreBackend;
   /** Records in the core's node table: nodes computed (views excluded), a fused pair as one. */
   readonly nodeCount: number;
   /** The node table's records in order, each with the graph nodes it computes. */
@@ -110,9 +110,9 @@ export class CpuPlan implements GraphPlan {
   /** Buffers holding prepacked weights, with their write count when the plan last packed. */
   readonly #packedGenerations = new Map<CpuBuffer, number>();
 
-  /** Use {@link CpuBackend.graphPlanCreate}. */
+  /** Use {@link CoreBackend.graphPlanCreate}. */
   constructor(
-    backend: CpuBackend,
+    backend: CoreBackend,
     lib: NativeCore,
     graph: Graph,
     threads: number,

@@ -6,19 +6,31 @@
  */
 
 import { GraftError } from "../../errors.ts";
-import { loadCore, type LoadOptions, type NativeCore } from "../../core/core.ts";
+import { loadNativeLibrary, type LoadOptions, type NativeCore } from "../../core/core.ts";
 
-/** A kernel build. */
-export type SimdLevel = "avx2" | "avx512";
+/**
+ * A kernel build: AVX2 or AVX-512 on x86-64, NEON on aarch64 (the native core), or the
+ * WebAssembly core's SIMD128.
+ */
+export type SimdLevel = "avx2" | "avx512" | "neon" | "simd128";
 
 /** What `simd` in the backend's options accepts. */
 export type SimdChoice = "auto" | SimdLevel;
 
 /** The kernel builds by their core level number (0: the CPU runs none of them). */
-const LEVELS = ["none", "avx2", "avx512"] as const;
+const LEVELS = ["none", "avx2", "avx512", "neon", "simd128"] as const;
+
+/** The name of a core level number (1 AVX2, 2 AVX-512, 3 NEON, 4 SIMD128). */
+export function simdLevelName(level: number): SimdLevel {
+  const name = LEVELS[level];
+  if (name === undefined || name === "none") {
+    throw new GraftError(`simd level ${level} names no kernel build`);
+  }
+  return name;
+}
 
 /** The value `GRAFT_CPU` may take. */
-const CHOICES: readonly string[] = ["auto", "avx2", "avx512"];
+const CHOICES: readonly string[] = ["auto", "avx2", "avx512", "neon"];
 
 function readCap(): SimdChoice {
   let value: string | undefined;
@@ -41,7 +53,10 @@ export function bestLevel(lib: NativeCore): { level: number; reason: string } {
   const cpu = lib.graft_simd_supported();
   const cap = readCap();
   if (cap === "auto") return { level: cpu, reason: `best on this CPU: ${LEVELS[cpu]}` };
-  const capped = Math.min(cpu, LEVELS.indexOf(cap));
+  // NEON (aarch64) and the x86 builds do not order against each other: a cap of the other
+  // architecture's build leaves nothing.
+  const neon = LEVELS.indexOf("neon");
+  const capped = (cpu === neon) !== (cap === "neon") ? 0 : Math.min(cpu, LEVELS.indexOf(cap));
   return {
     level: capped,
     reason: `best on this CPU: ${LEVELS[cpu]}, GRAFT_CPU=${cap} caps it at ${LEVELS[capped]}`,
@@ -62,7 +77,8 @@ export function resolveSimd(lib: NativeCore, choice: SimdChoice | undefined): nu
   }
   const { level: best, reason } = bestLevel(lib);
   const level = wanted === "auto" ? best : LEVELS.indexOf(wanted);
-  if (best === 0 || level > best) {
+  const neon = LEVELS.indexOf("neon");
+  if (best === 0 || level > best || (best === neon) !== (level === neon)) {
     throw new GraftError(
       `CpuBackend: simd=${wanted} cannot run here (AVX2 with FMA and F16C is the minimum; ` +
         `${reason}); use simd: "auto"`,
@@ -82,6 +98,7 @@ export function resolveSimd(lib: NativeCore, choice: SimdChoice | undefined): nu
  * ```
  */
 export function simdLevels(options: LoadOptions = {}): SimdLevel[] {
-  const { level } = bestLevel(loadCore(options));
+  const { level } = bestLevel(loadNativeLibrary(options));
+  if (LEVELS[level] === "neon") return ["neon"];
   return (["avx2", "avx512"] as const).slice(0, level);
 }

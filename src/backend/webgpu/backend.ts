@@ -16,7 +16,7 @@ import {
 import type { Graph } from "../../graph.ts";
 import type { Tensor } from "../../tensor.ts";
 import type { Backend, BufferType, GraphPlan } from "../backend.ts";
-import { isViewOp } from "../../op.ts";
+import { isViewOp, opInfo } from "../../op.ts";
 import { kernelFor } from "./kernels.ts";
 import { requireSameLayout, requireTensorData, requireTensorRange } from "../checks.ts";
 import { requireReadable } from "../../alloc/reuse.ts";
@@ -196,6 +196,8 @@ export class WebGpuBackend implements Backend {
    */
   supportsOp(tensor: Tensor): boolean {
     if (isViewOp(tensor.op)) return true;
+    // The op table's support column, where an op declares it, lists the dtypes it has here.
+    if (!(opInfo(tensor.op).support?.webgpu.includes(tensor.dtype) ?? true)) return false;
     try {
       kernelFor(tensor);
     } catch {

@@ -20,6 +20,7 @@ import {
 import { MATMUL_TILE, matmulShader } from "./shader_matmul.ts";
 import { type RowKind, rowShader, sumShader } from "./shader_rows.ts";
 import { ropeShader } from "./shader_rope.ts";
+import { indexingKernel } from "./kernels_indexing.ts";
 import {
   isWeightDType,
   MATVEC_COLS,
@@ -228,6 +229,9 @@ function rope(node: Tensor): Kernel {
 function requireDecodable(node: Tensor): void {
   for (const t of [node, ...node.src]) {
     if (!holdsRawBytes(t.dtype)) continue;
+    // i64 row indices are read as two words each (shader_copy.ts).
+    const rowIndices = (node.op === Op.getRows || node.op === Op.setRows) && t === node.src[1];
+    if (rowIndices && t.dtype === "i64") continue;
     const weights = (node.op === Op.getRows || node.op === Op.mulMat) && t === node.src[0];
     if (!weights || !isWeightDType(t.dtype)) {
       throw new GraftError(
@@ -267,6 +271,8 @@ export function kernelFor(node: Tensor): Kernel {
   }
   const math = mathKernel(node);
   if (math) return math;
+  const indexing = indexingKernel(node);
+  if (indexing) return indexing;
   const a = src[0];
   if (!a) throw new GraftError(`webgpu: ${opName(node.op)} ${node.label} has no source`);
   switch (node.op) {
@@ -276,14 +282,20 @@ export function kernelFor(node: Tensor): Kernel {
     case Op.cont:
       return flat(`cpy:${a.dtype}:${node.dtype}`, () => cpyShader(a.dtype, node.dtype), node, [a]);
     case Op.getRows: {
-      const kernel = flat(`getRows:${a.dtype}`, () => getRowsShader(a.dtype), node, src);
+      const index = src[1]!.dtype;
+      const kernel = flat(
+        `getRows:${a.dtype}:${index}`,
+        () => getRowsShader(a.dtype, index),
+        node,
+        src,
+      );
       return { ...kernel, status: true };
     }
     case Op.setRows: {
       const [rows, indices] = src as [Tensor, Tensor];
       return {
-        key: `setRows:${node.dtype}`,
-        source: () => setRowsShader(node.dtype),
+        key: `setRows:${node.dtype}:${rows.dtype}:${indices.dtype}`,
+        source: () => setRowsShader(node.dtype, rows.dtype, indices.dtype),
         tensors: [node, rows, indices],
         status: true,
         count: rows.nelements,

@@ -21,50 +21,73 @@ ${flatKernel(`  ${move}`)}`;
 }
 
 /**
+ * The row index at byte `b` of S1, and whether it lies in [0, rows): i32 indices are one word,
+ * i64 indices two (little endian; in range only with a zero high word).
+ */
+function indexWgsl(index: DType): string {
+  return index === "i64"
+    ? `fn row_index(b: u32, rows: u32) -> vec2<u32> {
+  let lo = S1_bits(b);
+  return vec2<u32>(lo, select(0u, 1u, S1_bits(b + 4u) == 0u && lo < rows));
+}`
+    : `fn row_index(b: u32, rows: u32) -> vec2<u32> {
+  let v = bitcast<i32>(S1_bits(b));
+  return vec2<u32>(u32(v), select(0u, 1u, v >= 0 && u32(v) < rows));
+}`;
+}
+
+/**
  * getRows: D[i0, n, b, c] = S0[i0, S1[n, b, c], b, c]. An index outside [0, rows) writes 0 and
  * sets word 0 of the status binding to 1, which the backend reports on its next synchronize.
- * bf16 and block-quantized tables are decoded element by element (`shader_quant.ts`).
+ * bf16 and block-quantized tables are decoded element by element (`shader_quant.ts`); an i32
+ * table is copied as bits into an i32 D.
  */
-export function getRowsShader(table: DType): string {
+export function getRowsShader(table: DType, index: DType = "i32"): string {
   const bindings = isWeightDType(table)
-    ? weightBindings(table, ["i32"])
-    : tensorBindings("f32", [table, "i32"]);
+    ? weightBindings(table, [index])
+    : tensorBindings(table === "i32" ? "i32" : "f32", [table, index]);
   const load = isWeightDType(table)
-    ? weightLoad(table, "c.x", "u32(row), c.z, c.w")
-    : "S0_f32(at(1u, vec4<u32>(c.x, u32(row), c.z, c.w)))";
+    ? weightLoad(table, "c.x", "row.x, c.z, c.w")
+    : "S0_f32(at(1u, vec4<u32>(c.x, row.x, c.z, c.w)))";
+  const store = table === "i32"
+    ? "D_set_bits(at(0u, c), S0_bits(at(1u, vec4<u32>(c.x, row.x, c.z, c.w))));"
+    : `D_set_f32(at(0u, c), ${load});`;
   return `${PARAMS_WGSL}
 ${bindings}
 ${bindingWgsl("STATUS", 4, "i32", true)}
+${indexWgsl(index)}
 ${
     flatKernel(`  let c = coords(0u, i);
-  let row = bitcast<i32>(S1_bits(at(2u, vec4<u32>(c.y, c.z, c.w, 0u))));
-  if (row < 0 || u32(row) >= P.t[1].ne.y) {
-    D_set_f32(at(0u, c), 0.0);
+  let row = row_index(at(2u, vec4<u32>(c.y, c.z, c.w, 0u)), P.t[1].ne.y);
+  if (row.y == 0u) {
+    D_set_bits(at(0u, c), 0u);
     STATUS_set_bits(0u, 1u);
     return;
   }
-  D_set_f32(at(0u, c), ${load});`)
+  ${store}`)
   }`;
 }
 
 /**
  * setRows, one item per element of the rows written (S0): D[i0, S1[n, b, c], b, c] =
- * S0[i0, n, b, c]. An index outside [0, R) skips the element and sets word 0 of the status
+ * S0[i0, n, b, c], the indices' batches broadcast (b mod S1.ne[1], c mod S1.ne[2]). An index outside [0, R) skips the element and sets word 0 of the status
  * binding to 1, which the backend reports on its next synchronize (other elements may have been
  * written by then: the CPU checks every index first).
  */
-export function setRowsShader(to: DType): string {
+export function setRowsShader(to: DType, from: DType = "f32", index: DType = "i32"): string {
   return `${PARAMS_WGSL}
-${tensorBindings(to, ["f32", "i32"])}
+${tensorBindings(to, [from, index])}
 ${bindingWgsl("STATUS", 4, "i32", true)}
+${indexWgsl(index)}
 ${
     flatKernel(`  let c = coords(1u, i);
-  let row = bitcast<i32>(S1_bits(at(2u, vec4<u32>(c.y, c.z, c.w, 0u))));
-  if (row < 0 || u32(row) >= P.t[0].ne.y) {
+  let b = vec4<u32>(c.y, c.z % P.t[2].ne.y, c.w % P.t[2].ne.z, 0u);
+  let row = row_index(at(2u, b), P.t[0].ne.y);
+  if (row.y == 0u) {
     STATUS_set_bits(0u, 1u);
     return;
   }
-  D_set_f32(at(0u, vec4<u32>(c.x, u32(row), c.z, c.w)), S0_f32(at(1u, c)));`)
+  D_set_f32(at(0u, vec4<u32>(c.x, row.x, c.z, c.w)), S0_f32(at(1u, c)));`)
   }`;
 }
 

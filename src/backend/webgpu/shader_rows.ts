@@ -111,7 +111,7 @@ function softmaxBody(masked: boolean): string {
       `rc.w % P.t[2].ne.w)))`
     : "S0_f32(at(1u, e)) * P.f.x";
   return `
-  var m = bitcast<f32>(0xff800000u);
+  var m = neg_inf();
   for (var j = lid; j < n; j = j + ${WORKGROUP_SIZE}u) {
     let e = rc + vec4<u32>(j, 0u, 0u, 0u);
     m = max(m, ${logit});

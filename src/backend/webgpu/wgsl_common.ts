@@ -32,6 +32,13 @@ struct Desc { ne: vec4<u32>, nb: vec4<u32>, off: vec4<u32> }
 struct Params { t: array<Desc, 4>, f: vec4<f32>, u: vec4<u32> }
 @group(0) @binding(0) var<uniform> P: Params;
 
+// -inf, made at run time: a WGSL constant expression may not evaluate to an infinity (Chromium's
+// Tint rejects bitcast<f32>(0xff800000u)), so the bits come from a private variable.
+var<private> NEG_INF_BITS: u32 = 0xff800000u;
+fn neg_inf() -> f32 {
+  return bitcast<f32>(NEG_INF_BITS);
+}
+
 // Byte address of element c of tensor k within its binding.
 fn at(k: u32, c: vec4<u32>) -> u32 {
   let d = P.t[k];

@@ -4,7 +4,7 @@
  *   perf gemv_<type>_4096 graft=<GB/s> read_bound=<GB/s> ratio=<graft/bound>
  *   perf gemv_<type>_4096_vs_ggml graft=<GB/s> ggml=<GB/s> ratio=<graft/ggml>
  *   perf prefill_<type>_4096x4096x512 graft=<GFLOP/s> sgemm_f32=<GFLOP/s> ratio=<graft/sgemm>
- *   perf gguf_load_smollm2_* ...   (bench/gguf_bench.ts, in a process of its own)
+ *   perf gguf_load_smollm2_* ...   (bench/gguf_perf.ts, in a process of its own)
  *
  * Matrix-vector: 4096x4096 weights times one f32 column, in GB/s of weight bytes read, over a
  * rotation of copies whose total is at least twice the last-level cache (so the weights come
@@ -15,7 +15,7 @@
  * measured alternately, best of 3 rounds. Prefill: 4096x4096 weights times 512 columns, against
  * Graft's own f32 sgemm of the same shape.
  *
- * Then the GGUF lines of bench/gguf_bench.ts (load time and RSS of the SmolLM2 file) when the model
+ * Then the GGUF lines of bench/gguf_perf.ts (load time and RSS of the SmolLM2 file) when the model
  * is cached (`deno task model:fetch`), run in a fresh process so that its RSS figures do not carry
  * this one's allocations.
  *
@@ -34,6 +34,7 @@ import {
   type Tensor,
 } from "../mod.ts";
 import { secondsPerCall } from "./timing.ts";
+import { Progress } from "./progress.ts";
 import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
 
 const THREADS = 2;
@@ -200,7 +201,10 @@ if (import.meta.main) {
   console.log(
     `# ${THREADS} threads, kernels ${cpu.simd}, last-level cache ${(llc / 2 ** 20).toFixed(0)} MiB`,
   );
+  // On a terminal, which case runs (each takes seconds to minutes); nothing in a log.
+  const progress = new Progress(GEMV_TYPES.length + PREFILL_TYPES.length);
   for (const type of GEMV_TYPES) {
+    progress.step(`gemv ${type}`);
     const bytes = quantize(values, type);
     const copies = Math.max(2, Math.ceil(Math.min(2 * llc, ROTATION_CAP_BYTES) / bytes.length));
     const set = products(cpu, type, bytes, copies, 1);
@@ -237,6 +241,7 @@ if (import.meta.main) {
   const flops = 2 * K * M * PREFILL_N;
   const f32 = products(cpu, "f32", values, 1, PREFILL_N);
   for (const type of PREFILL_TYPES) {
+    progress.step(`prefill ${type}`);
     const set = products(cpu, type, quantize(values, type), 1, PREFILL_N);
     let graft = 0, sgemm = 0;
     for (let r = 0; r < ROUNDS; r++) {
@@ -257,16 +262,17 @@ if (import.meta.main) {
     set.dispose();
   }
   f32.dispose();
+  progress.done();
   if (!smolLM2Cached()) {
     console.log(
       `# gguf_load_smollm2 skipped: ${SMOLLM2_PATH} is missing; run \`deno task model:fetch\``,
     );
   } else if (!quick) {
     const gguf = new Deno.Command(Deno.execPath(), {
-      args: ["run", "--allow-ffi", "--allow-env", "--allow-read", `${root}bench/gguf_bench.ts`],
+      args: ["run", "--allow-ffi", "--allow-env", "--allow-read", `${root}bench/gguf_perf.ts`],
       stdout: "inherit",
       stderr: "inherit",
     }).outputSync();
-    if (!gguf.success) throw new Error("bench/gguf_bench.ts failed");
+    if (!gguf.success) throw new Error("bench/gguf_perf.ts failed");
   }
 }

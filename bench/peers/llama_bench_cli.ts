@@ -1,5 +1,5 @@
 /**
- * llama.cpp's llama-bench, the peer of record of `deno task bench:llm` (bench/llm_bench.ts): where
+ * llama.cpp's llama-bench, the peer of record of `deno task bench:llm` (bench/llm_perf.ts): where
  * the pinned build lives, how to run it, and what its JSON says. The build is the one
  * tools/llama_build.sh makes (`deno task llama:build`, about 10 minutes); the benchmark never starts
  * that build itself.

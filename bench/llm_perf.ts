@@ -9,7 +9,7 @@
  *
  * pp128: 128 random prompt tokens in one batch from an empty cache; tg64: 64 decodes of one token
  * each from an empty cache; tokens/s the mean over the repetitions, as llama-bench's avg_ts, after
- * one warmup (see bench/llm_graft.ts, bench/peers/llama_bench.ts for the settings read from
+ * one warmup (see bench/llm_graft.ts, bench/peers/llama_bench_cli.ts for the settings read from
  * llama-bench's source). Each side runs in a process of its own under bench/peers/rss.py, which
  * gives its peak RSS the same way (ru_maxrss: runtime, model mapping, KV cache and all, both tests
  * in one process). The sides alternate, `--rounds` times (the order reversed every other round),
@@ -30,8 +30,9 @@ import {
   type LlamaBenchSettings,
   runLlamaBench,
   simdLevel,
-} from "./peers/llama_bench.ts";
+} from "./peers/llama_bench_cli.ts";
 import { nodeLlamaCppMissing, runNodeLlamaCpp } from "./peers/node_llama_cpp.ts";
+import { Progress } from "./progress.ts";
 
 const THREADS = 2;
 const N_PROMPT = 128;
@@ -147,10 +148,16 @@ if (import.meta.main) {
 
   const graft = emptySide(), peer = emptySide(), node = emptySide();
   let nodeOk = !nodeMissing, nodeVersion = "";
+  // On a terminal, which side of which round runs (each takes tens of seconds).
+  const progress = new Progress(ROUNDS * 3);
   for (let round = 0; round < ROUNDS; round++) {
     const steps: (() => Promise<void>)[] = [
-      async () => add(graft, await runGraft()),
       async () => {
+        progress.step(`round ${round + 1}/${ROUNDS}: graft`);
+        add(graft, await runGraft());
+      },
+      async () => {
+        progress.step(`round ${round + 1}/${ROUNDS}: llama-bench`);
         if (!llamaBench) return;
         try {
           add(peer, await runLlamaBench(llamaBench, settings));
@@ -160,6 +167,7 @@ if (import.meta.main) {
         }
       },
       async () => {
+        progress.step(`round ${round + 1}/${ROUNDS}: node-llama-cpp`);
         if (!nodeOk) return;
         try {
           const run = await runNodeLlamaCpp({
@@ -178,6 +186,7 @@ if (import.meta.main) {
     ];
     for (const step of round % 2 === 0 ? steps : steps.reverse()) await step();
   }
+  progress.done();
 
   if (llamaBench) printLines("llama_bench", "", graft, peer);
   else {

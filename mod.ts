@@ -75,6 +75,30 @@ export {
   sub,
 } from "./src/ops/elementwise.ts";
 export { mean, sum } from "./src/ops/reduce.ts";
+export {
+  abs,
+  ceil,
+  clamp,
+  cos,
+  elu,
+  exp,
+  floor,
+  geluErf,
+  geluQuick,
+  hardSigmoid,
+  hardSwish,
+  leakyRelu,
+  log,
+  neg,
+  round,
+  sgn,
+  sigmoid,
+  sin,
+  step,
+  tanh,
+  trunc,
+} from "./src/ops/unary.ts";
+export { argmax, countEqual, cumsum, maxRows, minRows, sumRows } from "./src/ops/reduce_rows.ts";
 export { norm, rmsNorm, softmax, type SoftmaxOptions } from "./src/ops/norm.ts";
 export { rope, type RopeMode, type RopeOptions } from "./src/ops/rope.ts";
 export { mulMat, type MulMatOptions } from "./src/ops/matmul.ts";

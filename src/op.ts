@@ -7,7 +7,7 @@
  * @module
  */
 
-import type { DType } from "./dtype.ts";
+import { type DType, DTYPES } from "./dtype.ts";
 
 /**
  * The core's op codes, by the core's names (`zig/node.zig`, `Op`). Graph ops map onto these
@@ -38,6 +38,33 @@ export const CoreOp = {
   rms_norm_mul: 21,
   rope: 23,
   set_rows: 24,
+  abs: 25,
+  sgn: 26,
+  neg: 27,
+  step: 28,
+  tanh: 29,
+  elu: 30,
+  leaky_relu: 31,
+  sigmoid: 32,
+  hard_sigmoid: 33,
+  hard_swish: 34,
+  gelu_erf: 35,
+  gelu_quick: 36,
+  exp: 37,
+  log: 38,
+  sin: 39,
+  cos: 40,
+  clamp: 41,
+  floor: 42,
+  ceil: 43,
+  round: 44,
+  trunc: 45,
+  sum_rows: 50,
+  argmax: 51,
+  max_rows: 52,
+  min_rows: 53,
+  count_equal: 54,
+  cumsum: 55,
   concat: 70,
   pad: 71,
   pad_reflect_1d: 72,
@@ -86,10 +113,11 @@ export interface OpInfo {
   readonly inPlace: InPlaceRule;
   /**
    * The result dtypes each backend computes this op for (its float sources in the same dtype
-   * unless the op says otherwise). The op suite verifies every declared combination and that
-   * none is missing; `docs/ops.md` is generated from these lists. Absent: not yet declared.
+   * unless the op says otherwise). The op suite (`tests/op_suite_test.ts`) verifies every
+   * declared combination and that none is missing; `docs/ops.md` is generated from these lists
+   * (`deno task docs:ops`). Views and inputs compute nothing: they list every dtype.
    */
-  readonly support?: OpSupport;
+  readonly support: OpSupport;
 }
 
 /** Per backend, the result dtypes an op is computed for (see {@link OpInfo.support}). */
@@ -117,6 +145,24 @@ const rowRead: InPlaceRule = {
 
 const view: InPlaceRule = { safe: false, reason: "a view owns no memory: it is its source's" };
 
+const rowReduction: InPlaceRule = {
+  safe: false,
+  reason: "a reduction reads a whole row for one dst element",
+};
+
+/** Result dtypes (see {@link OpSupport}): the same list on both backends. */
+function both(...dtypes: DType[]): OpSupport {
+  return { cpu: dtypes, webgpu: dtypes };
+}
+
+const F32: OpSupport = both("f32");
+const FLOAT: OpSupport = both("f32", "f16");
+const I32: OpSupport = both("i32");
+/** Ops that move bits (repeat, cont): every dtype with elements of whole bytes. */
+const ELEMENTS: OpSupport = both("f32", "f16", "i32");
+/** Views and inputs: memory only, any dtype. */
+const ANY: OpSupport = both(...(Object.keys(DTYPES) as DType[]));
+
 /** The op table. Adding an op: a row here, its builder in `src/ops/`, its kernels. */
 export const OPS = {
   none: {
@@ -125,20 +171,29 @@ export const OPS = {
     params: [],
     core: null,
     inPlace: { safe: false, reason: "an input computes nothing" },
+    support: ANY,
   },
-  add: { code: 1, arity: 2, params: [], core: "add", inPlace: elementwise },
-  sub: { code: 2, arity: 2, params: [], core: "sub", inPlace: elementwise },
-  mul: { code: 3, arity: 2, params: [], core: "mul", inPlace: elementwise },
-  div: { code: 4, arity: 2, params: [], core: "div", inPlace: elementwise },
-  scale: { code: 5, arity: 1, params: ["factor"], core: "scale", inPlace: elementwise },
-  sqr: { code: 6, arity: 1, params: [], core: "sqr", inPlace: elementwise },
-  sqrt: { code: 7, arity: 1, params: [], core: "sqrt", inPlace: elementwise },
+  add: { code: 1, arity: 2, params: [], core: "add", inPlace: elementwise, support: FLOAT },
+  sub: { code: 2, arity: 2, params: [], core: "sub", inPlace: elementwise, support: FLOAT },
+  mul: { code: 3, arity: 2, params: [], core: "mul", inPlace: elementwise, support: FLOAT },
+  div: { code: 4, arity: 2, params: [], core: "div", inPlace: elementwise, support: FLOAT },
+  scale: {
+    code: 5,
+    arity: 1,
+    params: ["factor", "bias"],
+    core: "scale",
+    inPlace: elementwise,
+    support: FLOAT,
+  },
+  sqr: { code: 6, arity: 1, params: [], core: "sqr", inPlace: elementwise, support: FLOAT },
+  sqrt: { code: 7, arity: 1, params: [], core: "sqrt", inPlace: elementwise, support: FLOAT },
   sum: {
     code: 8,
     arity: 1,
     params: [],
     core: "sum",
     inPlace: { safe: false, reason: "a reduction reads every src0 element for one dst element" },
+    support: F32,
   },
   mean: {
     code: 9,
@@ -146,6 +201,7 @@ export const OPS = {
     params: [],
     core: "mean",
     inPlace: { safe: false, reason: "a reduction reads a whole row for one dst element" },
+    support: F32,
   },
   repeat: {
     code: 10,
@@ -153,6 +209,7 @@ export const OPS = {
     params: [],
     core: "repeat",
     inPlace: { safe: false, reason: "dst element i reads src0 element i mod ne" },
+    support: ELEMENTS,
   },
   mulMat: {
     code: 11,
@@ -163,6 +220,7 @@ export const OPS = {
       safe: false,
       reason: "every dst element reads a whole row of src0 and of src1 (across threads)",
     },
+    support: F32,
   },
   cpy: {
     code: 12,
@@ -170,6 +228,7 @@ export const OPS = {
     params: [],
     core: "cpy",
     inPlace: { safe: false, reason: "cpy writes its second source's memory, owning none" },
+    support: { cpu: ["f32", "f16", "i32", "q8_0", "q4_0"], webgpu: ["f32", "f16", "i32"] },
   },
   getRows: {
     code: 13,
@@ -180,12 +239,26 @@ export const OPS = {
     // f32 rows from every weight dtype; i32 rows from an i32 table (ggml_get_rows).
     support: { cpu: ["f32", "i32"], webgpu: ["f32", "i32"] },
   },
-  norm: { code: 14, arity: 1, params: ["eps"], core: "norm", inPlace: rowRead },
-  rmsNorm: { code: 15, arity: 1, params: ["eps"], core: "rms_norm", inPlace: rowRead },
-  softmax: { code: 16, arity: 2, params: ["scale", "maxBias"], core: "soft_max", inPlace: rowRead },
-  gelu: { code: 17, arity: 1, params: [], core: "gelu", inPlace: elementwise },
-  silu: { code: 18, arity: 1, params: [], core: "silu", inPlace: elementwise },
-  relu: { code: 19, arity: 1, params: [], core: "relu", inPlace: elementwise },
+  norm: { code: 14, arity: 1, params: ["eps"], core: "norm", inPlace: rowRead, support: F32 },
+  rmsNorm: {
+    code: 15,
+    arity: 1,
+    params: ["eps"],
+    core: "rms_norm",
+    inPlace: rowRead,
+    support: F32,
+  },
+  softmax: {
+    code: 16,
+    arity: 2,
+    params: ["scale", "maxBias"],
+    core: "soft_max",
+    inPlace: rowRead,
+    support: F32,
+  },
+  gelu: { code: 17, arity: 1, params: [], core: "gelu", inPlace: elementwise, support: FLOAT },
+  silu: { code: 18, arity: 1, params: [], core: "silu", inPlace: elementwise, support: FLOAT },
+  relu: { code: 19, arity: 1, params: [], core: "relu", inPlace: elementwise, support: FLOAT },
   // A copy into fresh memory: the core's cpy. Its graph code is its own (22), above every
   // core code that it could be mistaken for (20 and 21 are the core's fused ops).
   cont: {
@@ -196,6 +269,7 @@ export const OPS = {
     // copy.zig uses memmove for the same-layout byte copy, so a cont onto itself is harmless;
     // with any other layout the planner's same-layout check refuses it.
     inPlace: { safe: true, reason: "a same-layout copy is a memmove onto itself" },
+    support: ELEMENTS,
   },
   rope: {
     code: 23,
@@ -208,6 +282,7 @@ export const OPS = {
       safe: true,
       reason: "each output pair depends only on the input pair it overwrites",
     },
+    support: F32,
   },
   setRows: {
     code: 24,
@@ -216,6 +291,130 @@ export const OPS = {
     core: "set_rows",
     inPlace: { safe: false, reason: "setRows writes its third source's memory, owning none" },
     support: { cpu: ["f32", "f16"], webgpu: ["f32", "f16"] },
+  },
+  // ggml's unary math, sums along rows, argmax, extremes, count and scan (kernels/unary.zig,
+  // kernels/reduce_rows.zig; WGSL in shader_unary.ts, shader_reduce_rows.ts).
+  abs: { code: 25, arity: 1, params: [], core: "abs", inPlace: elementwise, support: FLOAT },
+  sgn: { code: 26, arity: 1, params: [], core: "sgn", inPlace: elementwise, support: FLOAT },
+  neg: { code: 27, arity: 1, params: [], core: "neg", inPlace: elementwise, support: FLOAT },
+  step: { code: 28, arity: 1, params: [], core: "step", inPlace: elementwise, support: FLOAT },
+  tanh: { code: 29, arity: 1, params: [], core: "tanh", inPlace: elementwise, support: FLOAT },
+  elu: { code: 30, arity: 1, params: [], core: "elu", inPlace: elementwise, support: FLOAT },
+  leakyRelu: {
+    code: 31,
+    arity: 1,
+    params: ["slope"],
+    core: "leaky_relu",
+    inPlace: elementwise,
+    support: FLOAT,
+  },
+  sigmoid: {
+    code: 32,
+    arity: 1,
+    params: [],
+    core: "sigmoid",
+    inPlace: elementwise,
+    support: FLOAT,
+  },
+  hardSigmoid: {
+    code: 33,
+    arity: 1,
+    params: [],
+    core: "hard_sigmoid",
+    inPlace: elementwise,
+    support: FLOAT,
+  },
+  hardSwish: {
+    code: 34,
+    arity: 1,
+    params: [],
+    core: "hard_swish",
+    inPlace: elementwise,
+    support: FLOAT,
+  },
+  geluErf: {
+    code: 35,
+    arity: 1,
+    params: [],
+    core: "gelu_erf",
+    inPlace: elementwise,
+    support: FLOAT,
+  },
+  geluQuick: {
+    code: 36,
+    arity: 1,
+    params: [],
+    core: "gelu_quick",
+    inPlace: elementwise,
+    support: FLOAT,
+  },
+  exp: { code: 37, arity: 1, params: [], core: "exp", inPlace: elementwise, support: FLOAT },
+  log: { code: 38, arity: 1, params: [], core: "log", inPlace: elementwise, support: FLOAT },
+  sin: { code: 39, arity: 1, params: [], core: "sin", inPlace: elementwise, support: FLOAT },
+  cos: { code: 40, arity: 1, params: [], core: "cos", inPlace: elementwise, support: FLOAT },
+  clamp: {
+    code: 41,
+    arity: 1,
+    params: ["min", "max"],
+    core: "clamp",
+    inPlace: elementwise,
+    support: FLOAT,
+  },
+  floor: { code: 42, arity: 1, params: [], core: "floor", inPlace: elementwise, support: FLOAT },
+  ceil: { code: 43, arity: 1, params: [], core: "ceil", inPlace: elementwise, support: FLOAT },
+  round: { code: 44, arity: 1, params: [], core: "round", inPlace: elementwise, support: FLOAT },
+  trunc: { code: 45, arity: 1, params: [], core: "trunc", inPlace: elementwise, support: FLOAT },
+  sumRows: {
+    code: 50,
+    arity: 1,
+    params: [],
+    core: "sum_rows",
+    inPlace: rowReduction,
+    support: FLOAT,
+  },
+  argmax: {
+    code: 51,
+    arity: 1,
+    params: [],
+    core: "argmax",
+    inPlace: rowReduction,
+    // The result is i32 indices; the sources f32 or f16 (ggml: f32 only).
+    support: I32,
+  },
+  maxRows: {
+    code: 52,
+    arity: 1,
+    params: [],
+    core: "max_rows",
+    inPlace: rowReduction,
+    support: FLOAT,
+  },
+  minRows: {
+    code: 53,
+    arity: 1,
+    params: [],
+    core: "min_rows",
+    inPlace: rowReduction,
+    support: FLOAT,
+  },
+  countEqual: {
+    code: 54,
+    arity: 2,
+    params: [],
+    core: "count_equal",
+    inPlace: { safe: false, reason: "a reduction reads every element for one dst element" },
+    // i32 sources; the count is i32 (ggml's is i64, which Graft has no dtype for).
+    support: I32,
+  },
+  cumsum: {
+    code: 55,
+    arity: 1,
+    params: [],
+    core: "cumsum",
+    // reduce_rows.zig reads element i of a row before writing element i, and never reads an
+    // element it has written.
+    inPlace: { safe: true, reason: "each row is read element by element ahead of its writes" },
+    support: FLOAT,
   },
   // Shape and indexing ops (codes 70-99; kernels/indexing.zig and kernels/sort.zig, WGSL in
   // shader_indexing.ts; builders in src/ops/indexing.ts and src/ops/sort.ts).
@@ -316,16 +515,17 @@ export const OPS = {
     inPlace: { safe: true, reason: "fill reads no src0 element" },
     support: { cpu: ["f32", "f16"], webgpu: ["f32", "f16"] },
   },
-  view: { code: 100, arity: 1, params: [], core: null, inPlace: view },
-  reshape: { code: 101, arity: 1, params: [], core: null, inPlace: view },
+  view: { code: 100, arity: 1, params: [], core: null, inPlace: view, support: ANY },
+  reshape: { code: 101, arity: 1, params: [], core: null, inPlace: view, support: ANY },
   permute: {
     code: 102,
     arity: 1,
     params: ["axis0", "axis1", "axis2", "axis3"],
     core: null,
     inPlace: view,
+    support: ANY,
   },
-  transpose: { code: 103, arity: 1, params: [], core: null, inPlace: view },
+  transpose: { code: 103, arity: 1, params: [], core: null, inPlace: view, support: ANY },
   // Graph/core ops 110-149: attention, convolution, pooling and the other neural-network ops
   // (src/ops/attention.ts, zig/kernels/attention.zig, shader_attention.ts).
   flashAttnExt: {

@@ -45,6 +45,36 @@ pub const Op = enum(u32) {
     // dst (the target's memory, f32 | f16, any strides) [ne0, R, B, C]: row (src1[n, b, c], b, c)
     // <- src0 row (n, b, c) converted; src0 f32 [ne0, N, B, C], src1 i32 [N, B, C] (kernels/copy.zig)
     set_rows = 24,
+    // Unary math (kernels/unary.zig): dst and src0 of one shape and one dtype, f32 or f16, any
+    // strides. Each as ggml-cpu defines it (vec.h, unary-ops.cpp).
+    abs = 25,
+    sgn = 26,
+    neg = 27,
+    step = 28,
+    tanh = 29,
+    elu = 30,
+    leaky_relu = 31, // params[0]: f32 negative slope
+    sigmoid = 32,
+    hard_sigmoid = 33,
+    hard_swish = 34,
+    gelu_erf = 35,
+    gelu_quick = 36,
+    exp = 37,
+    log = 38,
+    sin = 39,
+    cos = 40,
+    clamp = 41, // params[0], params[1]: f32 min, max
+    floor = 42,
+    ceil = 43,
+    round = 44,
+    trunc = 45,
+    // Row reductions (kernels/reduce_rows.zig), src0 [ne0, ne1, ne2, ne3]:
+    sum_rows = 50, // dst [1, ne1, ne2, ne3], src0's dtype (f32 | f16)
+    argmax = 51, // dst i32 [ne1, ne2, ne3, 1]: the first index of each row's largest value
+    max_rows = 52, // dst [1, ne1, ne2, ne3], src0's dtype
+    min_rows = 53, // dst [1, ne1, ne2, ne3], src0's dtype
+    count_equal = 54, // src0, src1 i32 of one shape; dst i32 [1]: elements equal (ggml: i64)
+    cumsum = 55,
     // Shape and indexing ops (kernels/indexing.zig, kernels/sort.zig); params are f32 slots
     // holding whole numbers unless noted. f32, f16 and i32 elements are moved as bits.
     concat = 70, // params[0]: dim; dst = src0 then src1 along dim
@@ -82,6 +112,38 @@ pub const Op = enum(u32) {
 
     pub fn is_unary(op: Op) bool {
         inline for (@typeInfo(Unary).@"enum".fields) |field| {
+            if (op == @field(Op, field.name)) return true;
+        }
+        return false;
+    }
+
+    /// The unary math ops of kernels/unary.zig (f32 and f16), named as above.
+    pub const UnaryMath = enum {
+        abs,
+        sgn,
+        neg,
+        step,
+        tanh,
+        elu,
+        leaky_relu,
+        sigmoid,
+        hard_sigmoid,
+        hard_swish,
+        gelu_erf,
+        gelu_quick,
+        exp,
+        log,
+        sin,
+        cos,
+        clamp,
+        floor,
+        ceil,
+        round,
+        trunc,
+    };
+
+    pub fn is_unary_math(op: Op) bool {
+        inline for (@typeInfo(UnaryMath).@"enum".fields) |field| {
             if (op == @field(Op, field.name)) return true;
         }
         return false;

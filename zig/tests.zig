@@ -4,6 +4,7 @@ test {
     _ = @import("registry.zig");
     _ = @import("pool.zig");
     _ = @import("kernels/tests.zig");
+    _ = @import("kernels/unary_test.zig");
     _ = @import("kernels/indexing_test.zig");
     _ = @import("quant.zig");
     _ = @import("kernels/gemv_quant.zig");

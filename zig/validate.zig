@@ -56,7 +56,7 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
             if (check_tensor(label, &n.src[s], false)) |verdict| return verdict;
         }
     }
-    if (comptime op.is_unary()) return check_unary(name, n);
+    if (comptime op.is_unary() or op.is_unary_math()) return check_unary_float(name, n);
     return switch (op) {
         .add, .sub, .mul, .div => check_binary(name, n),
         .norm, .rms_norm => check_unary(name, n),
@@ -71,6 +71,10 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
         .set_rows => check_set_rows(n),
         .silu_mul => check_silu_mul(n),
         .rms_norm_mul => check_rms_norm_mul(n),
+        .sum_rows, .max_rows, .min_rows => check_row_reduction(name, n),
+        .argmax => check_argmax(n),
+        .cumsum => check_unary_float(name, n),
+        .count_equal => check_count_equal(n),
         .concat => check_concat(n),
         .pad => check_pad(n),
         .pad_reflect_1d => check_pad_reflect_1d(n),
@@ -100,7 +104,7 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
 /// Inclusive bounds on src_count.
 fn source_counts(comptime op: Op) [2]u32 {
     return switch (op) {
-        .add, .sub, .mul, .div, .mul_mat, .get_rows, .im2col, .conv_transpose_1d, .conv_transpose_2d, .silu_mul, .rms_norm_mul, .rope, .set_rows, .concat => .{ 2, 2 },
+        .add, .sub, .mul, .div, .mul_mat, .get_rows, .im2col, .conv_transpose_1d, .conv_transpose_2d, .silu_mul, .rms_norm_mul, .rope, .set_rows, .concat, .count_equal => .{ 2, 2 },
         .arange => .{ 0, 0 },
         .soft_max => .{ 1, 2 },
         .flash_attn_ext => .{ 3, 4 },
@@ -174,8 +178,9 @@ fn same_shape(a: *const TensorDesc, b: *const TensorDesc) bool {
 fn check_binary(comptime name: []const u8, n: *const Node) Verdict {
     const a = &n.src[0];
     const b = &n.src[1];
-    if (dtype_of(&n.dst) != .f32 or dtype_of(a) != .f32 or dtype_of(b) != .f32) {
-        return fail(.unsupported, name ++ ": dst, src0 and src1 must be f32");
+    const dtype = dtype_of(&n.dst);
+    if (!is_float(dtype) or dtype_of(a) != dtype or dtype_of(b) != dtype) {
+        return fail(.unsupported, name ++ ": dst, src0 and src1 must be all f32 or all f16");
     }
     if (!same_shape(&n.dst, a)) return fail(.shape_mismatch, name ++ ": dst.ne != src0.ne");
     for (0..dims_max) |d| {
@@ -186,7 +191,7 @@ fn check_binary(comptime name: []const u8, n: *const Node) Verdict {
     return .ok;
 }
 
-/// Unary element-wise ops and the row norms: f32 in, f32 out, one shape.
+/// The row norms: f32 in, f32 out, one shape.
 fn check_unary(comptime name: []const u8, n: *const Node) Verdict {
     if (dtype_of(&n.dst) != .f32 or dtype_of(&n.src[0]) != .f32) {
         return fail(.unsupported, name ++ ": dst and src0 must be f32");
@@ -835,5 +840,61 @@ fn check_conv_transpose(comptime kind: enum { one_d, two_d }, n: *const Node) Ve
         break :blk .{ (input.ne[0] - 1) * s + kernel.ne[0], kernel.ne[1], 1, 1 };
     };
     if (!std.mem.eql(i64, &n.dst.ne, &expected)) return fail(.shape_mismatch, name ++ ": dst.ne is not the transposed convolution's shape");
+    return .ok;
+}
+
+fn is_float(dtype: DType) bool {
+    return dtype == .f32 or dtype == .f16;
+}
+
+/// kernels/unary.zig and cumsum: dst and src0 of one shape and one float dtype (f32 or f16).
+fn check_unary_float(comptime name: []const u8, n: *const Node) Verdict {
+    const dtype = dtype_of(&n.src[0]);
+    if (!is_float(dtype)) return fail(.unsupported, name ++ ": src0 must be f32 or f16");
+    if (dtype_of(&n.dst) != dtype) return fail(.unsupported, name ++ ": dst.dtype != src0.dtype");
+    if (!same_shape(&n.dst, &n.src[0])) return fail(.shape_mismatch, name ++ ": dst.ne != src0.ne");
+    return .ok;
+}
+
+/// sum_rows, max_rows, min_rows: f32 or f16 src0, dst of its dtype, [1, ne1, ne2, ne3].
+fn check_row_reduction(comptime name: []const u8, n: *const Node) Verdict {
+    const src = &n.src[0];
+    const dtype = dtype_of(src);
+    if (!is_float(dtype)) return fail(.unsupported, name ++ ": src0 must be f32 or f16");
+    if (dtype_of(&n.dst) != dtype) return fail(.unsupported, name ++ ": dst.dtype != src0.dtype");
+    const expected = [dims_max]i64{ 1, src.ne[1], src.ne[2], src.ne[3] };
+    if (!std.mem.eql(i64, &n.dst.ne, &expected)) {
+        return fail(.shape_mismatch, name ++ ": dst.ne != [1, src0.ne[1], src0.ne[2], src0.ne[3]]");
+    }
+    return .ok;
+}
+
+/// argmax: f32 or f16 src0, i32 dst [ne1, ne2, ne3, 1]; row lengths fit an i32 index.
+fn check_argmax(n: *const Node) Verdict {
+    const src = &n.src[0];
+    if (!is_float(dtype_of(src))) return fail(.unsupported, "argmax: src0 must be f32 or f16");
+    if (dtype_of(&n.dst) != .i32) return fail(.unsupported, "argmax: dst must be i32");
+    if (src.ne[0] > std.math.maxInt(i32)) return fail(.limit_reached, "argmax: src0.ne[0] > 2^31 - 1");
+    const expected = [dims_max]i64{ src.ne[1], src.ne[2], src.ne[3], 1 };
+    if (!std.mem.eql(i64, &n.dst.ne, &expected)) {
+        return fail(.shape_mismatch, "argmax: dst.ne != [src0.ne[1], src0.ne[2], src0.ne[3], 1]");
+    }
+    return .ok;
+}
+
+/// count_equal: i32 src0 and src1 of one shape, i32 dst [1] (ggml's is i64; Graft has no i64,
+/// so the element count must fit an i32).
+fn check_count_equal(n: *const Node) Verdict {
+    const a = &n.src[0];
+    const b = &n.src[1];
+    if (dtype_of(a) != .i32 or dtype_of(b) != .i32) {
+        return fail(.unsupported, "count_equal: src0 and src1 must be i32");
+    }
+    if (dtype_of(&n.dst) != .i32) return fail(.unsupported, "count_equal: dst must be i32");
+    if (!same_shape(a, b)) return fail(.shape_mismatch, "count_equal: src0.ne != src1.ne");
+    if (n.dst.element_count() != 1) return fail(.shape_mismatch, "count_equal: dst.ne != [1, 1, 1, 1]");
+    if (a.element_count() > std.math.maxInt(i32)) {
+        return fail(.limit_reached, "count_equal: more than 2^31 - 1 elements (the i32 result)");
+    }
     return .ok;
 }

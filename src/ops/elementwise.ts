@@ -1,6 +1,7 @@
 /**
  * Elementwise ops: binary ops with ggml broadcasting (the second operand repeats to the first's
- * shape), unary activations, scale and repeat. All compute in f32.
+ * shape; f32 or f16, both operands of one dtype), unary activations and scale (f32 or f16, the result in the source's dtype,
+ * computed in f32) and repeat (f32, f16 or i32, bits copied).
  * @module
  */
 
@@ -9,15 +10,15 @@ import { type Dims, Tensor } from "../tensor.ts";
 import { requireDType, requireFinite, requireRepeatable } from "./check.ts";
 
 function binary(op: OpCode, name: string, a: Tensor, b: Tensor): Tensor {
-  requireDType(name, a, ["f32"]);
-  requireDType(name, b, ["f32"]);
+  requireDType(name, a, ["f32", "f16"]);
+  requireDType(name, b, [a.dtype]);
   requireRepeatable(name, b, a);
-  return new Tensor({ dtype: "f32", ne: a.ne, op, src: [a, b] });
+  return new Tensor({ dtype: a.dtype, ne: a.ne, op, src: [a, b] });
 }
 
 function unary(op: OpCode, name: string, a: Tensor, params: number[] = []): Tensor {
-  requireDType(name, a, ["f32"]);
-  return new Tensor({ dtype: "f32", ne: a.ne, op, src: [a], params });
+  requireDType(name, a, ["f32", "f16"]);
+  return new Tensor({ dtype: a.dtype, ne: a.ne, op, src: [a], params });
 }
 
 /**
@@ -50,10 +51,21 @@ export function div(a: Tensor, b: Tensor): Tensor {
   return binary(Op.div, "div", a, b);
 }
 
-/** `a * factor`. */
-export function scale(a: Tensor, factor: number): Tensor {
+/**
+ * `a * factor + bias` (ggml_scale and ggml_scale_bias); with bias 0 a plain multiply, so -0
+ * stays -0.
+ *
+ * @example
+ * ```ts
+ * import { Context, scale } from "../../mod.ts";
+ * const ctx = new Context();
+ * const y = scale(ctx.newTensor("f32", [8]), 0.5, 1); // x / 2 + 1
+ * ```
+ */
+export function scale(a: Tensor, factor: number, bias = 0): Tensor {
   requireFinite("scale", "factor", factor);
-  return unary(Op.scale, "scale", a, [factor]);
+  requireFinite("scale", "bias", bias);
+  return unary(Op.scale, "scale", a, [factor, bias]);
 }
 
 /** `a * a` elementwise (IEEE: NaN stays NaN, both infinities give +Inf). */
@@ -87,7 +99,7 @@ export function relu(a: Tensor): Tensor {
 /** Tiles `a` to `shape`: each dimension of `shape` must be a multiple of `a`'s. */
 export function repeat(a: Tensor, shape: Tensor | Dims): Tensor {
   const ne = shape instanceof Tensor ? shape.ne : shape;
-  requireDType("repeat", a, ["f32"]);
-  requireRepeatable("repeat", a, new Tensor({ dtype: "f32", ne }));
-  return new Tensor({ dtype: "f32", ne, op: Op.repeat, src: [a] });
+  requireDType("repeat", a, ["f32", "f16", "i32"]);
+  requireRepeatable("repeat", a, new Tensor({ dtype: a.dtype, ne }));
+  return new Tensor({ dtype: a.dtype, ne, op: Op.repeat, src: [a] });
 }

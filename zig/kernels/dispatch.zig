@@ -15,6 +15,8 @@ const soft_max = @import("soft_max.zig");
 const rope = @import("rope.zig");
 const mul_mat = @import("mul_mat.zig");
 const copy = @import("copy.zig");
+const unary = @import("unary.zig");
+const reduce_rows = @import("reduce_rows.zig");
 const indexing = @import("indexing.zig");
 const sort = @import("sort.zig");
 const attention = @import("attention.zig");
@@ -52,6 +54,7 @@ pub fn compute_node(n: *const Node, work: *const Work) Status {
 
 fn dispatch(op: Op, n: *const Node, work: *const Work) Status {
     if (elementwise.unary_of(op, n, work)) |status| return status;
+    if (unary.unary_math_of(op, n, work)) |status| return status;
     return switch (op) {
         .add => elementwise.binary(.add, n, work),
         .sub => elementwise.binary(.sub, n, work),
@@ -70,6 +73,12 @@ fn dispatch(op: Op, n: *const Node, work: *const Work) Status {
         .cpy => copy.cpy(n, work),
         .get_rows => copy.get_rows(n, work),
         .set_rows => copy.set_rows(n, work),
+        .sum_rows => reduce_rows.sum_rows(n, work),
+        .max_rows => reduce_rows.extreme_rows(.max, n, work),
+        .min_rows => reduce_rows.extreme_rows(.min, n, work),
+        .argmax => reduce_rows.argmax(n, work),
+        .cumsum => reduce_rows.cumsum(n, work),
+        .count_equal => reduce_rows.count_equal(n, work),
         .concat => indexing.concat(n, work),
         .pad => indexing.pad(n, work),
         .pad_reflect_1d => indexing.pad_reflect_1d(n, work),
@@ -104,6 +113,7 @@ pub fn work_size(n: *const Node, thread_count: u32) u64 {
     const op: Op = @enumFromInt(n.op);
     return switch (op) {
         .sum => reduce.sum_work_size_bytes,
+        .count_equal => reduce_rows.count_work_size_bytes,
         .mul_mat => mul_mat.work_size(n, thread_count),
         .top_k => sort.top_k_work_size(n, thread_count),
         .flash_attn_ext => attention.work_size(n, thread_count),
@@ -136,5 +146,5 @@ pub fn fails_on_data(op: Op) bool {
 
 /// Ops whose kernel calls `Work.sync`, so every thread must run it concurrently.
 pub fn uses_barrier(op: Op) bool {
-    return op == .sum or op == .mul_mat;
+    return op == .sum or op == .mul_mat or op == .count_equal;
 }

@@ -40,6 +40,7 @@ pub fn binary(
     const b = Tensor.from(&n.src[1]);
     assert(dst.element_count() == a.element_count());
     assert(a.ne[0] % b.ne[0] == 0);
+    if (dst.dtype == .f16) return binary_f16(op, dst, a, b, work);
     const stream = common.use_stream_stores(dst);
     const range = common.thread_range(dst.rows(), work);
     for (range.begin..range.end) |row| {
@@ -55,6 +56,40 @@ pub fn binary(
         );
     }
     if (stream) common.stream_fence();
+    return .ok;
+}
+
+/// f16 dst, src0 and src1 (ggml's f16 add, sub, mul and div): widened to f32, one f32
+/// operation, rounded back once. src1's row is gathered with a wrapping index.
+fn binary_f16(
+    comptime op: BinaryOp,
+    dst: Tensor,
+    a: Tensor,
+    b: Tensor,
+    work: *const common.Work,
+) common.Status {
+    assert(a.dtype == .f16);
+    assert(b.dtype == .f16);
+    const range = common.thread_range(dst.rows(), work);
+    for (range.begin..range.end) |row| {
+        const index = dst.row_index(row);
+        const dst_row = dst.row_at(index);
+        const a_row = a.row_at(index);
+        const b_row = b.row_broadcast(index);
+        var index_b: usize = 0;
+        var i: usize = 0;
+        while (i < dst.ne[0]) : (i += lanes) {
+            const chunk = @min(lanes, dst.ne[0] - i);
+            var gathered: [lanes]f32 = @splat(1);
+            for (0..chunk) |lane| {
+                gathered[lane] = common.load_f16(b_row.at(index_b));
+                index_b += 1;
+                if (index_b == b.ne[0]) index_b = 0;
+            }
+            const value = binary_apply(op, common.load_chunk_f16(a_row, i, chunk), gathered);
+            common.store_chunk_f16(dst_row, i, chunk, value);
+        }
+    }
     return .ok;
 }
 
@@ -126,7 +161,13 @@ pub fn unary(comptime op: UnaryOp, n: *const common.Node, work: *const common.Wo
     const dst = Tensor.from(&n.dst);
     const src = Tensor.from(&n.src[0]);
     assert(dst.element_count() == src.element_count());
+    assert(dst.dtype == src.dtype);
+    // scale's params: factor and bias (ggml_scale_bias: x * factor + bias; bias 0 is a plain
+    // multiply, as ggml-cpu's ggml_vec_scale_f32, so -0 stays -0).
     const factor = splat(n.param_f32(0));
+    const bias = splat(n.param_f32(1));
+    // Outputs past the cache size skip the read-for-ownership of each line (see common.zig).
+    const stream = dst.dtype == .f32 and common.use_stream_stores(dst);
     const range = common.thread_range(dst.rows(), work);
     for (range.begin..range.end) |row| {
         const index = dst.row_index(row);
@@ -135,12 +176,26 @@ pub fn unary(comptime op: UnaryOp, n: *const common.Node, work: *const common.Wo
         var i: usize = 0;
         while (i < dst.ne[0]) : (i += lanes) {
             const chunk = @min(lanes, dst.ne[0] - i);
-            const x = common.load_chunk(src_row, i, chunk, 0);
+            // f16 rows are widened, computed in f32 and rounded back once (ggml's f16 paths).
+            const x = if (dst.dtype == .f16)
+                common.load_chunk_f16(src_row, i, chunk)
+            else
+                common.load_chunk(src_row, i, chunk, 0);
             // silu as ggml_vec_silu_f32: full vectors and the scalar tail differ in their exp.
-            const value = if (op == .silu) common.ggml_silu_chunk(x, chunk) else unary_apply(op, x, factor);
-            common.store_chunk(dst_row, i, chunk, value);
+            const value = if (op == .silu)
+                common.ggml_silu_chunk(x, chunk)
+            else if (op == .scale and n.param_f32(1) != 0)
+                common.mul_add(x, factor, bias)
+            else
+                unary_apply(op, x, factor);
+            if (dst.dtype == .f16) {
+                common.store_chunk_f16(dst_row, i, chunk, value);
+            } else {
+                common.store_chunk_maybe_stream(dst_row, i, chunk, value, stream);
+            }
         }
     }
+    if (stream) common.stream_fence();
     return .ok;
 }
 

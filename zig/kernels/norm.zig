@@ -1,5 +1,5 @@
 //! Row normalizations, as ggml computes them (sums in f64, the scaling in f32); rms_norm (and
-//! rms_norm_mul) bit for bit as ggml-cpu (see `rms_scale`):
+//! rms_norm_mul) bit for bit as ggml-cpu (see `rms_scales`):
 //! norm: y = x - mean, dst = y / sqrt(mean(y^2) + eps); rms_norm: dst = x / sqrt(mean(x^2) + eps).
 //! Each row is read before any of its elements is written, element by element, so dst may alias
 //! src0 exactly.
@@ -35,6 +35,11 @@ pub fn normalize(
     const gain: ?Tensor = if (kind == .rms_norm_mul) Tensor.from(&n.src[1]) else null;
     if (gain) |g| assert(g.ne[0] == count);
     const range = common.thread_range(src.rows(), work);
+    if (kind != .norm) {
+        rms_rows(kind, dst, src, gain, range, eps_f32, stream);
+        if (stream) common.stream_fence();
+        return .ok;
+    }
     for (range.begin..range.end) |row| {
         const index = src.row_index(row);
         const src_row = src.row_at(index);
@@ -48,35 +53,73 @@ pub fn normalize(
                 const scale: f32 = @floatCast(1.0 / @sqrt(variance + eps));
                 scale_row(dst_row, src_row, count, mean, scale, stream);
             },
-            .rms_norm => {
-                const scale = rms_scale(src_row, count, eps_f32);
-                scale_row(dst_row, src_row, count, 0, scale, stream);
-            },
-            .rms_norm_mul => {
-                const scale = rms_scale(src_row, count, eps_f32);
-                scale_gain_row(dst_row, src_row, gain.?.row_broadcast(index), count, scale, stream);
-            },
+            .rms_norm, .rms_norm_mul => unreachable, // rms_rows, above
         }
     }
     if (stream) common.stream_fence();
     return .ok;
 }
 
-/// ggml_compute_forward_rms_norm_f32's scale, bit for bit: the squares rounded to f32, summed in
-/// f64 one element after another in row order; `mean = (float)(sum / n)`, then
+/// Rows whose rms scales are summed together: each row's sum is one serial chain of f64 adds
+/// (ggml's order, so bit for bit), latency-bound; independent rows interleaved let the CPU
+/// overlap their chains, which brings the kernel to the memory bound.
+const rms_rows_together = 8;
+
+fn rms_rows(
+    comptime kind: Kind,
+    dst: Tensor,
+    src: Tensor,
+    gain: ?Tensor,
+    range: common.Range,
+    eps: f32,
+    stream: bool,
+) void {
+    const count = src.ne[0];
+    var row = range.begin;
+    while (row < range.end) : (row += rms_rows_together) {
+        const active = @min(rms_rows_together, range.end - row);
+        var rows: [rms_rows_together]Strided = undefined;
+        for (0..rms_rows_together) |r| rows[r] = src.row(row + @min(r, active - 1));
+        // Every row is read whole (its sum) before any of them is written: in place is safe.
+        const scales = rms_scales(rows, count, eps);
+        for (0..active) |r| {
+            const index = src.row_index(row + r);
+            if (kind == .rms_norm_mul) {
+                scale_gain_row(dst.row_at(index), rows[r], gain.?.row_broadcast(index), count, scales[r], stream);
+            } else {
+                scale_row(dst.row_at(index), rows[r], count, 0, scales[r], stream);
+            }
+        }
+    }
+}
+
+/// ggml_compute_forward_rms_norm_f32's scale of several rows at once (a row may repeat to fill
+/// the group), bit for bit: the squares rounded to f32, summed in f64 one element after another
+/// in row order (each row its own chain); `mean = (float)(sum / n)`, then
 /// `1.0f / sqrtf(mean + eps)` all in f32.
-fn rms_scale(row: Strided, count: usize, eps: f32) f32 {
-    var total: f64 = 0;
+fn rms_scales(rows: [rms_rows_together]Strided, count: usize, eps: f32) [rms_rows_together]f32 {
+    var totals: [rms_rows_together]f64 = @splat(0);
     var index: usize = 0;
     while (index < count) : (index += lanes) {
         const chunk = @min(lanes, count - index);
-        // Padding lanes are 0: adding +0 to the (non-negative) sum changes nothing.
-        const x = common.load_chunk(row, index, chunk, 0);
-        const squares: [lanes]f32 = x * x;
-        inline for (0..lanes) |lane| total += @as(f64, squares[lane]);
+        // Each square rounded to f32 (ggml's x * x), then widened exactly to f64, a vector at
+        // a time; the adds below stay scalar and in order.
+        var squares: [rms_rows_together][lanes]f64 = undefined;
+        inline for (0..rms_rows_together) |r| {
+            const x = common.load_chunk(rows[r], index, chunk, 0);
+            squares[r] = @as(F64x, @floatCast(x * x));
+        }
+        // Padding lanes are 0: adding +0 to a (non-negative) sum changes nothing.
+        inline for (0..lanes) |lane| {
+            inline for (0..rms_rows_together) |r| totals[r] += squares[r][lane];
+        }
     }
-    const mean: f32 = @floatCast(total / @as(f64, @floatFromInt(count)));
-    return 1.0 / @sqrt(mean + eps);
+    var scales: [rms_rows_together]f32 = undefined;
+    for (0..rms_rows_together) |r| {
+        const mean: f32 = @floatCast(totals[r] / @as(f64, @floatFromInt(count)));
+        scales[r] = 1.0 / @sqrt(mean + eps);
+    }
+    return scales;
 }
 
 /// Sum of (x - center)^2 in f64, the difference taken in f32 as ggml does.

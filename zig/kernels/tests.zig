@@ -22,7 +22,7 @@ const Node = node.Node;
 const Op = node.Op;
 const DType = node.DType;
 const TensorDesc = node.TensorDesc;
-const Shape = [node.dims_max]i64;
+pub const Shape = [node.dims_max]i64;
 
 const tolerance_f32 = 1e-5;
 const tolerance_f16 = 1e-3;
@@ -32,14 +32,14 @@ const buffers_max = 4;
 // ---------------------------------------------------------------------------------------------
 // Test tensors.
 
-const Layout = enum { contiguous, permuted, strided };
-const layouts = [_]Layout{ .contiguous, .permuted, .strided };
+pub const Layout = enum { contiguous, permuted, strided };
+pub const layouts = [_]Layout{ .contiguous, .permuted, .strided };
 
-const TestTensor = struct {
+pub const TestTensor = struct {
     memory: []align(64) u8,
     desc: TensorDesc,
 
-    fn init(dtype: DType, ne: Shape, layout: Layout) !TestTensor {
+    pub fn init(dtype: DType, ne: Shape, layout: Layout) !TestTensor {
         const size: i64 = @intCast(dtype.size_bytes());
         var nb: Shape = undefined;
         switch (layout) {
@@ -76,19 +76,19 @@ const TestTensor = struct {
         } };
     }
 
-    fn deinit(self: *TestTensor) void {
+    pub fn deinit(self: *TestTensor) void {
         allocator.free(self.memory);
     }
 
-    fn count(self: *const TestTensor) usize {
+    pub fn count(self: *const TestTensor) usize {
         return @intCast(self.desc.element_count());
     }
 
-    fn fill_random(self: *TestTensor, random: std.Random, magnitude: f32) void {
+    pub fn fill_random(self: *TestTensor, random: std.Random, magnitude: f32) void {
         for (0..self.count()) |flat| set(&self.desc, flat, random_value(random, magnitude));
     }
 
-    fn value_at(self: *const TestTensor, flat: usize) f64 {
+    pub fn value_at(self: *const TestTensor, flat: usize) f64 {
         return get(&self.desc, flat);
     }
 };
@@ -111,7 +111,7 @@ fn element_address(desc: *const TensorDesc, flat: usize) usize {
     return address;
 }
 
-fn get(desc: *const TensorDesc, flat: usize) f64 {
+pub fn get(desc: *const TensorDesc, flat: usize) f64 {
     const address = element_address(desc, flat);
     return switch (@as(DType, @enumFromInt(desc.dtype))) {
         .f32 => common.load_f32(address),
@@ -153,7 +153,7 @@ fn flat_index(ne: Shape, position: [node.dims_max]usize) usize {
     return flat;
 }
 
-fn make_node(op: Op, dst: TensorDesc, sources: []const TensorDesc) Node {
+pub fn make_node(op: Op, dst: TensorDesc, sources: []const TensorDesc) Node {
     var result: Node = .{
         .op = @intFromEnum(op),
         .src_count = @intCast(sources.len),
@@ -200,7 +200,7 @@ fn worker(n: *const Node, work: *const node.Work, status: *node.Status) void {
 }
 
 /// Runs every thread's share of `n`; all threads must agree on the status.
-fn run(n: *const Node, thread_count: u32) !node.Status {
+pub fn run(n: *const Node, thread_count: u32) !node.Status {
     const scratch_size: usize = @intCast(dispatch.work_size(n, thread_count));
     const scratch = try allocator.alignedAlloc(u8, .@"64", @max(scratch_size, 64));
     defer allocator.free(scratch);
@@ -233,7 +233,7 @@ fn run(n: *const Node, thread_count: u32) !node.Status {
 /// Checks `n` against `reference` (dst's elements in flat order) for every thread count, that
 /// results are bitwise equal across thread counts and that only dst's element bytes change.
 /// `buffers` are every test tensor's memory; dst lives in `buffers[dst_buffer]`.
-fn expect_node(
+pub fn expect_node(
     n: *const Node,
     buffers: []const []align(64) u8,
     dst_buffer: usize,
@@ -308,7 +308,7 @@ fn report(flat: usize, actual: f64, expected: f64) error{TestValueMismatch} {
 // ---------------------------------------------------------------------------------------------
 // Shapes.
 
-const shapes = [_]Shape{
+pub const shapes = [_]Shape{
     .{ 1, 1, 1, 1 },
     .{ 7, 3, 1, 1 },
     .{ 33, 6, 2, 3 },
@@ -1130,7 +1130,7 @@ test "validate_node names the op and the broken rule; compute_node refuses the s
     try expect_verdict(
         &make_node(.mul, a.desc, &.{ half.desc, a.desc }),
         .unsupported,
-        "mul: dst, src0 and src1 must be f32",
+        "mul: dst, src0 and src1 must be all f32 or all f16",
     );
     try expect_verdict(
         &make_node(.mul_mat, a.desc, &.{ a.desc, b.desc }),
@@ -1211,7 +1211,7 @@ test "validate_node names the op and the broken rule; compute_node refuses the s
     try expect_verdict(
         &make_node(.relu, a.desc, &.{bad}),
         .unsupported,
-        "relu: dst and src0 must be f32",
+        "relu: src0 must be f32 or f16",
     );
     bad.dtype = @intFromEnum(DType.q8_1);
     try expect_verdict(

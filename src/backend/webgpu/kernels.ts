@@ -34,6 +34,13 @@ import {
   matvecShader,
 } from "./shader_quant.ts";
 import { WORKGROUP_SIZE } from "./wgsl_common.ts";
+import { mathExpressions, type MathKind, mathShader } from "./shader_unary.ts";
+import {
+  countEqualShader,
+  cumsumShader,
+  type RowReduceKind,
+  rowReduceShader,
+} from "./shader_reduce_rows.ts";
 
 /** Workgroups per grid dimension (WebGPU's default maxComputeWorkgroupsPerDimension). */
 export const GROUPS_MAX = 65535;
@@ -79,6 +86,70 @@ const binaryKinds: Partial<Record<number, BinaryKind>> = {
   [Op.mul]: "mul",
   [Op.div]: "div",
 };
+
+/** Ops with a WGSL expression in shader_unary.ts, by op code. */
+const mathKinds: Partial<Record<number, MathKind>> = Object.fromEntries(
+  (Object.keys(mathExpressions) as MathKind[]).map((kind) => [Op[kind], kind]),
+);
+
+const rowReduceKinds: Partial<Record<number, RowReduceKind>> = {
+  [Op.sumRows]: "sumRows",
+  [Op.maxRows]: "maxRows",
+  [Op.minRows]: "minRows",
+  [Op.argmax]: "argmax",
+};
+
+/** The f32 or f16 source of a float op; anything else is no kernel here. */
+function requireFloat(node: Tensor, a: Tensor): void {
+  if (a.dtype !== "f32" && a.dtype !== "f16") {
+    throw new GraftError(`webgpu: ${opName(node.op)} ${node.label} does not take ${a.dtype}`);
+  }
+}
+
+/** The kernels of ggml's unary math, row reductions and scans (codes 25-69), or null. */
+function mathKernel(node: Tensor): Kernel | null {
+  const a = node.src[0];
+  const math = mathKinds[node.op];
+  if (math && a) {
+    requireFloat(node, a);
+    const key = `math:${math}:${a.dtype}`;
+    return flat(key, () => mathShader(math, a.dtype), node, [a], node.params);
+  }
+  const reduce = rowReduceKinds[node.op];
+  if (reduce && a) {
+    requireFloat(node, a);
+    return {
+      key: `rowReduce:${reduce}:${a.dtype}`,
+      source: () => rowReduceShader(reduce, a.dtype),
+      tensors: [node, a],
+      status: false,
+      count: a.nrows,
+      floats: [],
+      workgroups: grid(a.nrows, `${opName(node.op)} ${node.label}`),
+    };
+  }
+  if (node.op === Op.cumsum && a) {
+    requireFloat(node, a);
+    const kernel = flat(`cumsum:${a.dtype}`, () => cumsumShader(a.dtype), node, [a]);
+    return {
+      ...kernel,
+      count: a.nrows,
+      workgroups: grid(Math.ceil(a.nrows / WORKGROUP_SIZE), `cumsum ${node.label}`),
+    };
+  }
+  if (node.op === Op.countEqual && a) {
+    return {
+      key: "countEqual",
+      source: countEqualShader,
+      tensors: [node, ...node.src.slice(0, 2)],
+      status: false,
+      count: a.nelements,
+      floats: [],
+      workgroups: [1, 1, 1],
+    };
+  }
+  return null;
+}
 
 /** Ops with a WGSL expression in shader_elementwise.ts, by op code. */
 const unaryKinds: Partial<Record<number, UnaryKind>> = Object.fromEntries(
@@ -232,11 +303,25 @@ export function kernelFor(node: Tensor): Kernel {
   requireDecodable(node);
   const src = node.src;
   const binary = binaryKinds[node.op];
-  if (binary) return flat(`binary:${binary}`, () => binaryShader(binary), node, src.slice(0, 2));
+  if (binary) {
+    const dtype = node.dtype;
+    if (dtype !== "f32" && dtype !== "f16") {
+      throw new GraftError(`webgpu: ${opName(node.op)} ${node.label} does not take ${dtype}`);
+    }
+    const key = `binary:${binary}:${dtype}`;
+    return flat(key, () => binaryShader(binary, dtype), node, src.slice(0, 2));
+  }
   const unary = unaryKinds[node.op];
   if (unary) {
-    return flat(`unary:${unary}`, () => unaryShader(unary), node, src.slice(0, 1), node.params);
+    const dtype = node.dtype;
+    if (dtype !== "f32" && dtype !== "f16") {
+      throw new GraftError(`webgpu: ${opName(node.op)} ${node.label} does not take ${dtype}`);
+    }
+    const key = `unary:${unary}:${dtype}`;
+    return flat(key, () => unaryShader(unary, dtype), node, src.slice(0, 1), node.params);
   }
+  const math = mathKernel(node);
+  if (math) return math;
   const indexing = indexingKernel(node);
   if (indexing) return indexing;
   const a = src[0];

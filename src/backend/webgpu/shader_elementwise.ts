@@ -17,9 +17,9 @@ export type UnaryKind = keyof typeof unaryExpressions;
 const operators: Readonly<Record<BinaryKind, string>> = { add: "+", sub: "-", mul: "*", div: "/" };
 
 /** `D = S0 op S1`, S1's coordinates taken modulo its shape (ggml's repeat broadcast). */
-export function binaryShader(kind: BinaryKind): string {
+export function binaryShader(kind: BinaryKind, dtype: DType = "f32"): string {
   return `${PARAMS_WGSL}
-${tensorBindings("f32", ["f32", "f32"])}
+${tensorBindings(dtype, [dtype, dtype])}
 ${
     flatKernel(`  let c = coords(0u, i);
   let a = S0_f32(at(1u, c));
@@ -33,7 +33,8 @@ ${
  * to this backend (the kernel table in kernels.ts is derived from it).
  */
 export const unaryExpressions = {
-  scale: "x * P.f.x",
+  // ggml_scale_bias: x * s + b, fused as the CPU's; with b = 0 a plain multiply (-0 stays -0).
+  scale: "select(fma(x, P.f.x, P.f.y), x * P.f.x, P.f.y == 0.0)",
   sqr: "x * x",
   sqrt: "sqrt(x)",
   // As the CPU: x / (1 + e^(-2y)) equals 0.5 x (1 + tanh(y)) without its cancellation.
@@ -45,10 +46,10 @@ export const unaryExpressions = {
   relu: "select(0.0, x, x > 0.0)",
 } as const;
 
-/** `D = f(S0)` element by element. */
-export function unaryShader(kind: UnaryKind): string {
+/** `D = f(S0)` element by element, D and S0 of `dtype` (f32 or f16, computed in f32). */
+export function unaryShader(kind: UnaryKind, dtype: DType = "f32"): string {
   return `${PARAMS_WGSL}
-${tensorBindings("f32", ["f32"])}
+${tensorBindings(dtype, [dtype])}
 ${
     flatKernel(`  let c = coords(0u, i);
   let x = S0_f32(at(1u, c));

@@ -7,6 +7,7 @@
  * WebGPU cases are skipped, visibly, when Deno finds no adapter.
  */
 
+import { nmseOf } from "./op_suite.ts";
 import assert from "node:assert/strict";
 import { closeSharedWebGpuTest, sharedWebGpu } from "./gpu.ts";
 import {
@@ -487,22 +488,6 @@ async function runCase(backend: Backend, c: OpCase): Promise<Float64Array> {
   return widen(result);
 }
 
-/** Normalized squared error sum((x - r)^2) / sum(r^2); NaN or inf mismatches are infinite. */
-function nmse(actual: Float64Array, expected: Float64Array): number {
-  let error = 0;
-  let norm = 0;
-  for (let i = 0; i < expected.length; i++) {
-    const [a, e] = [actual[i]!, expected[i]!];
-    if (!Number.isFinite(e) || !Number.isFinite(a)) {
-      if (!Object.is(a, e) && !(Number.isNaN(a) && Number.isNaN(e))) return Infinity;
-      continue;
-    }
-    error += (a - e) ** 2;
-    norm += e * e;
-  }
-  return norm === 0 ? error : error / norm;
-}
-
 const reference = new CpuBackend({ threads: 1 });
 
 const backends: { name: string; backend: Backend | null }[] = [
@@ -529,7 +514,7 @@ for (const { name, backend } of backends) {
         const expected = await runCase(reference, c);
         const actual = await runCase(backend!, c);
         assert.equal(actual.length, expected.length);
-        const error = nmse(actual, expected);
+        const error = nmseOf(actual, expected);
         assert.ok(
           error <= c.nmse,
           `${name} ${c.name}: NMSE ${error} > ${c.nmse}\nactual ${actual.slice(0, 8).join(", ")}` +

@@ -6,23 +6,7 @@
  */
 
 import { PARAMS_WGSL, tensorBindings, WORKGROUP_SIZE } from "./wgsl_common.ts";
-
-const REDUCE = `
-var<workgroup> red: array<f32, ${WORKGROUP_SIZE}>;
-
-fn reduce_sum(lid: u32, value: f32) -> f32 {
-  red[lid] = value;
-  workgroupBarrier();
-  for (var s = ${WORKGROUP_SIZE / 2}u; s > 0u; s = s >> 1u) {
-    if (lid < s) {
-      red[lid] = red[lid] + red[lid + s];
-    }
-    workgroupBarrier();
-  }
-  let total = red[0];
-  workgroupBarrier();
-  return total;
-}`;
+import { REDUCE_WGSL } from "./shader_rows.ts";
 
 const ENTRY = `
 @compute @workgroup_size(${WORKGROUP_SIZE})
@@ -40,7 +24,7 @@ fn main(
 export function l2NormShader(): string {
   return `${PARAMS_WGSL}
 ${tensorBindings("f32", ["f32"])}
-${REDUCE}
+${REDUCE_WGSL}
 ${ENTRY}
   let rc = row_coords(1u, r);
   let n = P.t[1].ne.x;
@@ -68,7 +52,7 @@ ${ENTRY}
 export function groupNormShader(): string {
   return `${PARAMS_WGSL}
 ${tensorBindings("f32", ["f32"])}
-${REDUCE}
+${REDUCE_WGSL}
 
 // Element j of the group: (x, y, channel begin + c, image).
 fn group_coords(j: u32, begin: u32, image: u32) -> vec4<u32> {

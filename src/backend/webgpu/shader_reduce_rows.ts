@@ -9,6 +9,7 @@
 
 import type { DType } from "../../dtype.ts";
 import { flatKernel, PARAMS_WGSL, tensorBindings, WORKGROUP_SIZE } from "./wgsl_common.ts";
+import { rowEntry } from "./shader_rows.ts";
 
 /** The kinds {@link rowReduceShader} computes. */
 export type RowReduceKind = "sumRows" | "maxRows" | "minRows" | "argmax";
@@ -16,21 +17,7 @@ export type RowReduceKind = "sumRows" | "maxRows" | "minRows" | "argmax";
 const ENTRY = (body: string): string => `
 var<workgroup> values: array<f32, ${WORKGROUP_SIZE}>;
 var<workgroup> places: array<u32, ${WORKGROUP_SIZE}>;
-
-@compute @workgroup_size(${WORKGROUP_SIZE})
-fn main(
-  @builtin(workgroup_id) wid: vec3<u32>,
-  @builtin(num_workgroups) nwg: vec3<u32>,
-  @builtin(local_invocation_index) lid: u32,
-) {
-  let r = wid.y * nwg.x + wid.x;
-  if (r >= P.u.x) {
-    return;
-  }
-  let rc = row_coords(1u, r);
-  let n = P.t[1].ne.x;
-${body}
-}`;
+${rowEntry(body)}`;
 
 const SUM = `
   var sum = 0.0;

@@ -10,7 +10,8 @@ import { PARAMS_WGSL, tensorBindings, WORKGROUP_SIZE } from "./wgsl_common.ts";
 /** Row kinds computed by {@link rowShader}. */
 export type RowKind = "mean" | "norm" | "rmsNorm" | "softmax" | "softmaxMask";
 
-const REDUCE_WGSL = `
+/** Workgroup tree reductions (`reduce_sum`, `reduce_max`) over one value per thread. */
+export const REDUCE_WGSL = `
 var<workgroup> red: array<f32, ${WORKGROUP_SIZE}>;
 
 // Tree reduction of every thread's value; all threads get the result.
@@ -43,7 +44,8 @@ fn reduce_max(lid: u32, value: f32) -> f32 {
 }
 `;
 
-function rowEntry(body: string): string {
+/** The entry of a one-workgroup-per-row kernel: `r`, its coordinates `rc` and length `n`. */
+export function rowEntry(body: string): string {
   return `
 @compute @workgroup_size(${WORKGROUP_SIZE})
 fn main(

@@ -102,6 +102,7 @@ export { argmax, countEqual, cumsum, maxRows, minRows, sumRows } from "./src/ops
 export { norm, rmsNorm, softmax, type SoftmaxOptions } from "./src/ops/norm.ts";
 export { rope, type RopeMode, type RopeOptions } from "./src/ops/rope.ts";
 export { mulMat, type MulMatOptions } from "./src/ops/matmul.ts";
+export { geglu, glu, type GluKind, type GluOptions, reglu, swiglu } from "./src/ops/glu.ts";
 export { permute, reshape, transpose, view } from "./src/ops/view.ts";
 export { cont, cpy, getRows, setRows } from "./src/ops/copy.ts";
 export {

@@ -5,7 +5,9 @@
 // `deno test` process (the `test` task in deno.json) over one device, and ends with
 // `closeSharedWebGpuTest()`: its last test waits until the queue has finished every submitted
 // command and destroys the device, so that no lavapipe thread still runs shaders over device
-// memory while the process tears down.
+// memory while the process tears down. That did not stop it (CI aborted once more, after
+// webgpu_neural_test's summary), so scripts/test_webgpu.sh runs a file again, once, when its
+// process dies of a signal after reporting every test passed, and says so.
 import { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 
 let opened: Promise<WebGpuBackend | null> | null = null;

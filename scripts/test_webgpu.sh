@@ -28,6 +28,20 @@ FILES=(
   tests/webgpu_neural_test.ts
 )
 DENO_TEST=(./scripts/deno test --allow-ffi --allow-env --allow-read --allow-write --allow-run)
+# A core of the abort, for a backtrace below (where the kernel writes cores into the cwd).
+ulimit -c unlimited 2>/dev/null || true
+
+# Prints every thread's stack from the newest core file here, if gdb and a core are at hand.
+backtrace() {
+  local core
+  core="$(ls -t core core.* 2>/dev/null | head -1)"
+  if [ -n "$core" ] && command -v gdb >/dev/null 2>&1; then
+    echo "test:webgpu: the abort's stacks (gdb, $core):"
+    gdb -batch -ex "thread apply all bt 12" "$(command -v deno || echo .tools/deno/node_modules/deno/deno)" \
+      "$core" 2>/dev/null | grep -E '^(Thread|#)' | head -200
+  fi
+  rm -f core core.*
+}
 
 for file in "${FILES[@]}"; do
   out="$(mktemp)"
@@ -40,6 +54,7 @@ for file in "${FILES[@]}"; do
     echo "test:webgpu: $file passed every test, then its process died of signal" \
       "$((status - 128)) at exit (the lavapipe teardown abort, see scripts/test_webgpu.sh);" \
       "running it once more"
+    backtrace
     "${DENO_TEST[@]}" "$file" 2>&1
     status=$?
   else

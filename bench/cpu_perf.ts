@@ -25,32 +25,12 @@ import {
   loadOpenBlas,
 } from "./peers/openblas.ts";
 import { compare, compareAsync } from "./timing.ts";
+import { PerfReport } from "./perf_line.ts";
 import { Progress } from "./progress.ts";
 import { onnxBlock } from "./peers/onnx_block.ts";
 import { relativeError } from "../demo/block_reference.ts";
 
-interface Result {
-  case: string;
-  graft: number;
-  peer: string;
-  peerValue: number;
-  unit: string;
-  /** graft / peer: above 1 is better for rates, below 1 is better for times. */
-  ratio: number;
-}
-
-const results: Result[] = [];
-
-function report(name: string, graft: number, peer: string, peerValue: number, unit: string): void {
-  const ratio = graft / peerValue;
-  results.push({ case: name, graft, peer, peerValue, unit, ratio });
-  const fmt = (v: number): string => v >= 100 ? v.toFixed(1) : v.toFixed(3);
-  console.log(
-    `perf ${name} graft=${fmt(graft)}${unit} ${peer}=${fmt(peerValue)}${unit} ratio=${
-      ratio.toFixed(3)
-    }`,
-  );
-}
+const perf = new PerfReport();
 
 const blas = loadOpenBlas();
 if (blas) console.log(`openblas core: ${coreName(blas)}`);
@@ -83,7 +63,13 @@ function sgemm(cpu: CpuBackend, n: number, threads: number): void {
       n,
     );
   const [tg, tp] = compare(c.run, peer);
-  report(`sgemm_f32_n${n}_t${threads}`, flops / tg / 1e9, "openblas", flops / tp / 1e9, "GFLOP/s");
+  perf.report(
+    `sgemm_f32_n${n}_t${threads}`,
+    flops / tg / 1e9,
+    "openblas",
+    flops / tp / 1e9,
+    "GFLOP/s",
+  );
 }
 
 function gemv(cpu: CpuBackend, dtype: "f32" | "f16"): void {
@@ -99,7 +85,7 @@ function gemv(cpu: CpuBackend, dtype: "f32" | "f16"): void {
     // memcpy as for add and rmsnorm (2 bytes moved per byte copied), alternated with the gemv.
     // A copy also pays for writes, so a read-only kernel may beat it (ratio above 1).
     const [tg, ts] = compare(c.run, streamCopy);
-    report(
+    perf.report(
       `gemv_${dtype}_4096_vs_stream`,
       bytes / tg / 1e9,
       "stream_copy",
@@ -114,7 +100,13 @@ function gemv(cpu: CpuBackend, dtype: "f32" | "f16"): void {
     blas.symbols.cblas_sgemv(CblasRowMajor, CblasNoTrans, n, n, 1, W, n, X, 1, 0, Y, 1);
   const [tg, tp] = compare(c.run, peer);
   // The f16 case reads half the bytes: the peer is still OpenBLAS sgemv on f32 weights, in GB/s.
-  report(`gemv_${dtype}_4096`, bytes / tg / 1e9, "openblas_sgemv", (n * n * 4) / tp / 1e9, "GB/s");
+  perf.report(
+    `gemv_${dtype}_4096`,
+    bytes / tg / 1e9,
+    "openblas_sgemv",
+    (n * n * 4) / tp / 1e9,
+    "GB/s",
+  );
 }
 
 /**
@@ -134,14 +126,20 @@ function bandwidth(cpu: CpuBackend): void {
     const b = ctx.newTensor("f32", [n]);
     using c = new Case(cpu, [a, b], add(a, b));
     const [tg, ts] = compare(c.run, streamCopy);
-    report("add_16M", (3 * 4 * n) / tg / 1e9, "stream_copy", streamBytes / ts / 1e9, "GB/s");
+    perf.report("add_16M", (3 * 4 * n) / tg / 1e9, "stream_copy", streamBytes / ts / 1e9, "GB/s");
   }
   {
     const ctx = new Context();
     const a = ctx.newTensor("f32", [4096, n / 4096]);
     using c = new Case(cpu, [a], rmsNorm(a));
     const [tg, ts] = compare(c.run, streamCopy);
-    report("rmsnorm_16M", (2 * 4 * n) / tg / 1e9, "stream_copy", streamBytes / ts / 1e9, "GB/s");
+    perf.report(
+      "rmsnorm_16M",
+      (2 * 4 * n) / tg / 1e9,
+      "stream_copy",
+      streamBytes / ts / 1e9,
+      "GB/s",
+    );
   }
 }
 
@@ -160,7 +158,13 @@ function graphOverhead(cpu: CpuBackend): void {
     for (let i = 0; i < nodes; i++) one.run();
   };
   const [tg, tp] = compare(c.run, perOp);
-  report("graph_overhead_1000", (tg / nodes) * 1e6, "per_op_calls", (tp / nodes) * 1e6, "us/node");
+  perf.report(
+    "graph_overhead_1000",
+    (tg / nodes) * 1e6,
+    "per_op_calls",
+    (tp / nodes) * 1e6,
+    "us/node",
+  );
 }
 
 async function block(cpu: CpuBackend): Promise<void> {
@@ -188,7 +192,7 @@ async function block(cpu: CpuBackend): Promise<void> {
       () => Promise.resolve(cpu.graphPlanCompute(plan)),
       onnx.run,
     );
-    report("block_seq128_d768", tg * 1e3, "onnxruntime", tp * 1e3, "ms");
+    perf.report("block_seq128_d768", tg * 1e3, "onnxruntime", tp * 1e3, "ms");
   } finally {
     await onnx.close();
   }
@@ -226,6 +230,6 @@ await Deno.mkdir(new URL("./out/", import.meta.url), { recursive: true });
 const path = new URL("./out/cpu.json", import.meta.url);
 await Deno.writeTextFile(
   path,
-  JSON.stringify({ date: new Date().toISOString(), results }, null, 2),
+  JSON.stringify({ date: new Date().toISOString(), results: perf.results }, null, 2),
 );
 console.log(`wrote ${path.pathname}`);

@@ -32,30 +32,11 @@ import {
   type Tensor,
 } from "../mod.ts";
 import { compare, compareAsync } from "./timing.ts";
+import { PerfReport } from "./perf_line.ts";
 import { onnxConv } from "./peers/onnx_conv.ts";
 
-interface Result {
-  case: string;
-  graft: number;
-  peer: string;
-  peerValue: number;
-  unit: string;
-  ratio: number;
-}
-
-const results: Result[] = [];
+const perf = new PerfReport();
 const memory: Record<string, number>[] = [];
-
-function report(name: string, graft: number, peer: string, peerValue: number, unit: string): void {
-  const ratio = graft / peerValue;
-  results.push({ case: name, graft, peer, peerValue, unit, ratio });
-  const fmt = (v: number): string => v >= 100 ? v.toFixed(1) : v.toFixed(3);
-  console.log(
-    `perf ${name} graft=${fmt(graft)}${unit} ${peer}=${fmt(peerValue)}${unit} ratio=${
-      ratio.toFixed(3)
-    }`,
-  );
-}
 
 function random(count: number, seed: number): Float32Array {
   const out = new Float32Array(count);
@@ -147,7 +128,7 @@ function attention(cpu: CpuBackend, dtype: "f32" | "f16", masked: boolean): void
   const name = `flash_attn_${dtype}_seq${seq}_d${d}_h${heads}${masked ? "_causal" : ""}`;
   console.log(`${name}: fused vs unfused max abs difference ${worst.toExponential(2)}`);
   const [tf, tu] = compare(fused.run, plain.run);
-  report(name, tf * 1e3, "unfused", tu * 1e3, "ms");
+  perf.report(name, tf * 1e3, "unfused", tu * 1e3, "ms");
   console.log(
     `memory ${name} graft=${fused.activationBytes}B+work ${fused.workBytes}B ` +
       `unfused=${plain.activationBytes}B+work ${plain.workBytes}B ratio=${
@@ -183,7 +164,7 @@ async function convolution(cpu: CpuBackend): Promise<void> {
     for (let i = 0; i < a.length; i++) worst = Math.max(worst, Math.abs(a[i]! - b[i]!));
     console.log(`conv2d: graft vs onnxruntime max abs difference ${worst.toExponential(2)}`);
     const [tg, tp] = await compareAsync(() => Promise.resolve(graft.run()), onnx.run);
-    report("conv2d_3x3_64to64_56x56", tg * 1e3, "onnxruntime", tp * 1e3, "ms");
+    perf.report("conv2d_3x3_64to64_56x56", tg * 1e3, "onnxruntime", tp * 1e3, "ms");
     console.log(
       `memory conv2d_3x3_64to64_56x56 graft=${graft.activationBytes}B+work ${graft.workBytes}B`,
     );
@@ -206,6 +187,6 @@ await Deno.mkdir(new URL("./out/", import.meta.url), { recursive: true });
 const path = new URL("./out/neural.json", import.meta.url);
 await Deno.writeTextFile(
   path,
-  JSON.stringify({ date: new Date().toISOString(), results, memory }, null, 2),
+  JSON.stringify({ date: new Date().toISOString(), results: perf.results, memory }, null, 2),
 );
 console.log(`wrote ${path.pathname}`);

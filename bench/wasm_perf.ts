@@ -19,15 +19,9 @@ import {
 } from "../mod.ts";
 import { blockData, buildBlock, setBlockInputs } from "../demo/block.ts";
 import { compare } from "./timing.ts";
+import { PerfReport } from "./perf_line.ts";
 
-function report(name: string, graft: number, peer: string, peerValue: number, unit: string): void {
-  const fmt = (v: number): string => v >= 100 ? v.toFixed(1) : v.toFixed(3);
-  console.log(
-    `perf ${name} graft=${fmt(graft)}${unit} ${peer}=${fmt(peerValue)}${unit} ratio=${
-      (graft / peerValue).toFixed(3)
-    }`,
-  );
-}
+const perf = new PerfReport();
 
 /** A compute function for an n x n x n sgemm on `backend`, and its cleanup. */
 function sgemm(backend: CoreBackend, n: number): { run: () => void; [Symbol.dispose](): void } {
@@ -75,11 +69,11 @@ using cpu = new CpuBackend({ threads: 1, simd: "avx2" });
   using c = sgemm(cpu, n);
   const [tw, tc] = compare(w.run, c.run);
   const gflops = (t: number): number => (2 * n ** 3) / t / 1e9;
-  report(`wasm_sgemm_n${n}_1t`, gflops(tw), "cpu_avx2_1t", gflops(tc), "GFLOP/s");
+  perf.report(`wasm_sgemm_n${n}_1t`, gflops(tw), "cpu_avx2_1t", gflops(tc), "GFLOP/s");
 }
 {
   using w = block(wasm);
   using c = block(cpu);
   const [tw, tc] = compare(w.run, c.run);
-  report("wasm_block_1t", tw * 1e3, "cpu_avx2_1t", tc * 1e3, "ms");
+  perf.report("wasm_block_1t", tw * 1e3, "cpu_avx2_1t", tc * 1e3, "ms");
 }

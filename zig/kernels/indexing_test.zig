@@ -6,9 +6,9 @@
 const std = @import("std");
 const node = @import("../node.zig");
 const validate = @import("../validate.zig");
-const dispatch = @import("dispatch.zig");
 const common = @import("common.zig");
 const indexing = @import("indexing.zig");
+const kernel_tests = @import("tests.zig");
 
 const testing = std.testing;
 const allocator = testing.allocator;
@@ -37,14 +37,17 @@ const Buffer = struct {
         for (0..node.dims_max) |d| extent += (ne[d] - 1) * nb[d];
         const memory = try allocator.alignedAlloc(u8, .@"64", @intCast(extent + 8));
         @memset(memory, 0xFF);
-        return .{ .memory = memory, .desc = .{
-            // 4 bytes in: not 64-byte aligned, but aligned for its elements.
-            .data = @intFromPtr(memory.ptr) + 4,
-            .ne = ne,
-            .nb = nb,
-            .dtype = @intFromEnum(dtype),
-            .reserved = 0,
-        } };
+        return .{
+            .memory = memory,
+            .desc = .{
+                // 4 bytes in: not 64-byte aligned, but aligned for its elements.
+                .data = @intFromPtr(memory.ptr) + 4,
+                .ne = ne,
+                .nb = nb,
+                .dtype = @intFromEnum(dtype),
+                .reserved = 0,
+            },
+        };
     }
 
     fn deinit(self: *Buffer) void {
@@ -104,45 +107,14 @@ fn position(ne: Shape, flat: usize) [4]usize {
     return p;
 }
 
+/// tests.zig's node with `params` (f32 slots) set.
 fn make_node(op: Op, dst: TensorDesc, sources: []const TensorDesc, params: []const f32) Node {
-    var n: Node = .{
-        .op = @intFromEnum(op),
-        .src_count = @intCast(sources.len),
-        .params = @splat(0),
-        .dst = dst,
-        .src = std.mem.zeroes([node.sources_max]TensorDesc),
-    };
-    for (sources, 0..) |s, i| n.src[i] = s;
+    var n = kernel_tests.make_node(op, dst, sources);
     for (params, 0..) |p, i| n.params[i] = @bitCast(p);
     return n;
 }
 
-fn barrier_noop(context: *anyopaque) callconv(.c) void {
-    _ = context;
-}
-
-/// Runs every thread's share in turn (no kernel here uses the barrier).
-fn run(n: *const Node, thread_count: u32) !node.Status {
-    try testing.expect(!dispatch.uses_barrier(@enumFromInt(n.op)));
-    const scratch_size: usize = @intCast(dispatch.work_size(n, thread_count));
-    const scratch = try allocator.alignedAlloc(u8, .@"64", @max(scratch_size, 64));
-    defer allocator.free(scratch);
-    var first: ?node.Status = null;
-    var dummy: u8 = 0;
-    for (0..thread_count) |t| {
-        const work: node.Work = .{
-            .thread_index = @intCast(t),
-            .thread_count = thread_count,
-            .scratch = scratch.ptr,
-            .scratch_size_bytes = scratch_size,
-            .barrier_context = &dummy,
-            .barrier = barrier_noop,
-        };
-        const status = dispatch.compute_node(n, &work);
-        if (first) |s| try testing.expectEqual(s, status) else first = status;
-    }
-    return first.?;
-}
+const run = kernel_tests.run;
 
 /// Checks the node for every thread count: dst equals `reference` (flat logical order) within
 /// `tolerance` (0: exactly, NaN and infinities included), bytes equal across thread counts and

@@ -83,6 +83,11 @@ fn row_extreme(comptime dtype: common.DType, comptime which: Extreme, row: Strid
     return .{ .value = value, .index = at };
 }
 
+/// `row_extreme` for the row's run-time dtype (f32 or f16, checked by validate.zig).
+fn row_extreme_of(dtype: common.DType, comptime which: Extreme, row: Strided, count: usize) @TypeOf(row_extreme(.f32, which, row, count)) {
+    return if (dtype == .f16) row_extreme(.f16, which, row, count) else row_extreme(.f32, which, row, count);
+}
+
 pub fn sum_rows(n: *const common.Node, work: *const common.Work) common.Status {
     const dst = Tensor.from(&n.dst);
     const src = Tensor.from(&n.src[0]);
@@ -108,10 +113,7 @@ pub fn extreme_rows(comptime which: Extreme, n: *const common.Node, work: *const
     const range = common.thread_range(src.rows(), work);
     for (range.begin..range.end) |row| {
         const index = src.row_index(row);
-        const found = if (src.dtype == .f16)
-            row_extreme(.f16, which, src.row_at(index), src.ne[0])
-        else
-            row_extreme(.f32, which, src.row_at(index), src.ne[0]);
+        const found = row_extreme_of(src.dtype, which, src.row_at(index), src.ne[0]);
         store_one(dst.dtype, dst.row_at(index).base, found.value);
     }
     return .ok;
@@ -125,10 +127,7 @@ pub fn argmax(n: *const common.Node, work: *const common.Work) common.Status {
     const range = common.thread_range(src.rows(), work);
     for (range.begin..range.end) |row| {
         const index = src.row_index(row);
-        const found = if (src.dtype == .f16)
-            row_extreme(.f16, .max, src.row_at(index), src.ne[0])
-        else
-            row_extreme(.f32, .max, src.row_at(index), src.ne[0]);
+        const found = row_extreme_of(src.dtype, .max, src.row_at(index), src.ne[0]);
         const address = dst.base + index.i1 * dst.nb[0] + index.i2 * dst.nb[1] + index.i3 * dst.nb[2];
         common.store_u32(address, @intCast(found.index));
     }

@@ -115,6 +115,7 @@ export class WebGpuBackend implements Backend {
       device,
       pipelines: this.#pipelines,
       statusBuffer: this.#statusBuffer,
+      maxBindingSize: device.limits.maxStorageBufferBindingSize,
       bindingOf: (tensor, verb) => this.#bindingOf(tensor, verb),
     };
     // Validation errors surface asynchronously; they are reported by the next synchronize.

@@ -47,18 +47,29 @@ function firstLine(error: unknown): string {
   return String(error instanceof Error ? error.message : error).split("\n")[0]!;
 }
 
-/** WebGPU when the browser gives an adapter, else WebAssembly; says which and why. */
-async function pickBackend(): Promise<{ backend: Backend; why: string }> {
-  try {
-    const gpu = await WebGpuBackend.create();
-    const info = gpu.adapterInfo;
-    const name = [info.vendor, info.architecture, info.device, info.description]
-      .filter((s) => s).join(" ") || "adapter";
-    return { backend: gpu, why: `WebGPU (${name})` };
-  } catch (error) {
-    const wasm = await WasmBackend.create();
-    return { backend: wasm, why: `WebAssembly (no WebGPU: ${firstLine(error)})` };
+/**
+ * The backend `choice` names ("webgpu", "wasm"), or with "auto" WebGPU when the browser gives an
+ * adapter, else WebAssembly; says which and why.
+ */
+async function pickBackend(choice: string): Promise<{ backend: Backend; why: string }> {
+  let unavailable = "not chosen";
+  if (choice !== "wasm") {
+    try {
+      const gpu = await WebGpuBackend.create();
+      const info = gpu.adapterInfo;
+      const name = [info.vendor, info.architecture, info.device, info.description]
+        .filter((s) => s).join(" ") || "adapter";
+      return { backend: gpu, why: `WebGPU (${name})` };
+    } catch (error) {
+      if (choice === "webgpu") throw error;
+      unavailable = `no WebGPU: ${firstLine(error)}`;
+    }
   }
+  const wasm = await WasmBackend.create();
+  return {
+    backend: wasm,
+    why: `WebAssembly (${wasm.simd}, ${wasm.threads} thread; ${unavailable})`,
+  };
 }
 
 /** The model of the file picked last, with the backend it runs on. */
@@ -73,7 +84,8 @@ export async function loadModel(file: File): Promise<void> {
   status.textContent = `Reading ${file.name}…`;
   const bytes = new Uint8Array(await file.arrayBuffer());
   const gguf = GGUFFile.fromBytes(bytes, file.name);
-  const { backend, why } = await pickBackend();
+  const choice = element<HTMLSelectElement>("llm-backend").value;
+  const { backend, why } = await pickBackend(choice);
   try {
     status.textContent = `Loading the weights on ${why}…`;
     const llm = await LLM.load(gguf, {

@@ -9,6 +9,11 @@
  * on WebGPU (else WebAssembly) and streams greedy tokens, which must be the Deno CPU backend's
  * ids for the same prompt. A screenshot is kept at bench/out/web.png.
  *
+ * WebGPU in headless Chromium without a GPU: Dawn's Vulkan backend offers only SwiftShader
+ * here (a CPU fallback adapter: the block at ~300 ms, about a token a minute), so Chromium is
+ * told to take its OpenGL ES backend (ANGLE on Vulkan on Mesa's lavapipe), which WebGPU's
+ * compatibility mode reaches: the block, and SmolLM2 at several seconds a token.
+ *
  * Chromium: `CHROMIUM` names the binary, else /usr/bin/chromium (`apt-get install chromium`).
  */
 
@@ -87,11 +92,12 @@ async function checkModel(page: Page, logs: string[]): Promise<void> {
     );
     return;
   }
-  // A CPU fallback adapter (SwiftShader: Chromium's Dawn here lists lavapipe only through
-  // ANGLE's OpenGL ES, in compatibility mode) decodes about one token a minute on this machine:
-  // the model then runs on WebAssembly, unless GRAFT_BROWSER_LLM=webgpu asks for WebGPU.
+  // A CPU fallback adapter (SwiftShader, where Chromium does not take the OpenGL ES one)
+  // decodes about one token a minute here: the model then runs on WebAssembly, unless
+  // GRAFT_BROWSER_LLM=webgpu asks for WebGPU (or wasm for WebAssembly in any case).
   const fallback = await page.evaluate(
-    "navigator.gpu?.requestAdapter().then((a) => a ? (a.info?.isFallbackAdapter ?? a.isFallbackAdapter ?? false) : null)",
+    `navigator.gpu?.requestAdapter({ featureLevel: "compatibility" })
+      .then((a) => a ? (a.info?.isFallbackAdapter ?? a.isFallbackAdapter ?? false) : null)`,
   ) as boolean | null;
   const wanted = Deno.env.get("GRAFT_BROWSER_LLM") ?? (fallback ? "wasm" : "auto");
   if (fallback && wanted === "wasm") {
@@ -157,6 +163,10 @@ Deno.test({
         "--enable-features=Vulkan",
         "--use-vulkan=native",
         "--use-angle=vulkan",
+        // Dawn's Vulkan backend lists only SwiftShader here (a CPU fallback adapter, slow);
+        // its OpenGL ES backend reaches Mesa's lavapipe through ANGLE on Vulkan, in WebGPU's
+        // compatibility mode, which the page asks for.
+        "--use-webgpu-adapter=opengles",
         "--ignore-gpu-blocklist",
       ],
     });

@@ -55,11 +55,15 @@ async function pickBackend(choice: string): Promise<{ backend: Backend; why: str
   let unavailable = "not chosen";
   if (choice !== "wasm") {
     try {
-      const gpu = await WebGpuBackend.create();
+      // Compatibility mode also takes an OpenGL ES adapter (see WebGpuBackendOptions).
+      const gpu = await WebGpuBackend.create({ featureLevel: "compatibility" });
       const info = gpu.adapterInfo;
       const name = [info.vendor, info.architecture, info.device, info.description]
         .filter((s) => s).join(" ") || "adapter";
-      return { backend: gpu, why: `WebGPU (${name})` };
+      const compat = gpu.device.features.has("core-features-and-limits" as GPUFeatureName)
+        ? ""
+        : ", compatibility mode";
+      return { backend: gpu, why: `WebGPU (${name}${compat})` };
     } catch (error) {
       if (choice === "webgpu") throw error;
       unavailable = `no WebGPU: ${firstLine(error)}`;

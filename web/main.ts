@@ -92,7 +92,7 @@ function firstLine(error: unknown): string {
 async function runWebGpu(): Promise<string> {
   let gpu: WebGpuBackend;
   try {
-    gpu = await WebGpuBackend.create();
+    gpu = await WebGpuBackend.create({ featureLevel: "compatibility" });
   } catch (error) {
     return `unavailable (${firstLine(error)})`;
   }

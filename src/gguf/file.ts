@@ -129,7 +129,11 @@ export class GGUFFile implements Disposable {
    * @example
    * ```ts
    * import { GGUFFile, writeGGUF } from "../../mod.ts";
-   * const bytes = writeGGUF({ metadata: [{ key: "general.name", type: "string", value: "t" }] });
+   * const bytes = writeGGUF({
+   *   metadata: [{ key: "general.name", type: "string", value: "t" }],
+   *   tensors: [],
+   *   data: () => new Uint8Array(0),
+   * });
    * using file = GGUFFile.fromBytes(bytes, "t.gguf");
    * console.log(file.header.metadata.length); // 1
    * ```

@@ -4,17 +4,34 @@
  * built: the task runs `deno task bundle` first). The page computes the demo's transformer
  * block on the WebAssembly backend, and on WebGPU when the browser gives it an adapter (the
  * test prints whether it did); each result must match the Deno CPU backend's within the op
- * suite's matrix-product tolerance. A screenshot is kept at bench/out/web.png.
+ * suite's matrix-product tolerance. Then, with SmolLM2 cached (`deno task model:fetch`), the
+ * GGUF file goes in through the page's file input (puppeteer's uploadFile), the page loads it
+ * on WebGPU (else WebAssembly) and streams greedy tokens, which must be the Deno CPU backend's
+ * ids for the same prompt. A screenshot is kept at bench/out/web.png.
+ *
+ * WebGPU in headless Chromium without a GPU: Dawn's Vulkan backend offers only SwiftShader
+ * here (a CPU fallback adapter: the block at ~300 ms, about a token a minute), so Chromium is
+ * told to take its OpenGL ES backend (ANGLE on Vulkan on Mesa's lavapipe), which WebGPU's
+ * compatibility mode reaches: the block, and SmolLM2 at several seconds a token.
  *
  * Chromium: `CHROMIUM` names the binary, else /usr/bin/chromium (`apt-get install chromium`).
  */
 
 import assert from "node:assert/strict";
-import puppeteer from "npm:puppeteer-core@25.16.0";
-import { allocTensors, CpuBackend, planGraph } from "../mod.ts";
+import puppeteer, { type ElementHandle, type Page } from "npm:puppeteer-core@25.16.0";
+import { allocTensors, CpuBackend, LLM, planGraph } from "../mod.ts";
 import { blockData, buildBlock, setBlockInputs } from "../demo/block.ts";
 import { startServer } from "../tools/web_serve.ts";
 import { PAGE_BLOCK } from "../web/page_block.ts";
+import type { LLMPageState } from "../web/llm_page.ts";
+import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
+
+/** The page's model run: a short prompt, a few greedy tokens. */
+const LLM_PROMPT = "The capital of France is";
+const LLM_TOKENS = 8;
+/** The page's KV cache and bucket (web/llm_page.ts), so the CPU evaluates the same graphs. */
+const LLM_N_CTX = 512;
+const LLM_KV_BUCKET = 64;
 
 /** backend_ops_test's matrix-product tolerance (normalized squared error). */
 const NMSE_MATMUL = 1e-7;
@@ -56,6 +73,67 @@ function nmse(actual: readonly number[], expected: Float32Array): number {
   return error / norm;
 }
 
+/** The Deno CPU backend's greedy ids for the page's prompt. */
+async function cpuGreedyIds(): Promise<number[]> {
+  using llm = await LLM.load(SMOLLM2_PATH, {
+    threads: 2,
+    nCtx: LLM_N_CTX,
+    kvBucket: LLM_KV_BUCKET,
+  });
+  for await (const _ of llm.generate(LLM_PROMPT, { maxTokens: LLM_TOKENS, temperature: 0 }));
+  return [...llm.lastGeneration!.ids];
+}
+
+/** Feeds SmolLM2 to the page's file input and checks the streamed ids against the CPU's. */
+async function checkModel(page: Page, logs: string[]): Promise<void> {
+  if (!smolLM2Cached()) {
+    console.log(
+      `SmolLM2 is not cached at ${SMOLLM2_PATH}: skipping the model (deno task model:fetch)`,
+    );
+    return;
+  }
+  // A CPU fallback adapter (SwiftShader, where Chromium does not take the OpenGL ES one)
+  // decodes about one token a minute here: the model then runs on WebAssembly, unless
+  // GRAFT_BROWSER_LLM=webgpu asks for WebGPU (or wasm for WebAssembly in any case).
+  const fallback = await page.evaluate(
+    `navigator.gpu?.requestAdapter({ featureLevel: "compatibility" })
+      .then((a) => a ? (a.info?.isFallbackAdapter ?? a.isFallbackAdapter ?? false) : null)`,
+  ) as boolean | null;
+  const wanted = Deno.env.get("GRAFT_BROWSER_LLM") ?? (fallback ? "wasm" : "auto");
+  if (fallback && wanted === "wasm") {
+    console.log(
+      "WebGPU's adapter is a CPU fallback (SwiftShader): SmolLM2 runs on WebAssembly " +
+        "(GRAFT_BROWSER_LLM=webgpu runs it on WebGPU, at about a token a minute here)",
+    );
+  }
+  await page.select("#llm-backend", wanted);
+  await page.$eval("#llm-prompt", (e, v) => ((e as HTMLTextAreaElement).value = v), LLM_PROMPT);
+  await page.$eval(
+    "#llm-max-tokens",
+    (e, v) => ((e as HTMLInputElement).value = v),
+    `${LLM_TOKENS}`,
+  );
+  const input = await page.$("#gguf");
+  assert.ok(input, "the page has a file input");
+  await (input as ElementHandle<HTMLInputElement>).uploadFile(SMOLLM2_PATH);
+  await page.waitForFunction(
+    "globalThis.graftLLM?.phase === 'done' || globalThis.graftLLM?.phase === 'failed'",
+    { timeout: 1_800_000, polling: 500 },
+  );
+  const state = await page.evaluate("globalThis.graftLLM") as LLMPageState;
+  assert.equal(state.error, undefined, `${state.error}\n${logs.join("\n")}`);
+  console.log(
+    `SmolLM2 in the page on ${state.backend}: ${state.ids.length} tokens, ` +
+      `${state.tokensPerSecond.toFixed(2)} tokens/s, ids ${state.ids.join(",")}, ` +
+      `text ${JSON.stringify(state.text)}`,
+  );
+  const expected = await cpuGreedyIds();
+  console.log(`  Deno CPU greedy ids ${expected.join(",")}`);
+  assert.deepEqual(state.ids, expected, "the page's greedy ids are the Deno CPU's");
+  const svg = await page.$eval("#llm-plan", (e) => e.innerHTML.length);
+  assert.ok(svg > 1000, "the page shows the memory plan's SVG timeline");
+}
+
 function chromiumPath(): string {
   const path = Deno.env.get("CHROMIUM") ?? "/usr/bin/chromium";
   try {
@@ -69,7 +147,7 @@ function chromiumPath(): string {
 }
 
 Deno.test({
-  name: "the web page computes the block on WebAssembly (and WebGPU if any) as the Deno CPU does",
+  name: "the web page computes the block and streams SmolLM2's tokens as the Deno CPU does",
   sanitizeResources: false,
   sanitizeOps: false,
   fn: async () => {
@@ -77,12 +155,18 @@ Deno.test({
     const browser = await puppeteer.launch({
       executablePath: chromiumPath(),
       headless: true,
+      // The page computes on its main thread; a slow backend holds it for minutes.
+      protocolTimeout: 1_800_000,
       args: [
         "--no-sandbox",
         "--enable-unsafe-webgpu",
         "--enable-features=Vulkan",
         "--use-vulkan=native",
         "--use-angle=vulkan",
+        // Dawn's Vulkan backend lists only SwiftShader here (a CPU fallback adapter, slow);
+        // its OpenGL ES backend reaches Mesa's lavapipe through ANGLE on Vulkan, in WebGPU's
+        // compatibility mode, which the page asks for.
+        "--use-webgpu-adapter=opengles",
         "--ignore-gpu-blocklist",
       ],
     });
@@ -95,11 +179,6 @@ Deno.test({
       await page.waitForFunction("globalThis.graftResults?.done === true", { timeout: 120_000 });
       const state = await page.evaluate("globalThis.graftResults") as PageState;
       const isolated = await page.evaluate("globalThis.crossOriginIsolated") as boolean;
-      await Deno.mkdir(new URL("../bench/out/", import.meta.url), { recursive: true });
-      await page.screenshot({
-        path: new URL("../bench/out/web.png", import.meta.url).pathname,
-        fullPage: true,
-      });
       assert.equal(state.error, undefined, `${state.error}\n${logs.join("\n")}`);
       assert.ok(isolated, "the server's COOP/COEP headers make the page cross-origin isolated");
       // WebGPU: "ran" (then checked below like WebAssembly), "unavailable (…)" without an
@@ -119,6 +198,15 @@ Deno.test({
         assert.equal(result.output.length, expected.length);
         assert.ok(error <= NMSE_MATMUL, `${result.backend}: NMSE vs the CPU ${error}`);
         assert.ok(result.error <= DEMO_TOLERANCE, `${result.backend}: error ${result.error}`);
+      }
+      try {
+        await checkModel(page, logs);
+      } finally {
+        await Deno.mkdir(new URL("../bench/out/", import.meta.url), { recursive: true });
+        await page.screenshot({
+          path: new URL("../bench/out/web.png", import.meta.url).pathname,
+          fullPage: true,
+        });
       }
     } finally {
       await browser.close();

@@ -3,7 +3,7 @@
  * The web page's script (bundled by `deno task bundle` into dist/web.js): computes the demo's
  * transformer block on the WebAssembly backend, and on WebGPU where the browser has it, checks
  * each against the float64 reference, and shows the results; reads the header of a GGUF file
- * the user picks. The results are also left on `globalThis.graftResults` for the browser test.
+ * the user picks and, for a llama-family model, streams its tokens (`llm_page.ts`). The results are also left on `globalThis.graftResults` for the browser test.
  * @module
  */
 
@@ -21,6 +21,7 @@ import {
 import { blockData, buildBlock, setBlockInputs } from "../demo/block.ts";
 import { referenceBlock, relativeError } from "../demo/block_reference.ts";
 import { PAGE_BLOCK } from "./page_block.ts";
+import { setupLLMPage } from "./llm_page.ts";
 
 const RUNS = 10;
 
@@ -91,7 +92,7 @@ function firstLine(error: unknown): string {
 async function runWebGpu(): Promise<string> {
   let gpu: WebGpuBackend;
   try {
-    gpu = await WebGpuBackend.create();
+    gpu = await WebGpuBackend.create({ featureLevel: "compatibility" });
   } catch (error) {
     return `unavailable (${firstLine(error)})`;
   }
@@ -150,6 +151,8 @@ element("gguf").addEventListener("change", async (event) => {
     info.textContent = error instanceof GGUFError ? error.message : String(error);
   }
 });
+
+setupLLMPage();
 
 run().then(
   () => (globalThis.graftResults.done = true),

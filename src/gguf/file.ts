@@ -13,7 +13,7 @@ import { Context } from "../context.ts";
 import { ArgumentError, FileError, GGUFError } from "../errors.ts";
 import type { Tensor } from "../tensor.ts";
 import { type GGUFHeader, type GGUFTensorInfo, readGGUF } from "./reader.ts";
-import { FileSource } from "./source.ts";
+import { FileSource, MemorySource } from "./source.ts";
 import { graftDType } from "./types.ts";
 import { writeGGUF } from "./writer.ts";
 import { dequantize, isQuantDType } from "../quant.ts";
@@ -100,11 +100,11 @@ function weights(
 export class GGUFFile implements Disposable {
   /** The parsed header, metadata and tensor infos. */
   readonly header: GGUFHeader;
-  /** The path opened. */
+  /** The path opened (a name only, for a file made from bytes). */
   readonly path: string | URL;
-  readonly #source: FileSource;
+  readonly #source: FileSource | MemorySource;
 
-  private constructor(path: string | URL, source: FileSource, header: GGUFHeader) {
+  private constructor(path: string | URL, source: FileSource | MemorySource, header: GGUFHeader) {
     this.path = path;
     this.#source = source;
     this.header = header;
@@ -119,6 +119,28 @@ export class GGUFFile implements Disposable {
       source.close();
       throw error;
     }
+  }
+
+  /**
+   * Parses a GGUF file already in memory (a browser's `File` read into an ArrayBuffer, say):
+   * the same as {@link open} without a file system. The bytes are not copied, so they must not
+   * change while the file is in use; `load` streams the weights from them (nothing to map).
+   *
+   * @example
+   * ```ts
+   * import { GGUFFile, writeGGUF } from "../../mod.ts";
+   * const bytes = writeGGUF({
+   *   metadata: [{ key: "general.name", type: "string", value: "t" }],
+   *   tensors: [],
+   *   data: () => new Uint8Array(0),
+   * });
+   * using file = GGUFFile.fromBytes(bytes, "t.gguf");
+   * console.log(file.header.metadata.length); // 1
+   * ```
+   */
+  static fromBytes(bytes: Uint8Array, name = "memory.gguf"): GGUFFile {
+    const source = new MemorySource(bytes);
+    return new GGUFFile(name, source, readGGUF(source));
   }
 
   /** Bytes read from the file so far (opening reads a prefix, not the tensor data). */
@@ -170,7 +192,14 @@ export class GGUFFile implements Disposable {
    */
   load(backend: Backend, options: GGUFLoadOptions = {}): LoadedWeights {
     const wanted = options.names ? options.names.map((n) => this.tensor(n)) : this.header.tensors;
-    const mmap = options.mmap ?? backend.mapFile !== undefined;
+    const inMemory = this.#source instanceof MemorySource;
+    const mmap = options.mmap ?? (backend.mapFile !== undefined && !inMemory);
+    if (mmap && inMemory) {
+      throw new ArgumentError(
+        `GGUFFile.load: ${String(this.path)} was made from bytes in memory, which cannot be ` +
+          `mapped; load it with { mmap: false } (or no mmap option)`,
+      );
+    }
     if (mmap && !backend.mapFile) {
       throw new ArgumentError(
         `GGUFFile.load: ${backend.name} cannot map files; load with { mmap: false } (or no ` +
@@ -239,6 +268,8 @@ export class GGUFFile implements Disposable {
 
   /** The file mapped on `backend`, checked to be the file this object opened. */
   #map(backend: Backend): MappedBuffer {
+    const source = this.#source;
+    if (!(source instanceof FileSource)) throw new Error("GGUFFile: only a file is mapped");
     let mapping: MappedBuffer;
     try {
       mapping = backend.mapFile!(this.path);
@@ -250,13 +281,13 @@ export class GGUFFile implements Disposable {
         { cause: error },
       );
     }
-    const { dev, ino } = this.#source.identity;
+    const { dev, ino } = source.identity;
     const file = mapping.file;
-    if (file.dev !== dev || (ino !== null && file.ino !== ino) || file.size !== this.#source.size) {
+    if (file.dev !== dev || (ino !== null && file.ino !== ino) || file.size !== source.size) {
       mapping.dispose();
       throw new FileError(
         `GGUFFile.load: ${String(this.path)} changed since it was opened (opened: ` +
-          `${this.#source.size} bytes, device ${dev}, inode ${ino}; mapped: ${file.size} bytes, ` +
+          `${source.size} bytes, device ${dev}, inode ${ino}; mapped: ${file.size} bytes, ` +
           `device ${file.dev}, inode ${file.ino}); open it again`,
       );
     }

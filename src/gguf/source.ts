@@ -26,6 +26,20 @@ export class MemorySource implements ByteSource {
   read(offset: number, length: number): Uint8Array {
     return this.#bytes.subarray(offset, offset + length);
   }
+
+  /** Bytes handed out by {@link readAt} (a file source's count of bytes read). */
+  bytesRead = 0;
+
+  /** Copies `length` bytes at `offset` into `into` (tensor data, as a file source does). */
+  readAt(offset: number, length: number, into: Uint8Array = new Uint8Array(length)): Uint8Array {
+    if (offset + length > this.size) throw new Error(`the bytes end at ${this.size}`);
+    into.set(this.#bytes.subarray(offset, offset + length));
+    this.bytesRead += length;
+    return into.subarray(0, length);
+  }
+
+  /** Nothing to close (for the same shape as a file source). */
+  close(): void {}
 }
 
 /** Bytes read from a file at a time, at least (metadata is parsed from such windows). */

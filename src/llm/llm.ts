@@ -18,6 +18,7 @@ import { type TokenizeOptions, Tokenizer } from "./tokenizer.ts";
 import { Sampler, type SamplerOptions, StopChecker } from "./sampling.ts";
 import { type ChatMessage, ChatTemplate } from "./chat_template.ts";
 import { metadataValue } from "../gguf/reader.ts";
+import type { MemoryPlan } from "../alloc/planner.ts";
 
 /** Out of context: the cache holds `nCtx` positions and the tokens would not fit. */
 export class ContextFullError extends GraftError {
@@ -225,9 +226,13 @@ export class LLM implements Disposable {
     return this.#eog;
   }
 
-  /** Loads a GGUF model; a file Graft cannot run is a ModelError (or GGUFError) saying why. */
-  static async load(path: string | URL, options: LLMLoadOptions = {}): Promise<LLM> {
-    const file = GGUFFile.open(path);
+  /**
+   * Loads a GGUF model; a file Graft cannot run is a ModelError (or GGUFError) saying why. An
+   * open {@link GGUFFile} (`GGUFFile.fromBytes` where there is no file system, as in a browser)
+   * is taken over: the model closes it.
+   */
+  static async load(path: string | URL | GGUFFile, options: LLMLoadOptions = {}): Promise<LLM> {
+    const file = path instanceof GGUFFile ? path : GGUFFile.open(path);
     const owned: Backend[] = [];
     const weights: LoadedWeights[] = [];
     try {
@@ -324,6 +329,26 @@ export class LLM implements Disposable {
       file.close();
       throw error;
     }
+  }
+
+  /**
+   * The activation memory plan of the graph that evaluates `nTokens` tokens at the cache's next
+   * positions (default 1: a decoding step), for a timeline with `planToSvg`. Only metadata is
+   * built: nothing is allocated or computed.
+   *
+   * @example
+   * ```ts
+   * import { LLM, planToSvg } from "../../mod.ts";
+   * const cache = Deno.env.get("GRAFT_MODEL_CACHE") ?? `${Deno.env.get("HOME")}/.cache/graft/models`;
+   * using llm = await LLM.load(`${cache}/SmolLM2-135M-Instruct.Q4_1.gguf`, { nCtx: 64 });
+   * const svg = planToSvg(llm.memoryPlan(), { title: "one token" });
+   * console.log(svg.startsWith("<svg"));
+   * ```
+   */
+  memoryPlan(nTokens = 1): MemoryPlan {
+    this.#alive("memoryPlan");
+    positiveOption("nTokens", nTokens, 1);
+    return this.#plans.memoryPlan(nTokens, this.#history.length);
   }
 
   /** Positions of the cache in use: the tokens evaluated since the last reset. */

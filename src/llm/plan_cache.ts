@@ -12,7 +12,7 @@ import { GraftError } from "../errors.ts";
 import { Schedule } from "../sched/schedule.ts";
 import { allocTensors } from "../alloc/alloc_tensors.ts";
 import { CpuBackend } from "../backend/cpu/backend.ts";
-import { allocGraph } from "../alloc/planner.ts";
+import { allocGraph, type MemoryPlan, planGraph } from "../alloc/planner.ts";
 import type { LlamaHParams } from "./hparams.ts";
 import type { KvCache } from "./kv_cache.ts";
 import {
@@ -114,6 +114,16 @@ export class PlanCache implements Disposable {
     }
     backend.setTensor(built.mask, mask);
     return (await entry.compute()) as Float32Array;
+  }
+
+  /**
+   * The activation memory plan of the graph for `nTokens` tokens after `nPast` (for a timeline:
+   * `planToSvg`); builds the graph's metadata only, nothing is allocated.
+   */
+  memoryPlan(nTokens: number, nPast: number): MemoryPlan {
+    const shape = { nTokens, nKv: this.kvLength(nPast + nTokens), allLogits: false };
+    const built = buildLlamaGraph(this.#hparams, this.#weights, this.#cache, shape, this.#ggml);
+    return planGraph(built.graph, { alignment: this.#backend.alignment });
   }
 
   #entry(shape: LlamaGraphShape): Entry {

@@ -40,6 +40,12 @@ function hostBytes(data: ArrayBufferView): Uint8Array<ArrayBuffer> {
 export interface WebGpuBackendOptions {
   /** Passed to `navigator.gpu.requestAdapter`. */
   powerPreference?: GPUPowerPreference;
+  /**
+   * Passed to `navigator.gpu.requestAdapter`: `"compatibility"` also takes adapters of the
+   * WebGPU compatibility mode (Chromium's OpenGL ES backend, which reaches Mesa's lavapipe
+   * through ANGLE where Dawn's Vulkan backend lists only SwiftShader). Default `"core"`.
+   */
+  featureLevel?: "core" | "compatibility";
 }
 
 /** Thrown by {@link WebGpuBackend.create} when there is no WebGPU adapter to run on. */
@@ -115,6 +121,7 @@ export class WebGpuBackend implements Backend {
       device,
       pipelines: this.#pipelines,
       statusBuffer: this.#statusBuffer,
+      maxBindingSize: device.limits.maxStorageBufferBindingSize,
       bindingOf: (tensor, verb) => this.#bindingOf(tensor, verb),
     };
     // Validation errors surface asynchronously; they are reported by the next synchronize.
@@ -133,9 +140,11 @@ export class WebGpuBackend implements Backend {
     if (!gpu) {
       throw new WebGpuUnavailableError("WebGpuBackend.create: navigator.gpu is not available");
     }
-    const adapter = await gpu.requestAdapter(
-      options.powerPreference ? { powerPreference: options.powerPreference } : undefined,
-    );
+    // featureLevel is newer than the GPURequestAdapterOptions of Deno's type library.
+    const request: GPURequestAdapterOptions & { featureLevel?: string } = {};
+    if (options.powerPreference) request.powerPreference = options.powerPreference;
+    if (options.featureLevel) request.featureLevel = options.featureLevel;
+    const adapter = await gpu.requestAdapter(request);
     if (!adapter) {
       throw new WebGpuUnavailableError(
         "WebGpuBackend.create: no WebGPU adapter found (on Linux without a GPU, install Mesa's " +
@@ -143,11 +152,20 @@ export class WebGpuBackend implements Backend {
       );
     }
     const limits = adapter.limits;
+    // An adapter asked for in compatibility mode may be a core one: then take core's rules.
+    const core = "core-features-and-limits" as GPUFeatureName;
     const device = await adapter.requestDevice({
+      requiredFeatures: adapter.features.has(core) ? [core] : [],
       requiredLimits: {
         maxBufferSize: limits.maxBufferSize,
         maxStorageBufferBindingSize: limits.maxStorageBufferBindingSize,
         maxStorageBuffersPerShaderStage: limits.maxStorageBuffersPerShaderStage,
+        // Compatibility mode's defaults (128 invocations) are below the kernels' workgroups.
+        maxComputeWorkgroupSizeX: limits.maxComputeWorkgroupSizeX,
+        maxComputeWorkgroupSizeY: limits.maxComputeWorkgroupSizeY,
+        maxComputeWorkgroupSizeZ: limits.maxComputeWorkgroupSizeZ,
+        maxComputeInvocationsPerWorkgroup: limits.maxComputeInvocationsPerWorkgroup,
+        maxComputeWorkgroupStorageSize: limits.maxComputeWorkgroupStorageSize,
       },
       label: "graft",
     });

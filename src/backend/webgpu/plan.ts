@@ -4,7 +4,7 @@
  * @module
  */
 
-import { DisposedError, StalePlanError } from "../../errors.ts";
+import { DisposedError, LimitError, StalePlanError, Status } from "../../errors.ts";
 import type { Graph } from "../../graph.ts";
 import type { Tensor } from "../../tensor.ts";
 import type { Backend, GraphPlan } from "../backend.ts";
@@ -15,7 +15,13 @@ import type { TensorBinding } from "./binding.ts";
 import type { WebGpuBuffer } from "./buffer.ts";
 import { type Kernel, kernelFor } from "./kernels.ts";
 import type { PipelineCache } from "./pipelines.ts";
-import { DESC_BYTES, FLOATS_AT, UINTS_AT, UNIFORM_SLOT_BYTES } from "./wgsl_common.ts";
+import {
+  type BindingShape,
+  DESC_BYTES,
+  FLOATS_AT,
+  UINTS_AT,
+  UNIFORM_SLOT_BYTES,
+} from "./wgsl_common.ts";
 
 /** What a plan needs from its backend. */
 export interface PlanHost {
@@ -23,6 +29,8 @@ export interface PlanHost {
   readonly pipelines: PipelineCache;
   /** One word that kernels set to report bad input (getRows indices). */
   readonly statusBuffer: GPUBuffer;
+  /** The device's maxStorageBufferBindingSize: a merged binding must fit it too. */
+  readonly maxBindingSize: number;
   /** The binding of a placed tensor of this backend; throws if it has no memory here. */
   bindingOf(tensor: Tensor, verb: string): TensorBinding;
 }
@@ -49,6 +57,62 @@ function encodeSlot(view: DataView, at: number, kernel: Kernel, bindings: Tensor
   // A kernel that leaves its destination undescribed finds its byte offset in P.u.y.
   if (kernel.described) view.setUint32(at + UINTS_AT + 4, bindings[0]!.relative, true);
   kernel.uints?.forEach((value, i) => view.setUint32(at + UINTS_AT + 8 + i * 4, value, true));
+}
+
+/** The bindings of one dispatch: its shape and each tensor's binding range within it. */
+interface ShapedBindings {
+  readonly shape: BindingShape;
+  /** Per tensor: the range of the binding it reads (shared ones alike) and its offset there. */
+  readonly bindings: readonly TensorBinding[];
+}
+
+/**
+ * Binds the tensors of one dispatch (destination first) as WebGPU allows (see BindingShape):
+ * tensors of the destination's buffer read-write, those whose ranges overlap merged into one
+ * binding (sweeping the ranges sorted by offset), and tensors of other buffers read-only.
+ */
+export function shapeBindings(
+  bound: readonly TensorBinding[],
+  maxSize: number,
+  label: string,
+): ShapedBindings {
+  const target = bound[0]!.buffer;
+  const shape: (BindingShape[number])[] = bound.map(() => "r");
+  const bindings = [...bound];
+  const writable = bound.map((b, k) => ({ b, k })).filter(({ b }) => b.buffer === target);
+  writable.sort((x, y) => x.b.offset - y.b.offset || x.k - y.k);
+  let group: typeof writable = [];
+  const close = (): void => {
+    if (group.length === 0) return;
+    const start = group[0]!.b.offset;
+    const end = Math.max(...group.map(({ b }) => b.offset + b.size));
+    if (end - start > maxSize) {
+      throw new LimitError(
+        Status.limitReached,
+        `graphPlanCreate: ${label} binds ${end - start} bytes of one buffer as one binding ` +
+          `(its tensors overlap), more than maxStorageBufferBindingSize (${maxSize})`,
+      );
+    }
+    const owner = Math.min(...group.map(({ k }) => k));
+    for (const { b, k } of group) {
+      shape[k] = k === owner ? "w" : owner;
+      bindings[k] = {
+        ...b,
+        offset: start,
+        size: end - start,
+        relative: b.offset + b.relative - start,
+      };
+    }
+    group = [];
+  };
+  let end = -1;
+  for (const item of writable) {
+    if (item.b.offset >= end) close();
+    group.push(item);
+    end = Math.max(end, item.b.offset + item.b.size);
+  }
+  close();
+  return { shape, bindings };
 }
 
 /** A prepared graph. Use {@link WebGpuBackend.graphPlanCreate}. */
@@ -81,7 +145,14 @@ export class WebGpuPlan implements GraphPlan {
       ...new Set(nodes.filter(writesLeaf).map((t) => host.bindingOf(t, "graphPlanCreate").buffer)),
     ];
     const kernels = nodes.map(kernelFor);
-    const bindings = kernels.map((k) => k.tensors.map((t) => host.bindingOf(t, "graphPlanCreate")));
+    const shaped = kernels.map((kernel, i) =>
+      shapeBindings(
+        kernel.tensors.map((t) => host.bindingOf(t, "graphPlanCreate")),
+        host.maxBindingSize,
+        nodes[i]!.label,
+      )
+    );
+    const bindings = shaped.map((s) => [...s.bindings]);
     const size = Math.max(1, kernels.length) * UNIFORM_SLOT_BYTES;
     const data = new ArrayBuffer(size);
     const view = new DataView(data);
@@ -94,14 +165,14 @@ export class WebGpuPlan implements GraphPlan {
     });
     device.queue.writeBuffer(this.#uniforms, 0, data);
     kernels.forEach((kernel, i) => {
-      const bound = bindings[i]!;
-      const storage = bound.length + (kernel.status ? 1 : 0);
+      const { shape, bindings: bound } = shaped[i]!;
       const entries: GPUBindGroupEntry[] = [{
         binding: 0,
         resource: { buffer: this.#uniforms, offset: i * UNIFORM_SLOT_BYTES, size: 256 },
       }];
       bound.forEach((b, k) => {
         this.#buffers.add(b.buffer);
+        if (typeof shape[k] === "number") return; // reads another tensor's binding
         entries.push({
           binding: 1 + k,
           resource: { buffer: b.buffer.gpuBuffer, offset: b.offset, size: b.size },
@@ -110,9 +181,10 @@ export class WebGpuPlan implements GraphPlan {
       if (kernel.status) {
         entries.push({ binding: 1 + bound.length, resource: { buffer: host.statusBuffer } });
       }
+      const layout = host.pipelines.layout(shape, kernel.status);
       this.#dispatches.push({
-        pipeline: host.pipelines.pipeline(kernel.key, storage, kernel.source),
-        bindGroup: device.createBindGroup({ layout: host.pipelines.layout(storage), entries }),
+        pipeline: host.pipelines.pipeline(kernel.key, shape, kernel.status, kernel.source),
+        bindGroup: device.createBindGroup({ layout, entries }),
         workgroups: kernel.workgroups,
       });
     });

@@ -53,25 +53,26 @@ export const MATVEC_COLS = 8;
 export const MATVEC_MAX_N = 16;
 const MATVEC_THREADS = 64;
 
-// Byte-addressed reads of S0 (any byte b, fields straddling two words included).
+// Byte-addressed reads of S0 (any byte b, fields straddling two words included), through
+// S0_word: S0 may share its binding with another tensor (see wgsl_common.ts).
 const BYTES_WGSL = `
 fn S0_u8(b: u32) -> u32 {
-  return (S0[b >> 2u] >> ((b & 3u) * 8u)) & 0xffu;
+  return (S0_word(b >> 2u) >> ((b & 3u) * 8u)) & 0xffu;
 }
 fn S0_u16(b: u32) -> u32 {
   let s = (b & 3u) * 8u;
   if (s == 24u) {
-    return (S0[b >> 2u] >> 24u) | ((S0[(b >> 2u) + 1u] & 0xffu) << 8u);
+    return (S0_word(b >> 2u) >> 24u) | ((S0_word((b >> 2u) + 1u) & 0xffu) << 8u);
   }
-  return (S0[b >> 2u] >> s) & 0xffffu;
+  return (S0_word(b >> 2u) >> s) & 0xffffu;
 }
 fn S0_u32(b: u32) -> u32 {
   let s = (b & 3u) * 8u;
-  let lo = S0[b >> 2u];
+  let lo = S0_word(b >> 2u);
   if (s == 0u) {
     return lo;
   }
-  return (lo >> s) | (S0[(b >> 2u) + 1u] << (32u - s));
+  return (lo >> s) | (S0_word((b >> 2u) + 1u) << (32u - s));
 }
 fn S0_f16(b: u32) -> f32 {
   return f16_to_f32(S0_u16(b));

@@ -59,7 +59,7 @@ function patchWord(
   const words = new Uint32Array(UNIFORM_SLOT_BYTES / 4);
   words.set([0, (word - start) / 4, mask, value], UINTS_AT / 4);
   device.queue.writeBuffer(uniforms, 0, words);
-  const layout = pipelines.layout(1);
+  const layout = pipelines.layout(["w"]);
   const bindGroup = device.createBindGroup({
     layout,
     entries: [
@@ -69,7 +69,7 @@ function patchWord(
   });
   const encoder = device.createCommandEncoder({ label: "graft patch" });
   const pass = encoder.beginComputePass();
-  pass.setPipeline(pipelines.pipeline("patch", 1, () => PATCH_SHADER));
+  pass.setPipeline(pipelines.pipeline("patch", ["w"], false, () => PATCH_SHADER));
   pass.setBindGroup(0, bindGroup);
   pass.dispatchWorkgroups(1);
   pass.end();

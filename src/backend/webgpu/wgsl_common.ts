@@ -105,46 +105,128 @@ fn f32_to_f16(v: f32) -> u32 {
 `;
 
 /**
- * Declares storage binding `index` as `name` with typed accessors for `dtype`:
- * `name_bits(byte)` / `name_f32(byte)` to read, and with `writable`, `name_set_bits` /
- * `name_set_f32` to write. f16 destinations are atomic words: two threads may write the two
- * halves of one word, and each clears and sets only its own half.
+ * How one dispatch binds its tensors (destination first, then the sources), one entry each:
+ * `"w"` its own read-write binding, `"r"` its own read-only binding, or the index of an earlier
+ * tensor whose binding it shares. WebGPU (Chromium's Dawn above all) refuses two bindings of one
+ * buffer in a dispatch when either is writable and their ranges overlap, and a buffer bound
+ * writable may not also be bound read-only: so every tensor in the destination's buffer is bound
+ * read-write, overlapping ranges (in-place ops, views, tensors sharing an aligned window) as one
+ * binding, and tensors of other buffers read-only. Tensor k's own binding is `@binding(1 + k)`.
  */
-export function bindingWgsl(name: string, index: number, dtype: DType, writable: boolean): string {
-  const head = `@group(0) @binding(${index}) var<storage, read_write> ${name}`;
-  if (dtype !== "f16") {
-    const set = writable
-      ? `fn ${name}_set_bits(b: u32, v: u32) { ${name}[b >> 2u] = v; }
-fn ${name}_set_f32(b: u32, v: f32) { ${name}[b >> 2u] = bitcast<u32>(v); }`
-      : "";
-    return `${head}: array<u32>;
-fn ${name}_bits(b: u32) -> u32 { return ${name}[b >> 2u]; }
-fn ${name}_f32(b: u32) -> f32 { return bitcast<f32>(${name}[b >> 2u]); }
-${set}`;
-  }
-  if (!writable) {
-    return `${head}: array<u32>;
-fn ${name}_bits(b: u32) -> u32 { return (${name}[b >> 2u] >> ((b & 2u) * 8u)) & 0xffffu; }
-fn ${name}_f32(b: u32) -> f32 { return f16_to_f32(${name}_bits(b)); }`;
-  }
-  return `${head}: array<atomic<u32>>;
-fn ${name}_bits(b: u32) -> u32 {
-  return (atomicLoad(&${name}[b >> 2u]) >> ((b & 2u) * 8u)) & 0xffffu;
+export type BindingShape = readonly ("r" | "w" | number)[];
+
+/** The shape of a dispatch whose tensors all have their own bindings, the destination writable. */
+export function separateShape(tensors: number): BindingShape {
+  return Array.from({ length: tensors }, (_, k) => (k === 0 ? "w" : "r"));
 }
-fn ${name}_f32(b: u32) -> f32 { return f16_to_f32(${name}_bits(b)); }
-fn ${name}_set_bits(b: u32, v: u32) {
+
+/** A short string naming a shape, for pipeline and layout cache keys. */
+export function shapeKey(shape: BindingShape): string {
+  return shape.join(",");
+}
+
+/** Typed accessors of tensor `name` over words read by the WGSL expression `word(i)`. */
+function accessors(name: string, dtype: DType, word: (i: string) => string): string {
+  const head = `fn ${name}_word(i: u32) -> u32 { return ${word("i")}; }`;
+  if (dtype !== "f16") {
+    return `${head}
+fn ${name}_bits(b: u32) -> u32 { return ${name}_word(b >> 2u); }
+fn ${name}_f32(b: u32) -> f32 { return bitcast<f32>(${name}_word(b >> 2u)); }`;
+  }
+  return `${head}
+fn ${name}_bits(b: u32) -> u32 { return (${name}_word(b >> 2u) >> ((b & 2u) * 8u)) & 0xffffu; }
+fn ${name}_f32(b: u32) -> f32 { return f16_to_f32(${name}_bits(b)); }`;
+}
+
+/** Writers of tensor `name` (bound as WGSL variable `store`, atomic when `atomic`). */
+function writers(name: string, store: string, dtype: DType, atomic: boolean): string {
+  if (dtype !== "f16") {
+    return `fn ${name}_set_bits(b: u32, v: u32) { ${store}[b >> 2u] = v; }
+fn ${name}_set_f32(b: u32, v: f32) { ${store}[b >> 2u] = bitcast<u32>(v); }`;
+  }
+  // f16 destinations are atomic words: two threads may write the two halves of one word, and
+  // each clears and sets only its own half.
+  if (!atomic) throw new Error(`webgpu: f16 ${name} written through a plain binding`);
+  return `fn ${name}_set_bits(b: u32, v: u32) {
   let s = (b & 2u) * 8u;
-  atomicAnd(&${name}[b >> 2u], ~(0xffffu << s));
-  atomicOr(&${name}[b >> 2u], (v & 0xffffu) << s);
+  atomicAnd(&${store}[b >> 2u], ~(0xffffu << s));
+  atomicOr(&${store}[b >> 2u], (v & 0xffffu) << s);
 }
 fn ${name}_set_f32(b: u32, v: f32) { ${name}_set_bits(b, f32_to_f16(v)); }`;
 }
 
-/** The standard bindings: `D` (destination, binding 1) and sources `S0`, `S1`, ... after it. */
-export function tensorBindings(dst: DType, sources: readonly DType[]): string {
-  const parts = [bindingWgsl("D", 1, dst, true)];
-  sources.forEach((dtype, i) => parts.push(bindingWgsl(`S${i}`, 2 + i, dtype, false)));
+/**
+ * Declares storage binding `index` as `name` with typed accessors for `dtype`:
+ * `name_word(i)`, `name_bits(byte)` / `name_f32(byte)` to read, and with `writable`,
+ * `name_set_bits` / `name_set_f32` to write (f16 destinations are atomic words).
+ */
+export function bindingWgsl(name: string, index: number, dtype: DType, writable: boolean): string {
+  const atomic = writable && dtype === "f16";
+  const access = writable ? "read_write" : "read";
+  const element = atomic ? "atomic<u32>" : "u32";
+  const word = (i: string): string => (atomic ? `atomicLoad(&${name}[${i}])` : `${name}[${i}]`);
+  return `@group(0) @binding(${index}) var<storage, ${access}> ${name}: array<${element}>;
+${accessors(name, dtype, word)}
+${writable ? writers(name, name, dtype, atomic) : ""}`;
+}
+
+/** WGSL name of tensor k of a kernel: `D`, then `S0`, `S1`, ... */
+function tensorName(k: number): string {
+  return k === 0 ? "D" : `S${k - 1}`;
+}
+
+/** The bindings and accessors of tensors of `dtypes` (destination first) bound as `shape`. */
+export function shapedBindings(dtypes: readonly DType[], shape: BindingShape): string {
+  if (dtypes.length !== shape.length) {
+    throw new Error(`webgpu: a shader of ${dtypes.length} tensors bound as ${shape.length}`);
+  }
+  const ownerOf = (k: number): number => {
+    const entry = shape[k]!;
+    return typeof entry === "number" ? entry : k;
+  };
+  // A binding shared with an f16 destination is atomic: every access to it must be.
+  const atomic = (owner: number): boolean => owner === 0 && dtypes[0] === "f16";
+  const parts: string[] = [];
+  dtypes.forEach((dtype, k) => {
+    const owner = ownerOf(k);
+    const entry = shape[owner];
+    if (typeof entry === "number" || (entry === "r" && k === 0)) {
+      throw new Error(`webgpu: binding shape ${shapeKey(shape)} is not well formed`);
+    }
+    const store = tensorName(owner);
+    if (owner === k) {
+      const element = atomic(k) ? "atomic<u32>" : "u32";
+      const access = entry === "w" ? "read_write" : "read";
+      parts.push(
+        `@group(0) @binding(${1 + k}) var<storage, ${access}> ${store}: array<${element}>;`,
+      );
+    }
+    const word = (i: string): string =>
+      atomic(owner) ? `atomicLoad(&${store}[${i}])` : `${store}[${i}]`;
+    parts.push(accessors(tensorName(k), dtype, word));
+    if (k === 0) parts.push(writers("D", store, dtype, atomic(owner)));
+  });
   return parts.join("\n");
+}
+
+const BINDINGS_MARK = /^\/\/ graft-bindings: ([a-z0-9_,]+)$/m;
+
+/**
+ * The standard bindings: `D` (destination, binding 1) and sources `S0`, `S1`, ... after it.
+ * Which binding each name reads depends on where the tensors of one dispatch lie (see
+ * {@link BindingShape}), so this leaves a mark that {@link expandBindings} replaces when the
+ * pipeline for a shape is compiled.
+ */
+export function tensorBindings(dst: DType, sources: readonly DType[]): string {
+  return `// graft-bindings: ${[dst, ...sources].join(",")}`;
+}
+
+/** `source` with its {@link tensorBindings} mark replaced by the bindings of `shape`. */
+export function expandBindings(source: string, shape: BindingShape): string {
+  const mark = BINDINGS_MARK.exec(source);
+  if (!mark) return source;
+  const dtypes = mark[1]!.split(",") as DType[];
+  return source.replace(BINDINGS_MARK, () => shapedBindings(dtypes, shape));
 }
 
 /**

@@ -403,8 +403,8 @@ export const OPS = {
     params: [],
     core: "count_equal",
     inPlace: { safe: false, reason: "a reduction reads every element for one dst element" },
-    // i32 sources; the count is i32 (ggml's is i64, which Graft has no dtype for).
-    support: I32,
+    // i32 sources; the count is i64, as ggml_count_equal's.
+    support: both("i64"),
   },
   cumsum: {
     code: 55,

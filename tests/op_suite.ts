@@ -594,7 +594,7 @@ CASES.push({
 
 for (const shape of [[1031, 3], [1], [7, 5, 3, 2]]) {
   CASES.push({
-    name: `countEqual i32 [${shape}]`,
+    name: `countEqual i32 -> i64 [${shape}]`,
     op: "countEqual",
     build: (i) => {
       const a = i.ints(shape, 3);
@@ -608,7 +608,7 @@ for (const shape of [[1031, 3], [1], [7, 5, 3, 2]]) {
   });
 }
 CASES.push({
-  name: "countEqual i32 transposed [7, 33]",
+  name: "countEqual i32 -> i64 transposed [7, 33]",
   op: "countEqual",
   build: (i) => {
     const a = T(i.ints([33, 7], 2));
@@ -638,6 +638,11 @@ export async function runGraph(
   backend.graphCompute(graph);
   const result = await backend.getTensorAsync(out);
   await backend.synchronize();
+  if (out.dtype === "i64") {
+    // i64 comes back as raw bytes (see src/dtype.ts); copied, so the words are 8-byte aligned.
+    const bytes = new Uint8Array(result.buffer, result.byteOffset, result.byteLength).slice();
+    return Float64Array.from(new BigInt64Array(bytes.buffer), Number);
+  }
   return Float64Array.from(result as ArrayLike<number>);
 }
 

@@ -73,7 +73,7 @@ pub const Op = enum(u32) {
     argmax = 51, // dst i32 [ne1, ne2, ne3, 1]: the first index of each row's largest value
     max_rows = 52, // dst [1, ne1, ne2, ne3], src0's dtype
     min_rows = 53, // dst [1, ne1, ne2, ne3], src0's dtype
-    count_equal = 54, // src0, src1 i32 of one shape; dst i32 [1]: elements equal (ggml: i64)
+    count_equal = 54, // src0, src1 i32 of one shape; dst i64 [1]: elements equal (as ggml)
     cumsum = 55,
     // Shape and indexing ops (kernels/indexing.zig, kernels/sort.zig); params are f32 slots
     // holding whole numbers unless noted. f32, f16 and i32 elements are moved as bits.

@@ -882,19 +882,15 @@ fn check_argmax(n: *const Node) Verdict {
     return .ok;
 }
 
-/// count_equal: i32 src0 and src1 of one shape, i32 dst [1] (ggml's is i64; Graft has no i64,
-/// so the element count must fit an i32).
+/// count_equal: i32 src0 and src1 of one shape, i64 dst [1] (ggml_count_equal's dtype).
 fn check_count_equal(n: *const Node) Verdict {
     const a = &n.src[0];
     const b = &n.src[1];
     if (dtype_of(a) != .i32 or dtype_of(b) != .i32) {
         return fail(.unsupported, "count_equal: src0 and src1 must be i32");
     }
-    if (dtype_of(&n.dst) != .i32) return fail(.unsupported, "count_equal: dst must be i32");
+    if (dtype_of(&n.dst) != .i64) return fail(.unsupported, "count_equal: dst must be i64");
     if (!same_shape(a, b)) return fail(.shape_mismatch, "count_equal: src0.ne != src1.ne");
     if (n.dst.element_count() != 1) return fail(.shape_mismatch, "count_equal: dst.ne != [1, 1, 1, 1]");
-    if (a.element_count() > std.math.maxInt(i32)) {
-        return fail(.limit_reached, "count_equal: more than 2^31 - 1 elements (the i32 result)");
-    }
     return .ok;
 }

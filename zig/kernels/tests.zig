@@ -117,6 +117,7 @@ pub fn get(desc: *const TensorDesc, flat: usize) f64 {
         .f32 => common.load_f32(address),
         .f16 => common.load_f16(address),
         .i32 => @floatFromInt(@as(i32, @bitCast(common.load_u32(address)))),
+        .i64 => @floatFromInt(@as(*align(1) const i64, @ptrFromInt(address)).*),
         else => unreachable, // no kernel takes bf16 or block types yet
     };
 }
@@ -127,6 +128,7 @@ fn set(desc: *const TensorDesc, flat: usize, value: f64) void {
         .f32 => common.store_f32(address, @floatCast(value)),
         .f16 => common.store_f16(address, @floatCast(value)),
         .i32 => common.store_u32(address, @bitCast(@as(i32, @intFromFloat(value)))),
+        .i64 => @as(*align(1) i64, @ptrFromInt(address)).* = @intFromFloat(value),
         else => unreachable, // no kernel takes bf16 or block types yet
     }
 }

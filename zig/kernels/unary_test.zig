@@ -160,7 +160,7 @@ test "row reductions and cumsum match float64 on f32 and f16, any layout and thr
     }
 }
 
-test "count_equal counts equal i32 elements on real threads, any layout" {
+test "count_equal counts equal i32 elements into an i64 on real threads, any layout" {
     var prng = std.Random.DefaultPrng.init(54);
     const random = prng.random();
     for (t.shapes) |ne| {
@@ -169,7 +169,7 @@ test "count_equal counts equal i32 elements on real threads, any layout" {
             defer a.deinit();
             var b = try t.TestTensor.init(.i32, ne, .contiguous);
             defer b.deinit();
-            var dst = try t.TestTensor.init(.i32, .{ 1, 1, 1, 1 }, .contiguous);
+            var dst = try t.TestTensor.init(.i64, .{ 1, 1, 1, 1 }, .contiguous);
             defer dst.deinit();
             var expected: f64 = 0;
             for (0..a.count()) |flat| {

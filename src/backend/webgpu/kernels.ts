@@ -283,6 +283,8 @@ function requireDecodable(node: Tensor): void {
     // i64 row indices are read as two words each (shader_copy.ts).
     const rowIndices = (node.op === Op.getRows || node.op === Op.setRows) && t === node.src[1];
     if (rowIndices && t.dtype === "i64") continue;
+    // countEqual's i64 count is written as two words (shader_reduce_rows.ts).
+    if (node.op === Op.countEqual && t === node && t.dtype === "i64") continue;
     const weights = (node.op === Op.getRows || node.op === Op.mulMat) && t === node.src[0];
     if (!weights || !isWeightDType(t.dtype)) {
       throw new GraftError(

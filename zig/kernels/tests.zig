@@ -122,6 +122,11 @@ pub fn get(desc: *const TensorDesc, flat: usize) f64 {
     };
 }
 
+/// Writes element `flat` (logical order) of `desc`; for tests that fill tensors themselves.
+pub fn set_value(desc: *const TensorDesc, flat: usize, value: f64) void {
+    set(desc, flat, value);
+}
+
 fn set(desc: *const TensorDesc, flat: usize, value: f64) void {
     const address = element_address(desc, flat);
     switch (@as(DType, @enumFromInt(desc.dtype))) {
@@ -1130,9 +1135,9 @@ test "validate_node names the op and the broken rule; compute_node refuses the s
         "add: wrong src_count",
     );
     try expect_verdict(
-        &make_node(.mul, a.desc, &.{ half.desc, a.desc }),
+        &make_node(.mul, a.desc, &.{ a.desc, half.desc }),
         .unsupported,
-        "mul: dst, src0 and src1 must be all f32 or all f16",
+        "mul: dst, src0 and src1 must be all f32, all f16, or f16 src0 and f32 src1",
     );
     try expect_verdict(
         &make_node(.mul_mat, a.desc, &.{ a.desc, b.desc }),

@@ -658,6 +658,21 @@ for (const [name, [op, f]] of Object.entries(BINARY) as [OpName, typeof BINARY.a
   });
 }
 
+// An f16 silu times an f32 gate into f32: not fused on the CPU (its fused kernel is f32 only).
+CASES.push({
+  name: "mul f16 silu by f32 -> f32 (no silu_mul fusion)",
+  op: "mul",
+  build: (i) => {
+    const a = i.float("f16", [37, 3]);
+    const b = i.float("f32", [37, 3]);
+    const s = mapRef(a.r, (x) => x / (1 + Math.exp(-x)), "f16");
+    const out = mul(silu(a.t), b.t, { dtype: "f32" });
+    return { out, ref: binaryRef(s, b.r, (x, y) => x * y) };
+  },
+  tol: TOL_F16, // silu rounds to f16 first
+  gpuNmse: NMSE_F16,
+});
+
 // ---- acc and set into views (ggml_acc, ggml_set, set_1d, set_2d) ----
 
 /** A view of a contiguous `[ne]` tensor: element strides nb1-nb3 and an element offset. */

@@ -63,6 +63,7 @@ export {
 } from "./src/viz/graph_dot.ts";
 export {
   add,
+  type BinaryOptions,
   div,
   gelu,
   mul,
@@ -112,6 +113,7 @@ export {
   fill,
   pad,
   type PadAmounts,
+  padCircular,
   padExt,
   padReflect1d,
   repeatBack,
@@ -121,6 +123,7 @@ export {
   TriType,
 } from "./src/ops/indexing.ts";
 export { argsort, type SortOrder, topK } from "./src/ops/sort.ts";
+export { acc, set, set1d, set2d, type ViewOptions } from "./src/ops/view_write.ts";
 export { flashAttnExt, type FlashAttnOptions } from "./src/ops/attention.ts";
 export { groupNorm, l2Norm } from "./src/ops/group_norm.ts";
 export { pool1d, pool2d, type PoolOp, type PoolOptions } from "./src/ops/pool.ts";

@@ -76,6 +76,9 @@ export const CoreOp = {
   diag_mask_inf: 78,
   arange: 79,
   fill: 80,
+  pad_circular: 85,
+  acc: 90,
+  set: 91,
   flash_attn_ext: 110,
   im2col: 111,
   l2_norm: 112,
@@ -158,6 +161,7 @@ function both(...dtypes: DType[]): OpSupport {
 const F32: OpSupport = both("f32");
 const FLOAT: OpSupport = both("f32", "f16");
 const I32: OpSupport = both("i32");
+const I64: OpSupport = both("i64");
 /** Ops that move bits (repeat, cont): every dtype with elements of whole bytes. */
 const ELEMENTS: OpSupport = both("f32", "f16", "i32");
 /** Views and inputs: memory only, any dtype. */
@@ -403,8 +407,8 @@ export const OPS = {
     params: [],
     core: "count_equal",
     inPlace: { safe: false, reason: "a reduction reads every element for one dst element" },
-    // i32 sources; the count is i32 (ggml's is i64, which Graft has no dtype for).
-    support: I32,
+    // i32 sources; the count is i64, as ggml_count_equal's.
+    support: I64,
   },
   cumsum: {
     code: 55,
@@ -514,6 +518,53 @@ export const OPS = {
     // As ggml_fill_inplace: src0 gives only the shape; nothing of it is read.
     inPlace: { safe: true, reason: "fill reads no src0 element" },
     support: { cpu: ["f32", "f16"], webgpu: ["f32", "f16"] },
+  },
+  padCircular: {
+    code: 85,
+    arity: 1,
+    params: ["lp0", "rp0", "lp1", "rp1", "lp2", "rp2", "lp3", "rp3"],
+    core: "pad_circular",
+    inPlace: { safe: false, reason: "dst element i reads src0 at i minus the left pads, wrapped" },
+    support: { cpu: ["f32", "f16", "i32"], webgpu: ["f32", "f16", "i32"] },
+  },
+  // ggml_acc and ggml_set: src0 with src1 added or written into a view of it. The view's
+  // strides and offset are in elements, each split in two f32 slots (low 24 bits, the rest),
+  // since params travel as f32 (src/ops/view_write.ts, kernels/view_write.zig).
+  acc: {
+    code: 90,
+    arity: 2,
+    params: [
+      "nb1Low",
+      "nb1High",
+      "nb2Low",
+      "nb2High",
+      "nb3Low",
+      "nb3High",
+      "offsetLow",
+      "offsetHigh",
+    ],
+    core: "acc",
+    // view_write.zig copies src0 into dst (nothing to copy in place), then adds src1 into the
+    // view reading only dst: ggml_acc_inplace.
+    inPlace: { safe: true, reason: "dst starts as a copy of src0, then only dst is read" },
+    support: FLOAT,
+  },
+  set: {
+    code: 91,
+    arity: 2,
+    params: [
+      "nb1Low",
+      "nb1High",
+      "nb2Low",
+      "nb2High",
+      "nb3Low",
+      "nb3High",
+      "offsetLow",
+      "offsetHigh",
+    ],
+    core: "set",
+    inPlace: { safe: true, reason: "dst starts as a copy of src0, then only src1 is read" },
+    support: ELEMENTS,
   },
   view: { code: 100, arity: 1, params: [], core: null, inPlace: view, support: ANY },
   reshape: { code: 101, arity: 1, params: [], core: null, inPlace: view, support: ANY },

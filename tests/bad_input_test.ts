@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { assertNothingLive } from "./leaks.ts";
 import { copyLoader } from "./child.ts";
 import {
+  acc,
   add,
   allocTensors,
   ArgumentError,
@@ -20,14 +21,18 @@ import {
   getRows,
   type GraftError,
   Graph,
+  interpolate,
   LibraryLoadError,
   liveAllocations,
   mul,
   mulMat,
   NativeError,
   OutOfBoundsError,
+  padCircular,
   PlacementError,
   reshape,
+  set,
+  set1d,
   setRows,
   ShapeError,
   softmax,
@@ -124,12 +129,48 @@ Deno.test("view and reshape errors name the tensor and the shapes", () => {
   ]);
 });
 
+Deno.test("acc, set, padCircular and bicubic interpolate refuse bad arguments, naming them", () => {
+  const ctx = new Context();
+  const a = ctx.newTensor("f32", [8, 4]);
+  const b = ctx.newTensor("f32", [4, 2]);
+  assert.equal(add(ctx.newTensor("f16", [4, 3]), ctx.newTensor("f32", [4, 1])).dtype, "f16");
+  assert.equal(
+    mul(ctx.newTensor("f16", [4, 3]), ctx.newTensor("f32", [4, 1]), { dtype: "f32" }).dtype,
+    "f32",
+  );
+  assert.equal(acc(a, b, { offset: 20 * 4 }).dtype, "f32");
+  assertThrowsWith(() => acc(a, b, { offset: 21 * 4 }), ShapeError, ["acc", "outside"]);
+  assertThrowsWith(() => set(a, b, { nb1: 12 }), ShapeError, ["set", "nb1 = 12", "overlap"]);
+  assertThrowsWith(() => set(a, b, { offset: 6 }), ArgumentError, ["set", "offset", "6"]);
+  assertThrowsWith(() => set(a, b, { nb2: -4 }), ArgumentError, ["set", "nb2", "-4"]);
+  assertThrowsWith(() => acc(ctx.newTensor("i32", [8]), ctx.newTensor("i32", [2])), DTypeError, [
+    "acc",
+    "i32",
+  ]);
+  assertThrowsWith(() => set(a, ctx.newTensor("f16", [4])), DTypeError, ["set", "f16"]);
+  assertThrowsWith(() => set(transpose(a), b), ShapeError, ["set", "contiguous"]);
+  assertThrowsWith(() => set1d(a, b, 0), ShapeError, ["set1d", "one-dimensional"]);
+  assertThrowsWith(() => padCircular(a, { left: [-1, 0, 0, 0] }), ShapeError, [
+    "padCircular",
+    "left[0]",
+    "-1",
+  ]);
+  assertThrowsWith(
+    () => interpolate(a, [16, 8], { mode: "nearest", alignCorners: true }),
+    ArgumentError,
+    ["interpolate", "alignCorners"],
+  );
+  assert.equal(interpolate(a, [16, 8], { mode: "bicubic", alignCorners: true }).ne[0], 16);
+});
+
 Deno.test("ops given a dtype they do not take throw DTypeError naming the op and dtype", () => {
   const ctx = new Context();
   const f32 = ctx.newTensor("f32", [4, 3]);
   const f16 = ctx.newTensor("f16", [4, 3]);
   const i32 = ctx.newTensor("i32", [4, 3]);
-  assertThrowsWith(() => add(f16, f32), DTypeError, ["add", "f16"]);
+  // ggml-cpu takes an f16 src0 with an f32 src1, never the other way round.
+  assertThrowsWith(() => add(f32, f16), DTypeError, ["add", "f16"]);
+  assertThrowsWith(() => add(f32, f32, { dtype: "f16" }), DTypeError, ["add", "f16", "f32"]);
   assertThrowsWith(() => add(f32, i32), DTypeError, ["add", "i32"]);
   assertThrowsWith(() => mulMat(i32, f32), DTypeError, ["mulMat", "i32"]);
   assertThrowsWith(() => mulMat(f32, f16), DTypeError, ["mulMat", "f16"]);

@@ -24,6 +24,7 @@
 
 import {
   abs,
+  acc,
   add,
   allocTensors,
   arange,
@@ -69,6 +70,7 @@ import {
   neg,
   norm,
   pad,
+  padCircular,
   padReflect1d,
   permute,
   pool1d,
@@ -81,6 +83,9 @@ import {
   rope,
   round,
   scale,
+  set,
+  set1d,
+  set2d,
   setRows,
   sgn,
   type Shape,
@@ -594,7 +599,7 @@ CASES.push({
 
 for (const shape of [[1031, 3], [1], [7, 5, 3, 2]]) {
   CASES.push({
-    name: `countEqual i32 [${shape}]`,
+    name: `countEqual i32 -> i64 [${shape}]`,
     op: "countEqual",
     build: (i) => {
       const a = i.ints(shape, 3);
@@ -608,7 +613,7 @@ for (const shape of [[1031, 3], [1], [7, 5, 3, 2]]) {
   });
 }
 CASES.push({
-  name: "countEqual i32 transposed [7, 33]",
+  name: "countEqual i32 -> i64 transposed [7, 33]",
   op: "countEqual",
   build: (i) => {
     const a = T(i.ints([33, 7], 2));
@@ -620,6 +625,299 @@ CASES.push({
   tol: TOL_EXACT,
   gpuNmse: NMSE_EXACT,
 });
+
+// ---- mixed f16/f32 binary ops (ggml-cpu's binary-ops.cpp: f16 src0, f32 src1) ----
+
+for (const [name, [op, f]] of Object.entries(BINARY) as [OpName, typeof BINARY.add][]) {
+  for (const dtype of ["f16", "f32"] as const) {
+    for (const form of [BROADCAST_A, [6, 1, 1, 1], [1, 1, 1, 1], [3, 2, 3, 1]] as Dims4[]) {
+      CASES.push({
+        name: `${name} f16 by f32 -> ${dtype} [${BROADCAST_A}] by [${form}]`,
+        op: name,
+        build: (i) => {
+          const a = i.float("f16", [...BROADCAST_A]);
+          const b = i.float("f32", [...form]);
+          const ref = binaryRef(a.r, b.r, f); // one f32 operation of exact inputs
+          return { out: op(a.t, b.t, { dtype }), ref: mapRef(ref, (x) => x, dtype) };
+        },
+        tol: dtype === "f16" ? TOL_F16 : TOL_EXACT,
+        gpuNmse: dtype === "f16" ? NMSE_F16 : NMSE_ROUNDINGS,
+      });
+    }
+  }
+  CASES.push({
+    name: `${name} f16 permuted by f32 transposed -> f16`,
+    op: name,
+    build: (i) => {
+      const a = P(i.float("f16", [3, 6, 2, 4]), [2, 0, 3, 1]);
+      const b = T(i.float("f32", [4, 6]));
+      return { out: op(a.t, b.t), ref: mapRef(binaryRef(a.r, b.r, f), (x) => x, "f16") };
+    },
+    tol: TOL_F16,
+    gpuNmse: NMSE_F16,
+  });
+}
+
+// An f16 silu times an f32 gate into f32: not fused on the CPU (its fused kernel is f32 only).
+CASES.push({
+  name: "mul f16 silu by f32 -> f32 (no silu_mul fusion)",
+  op: "mul",
+  build: (i) => {
+    const a = i.float("f16", [37, 3]);
+    const b = i.float("f32", [37, 3]);
+    const s = mapRef(a.r, (x) => x / (1 + Math.exp(-x)), "f16");
+    const out = mul(silu(a.t), b.t, { dtype: "f32" });
+    return { out, ref: binaryRef(s, b.r, (x, y) => x * y) };
+  },
+  tol: TOL_F16, // silu rounds to f16 first
+  gpuNmse: NMSE_F16,
+});
+
+// ---- acc and set into views (ggml_acc, ggml_set, set_1d, set_2d) ----
+
+/** A view of a contiguous `[ne]` tensor: element strides nb1-nb3 and an element offset. */
+interface ViewCase {
+  readonly label: string;
+  readonly a: Dims4;
+  readonly b: Dims4;
+  readonly nb: readonly [number, number, number];
+  readonly offset: number;
+  /** Build b transposed (a non-contiguous source). */
+  readonly transposed?: boolean;
+}
+
+const VIEW_CASES: readonly ViewCase[] = [
+  { label: "rows 1-2, columns 2-6", a: [9, 5, 1, 1], b: [5, 2, 1, 1], nb: [9, 45, 45], offset: 11 },
+  { label: "whole tensor", a: [7, 3, 2, 1], b: [7, 3, 2, 1], nb: [7, 21, 42], offset: 0 },
+  { label: "1d run at the end", a: [33, 1, 1, 1], b: [5, 1, 1, 1], nb: [33, 33, 33], offset: 28 },
+  {
+    label: "3d block, every other row",
+    a: [8, 6, 3, 2],
+    b: [3, 3, 2, 2],
+    nb: [16, 48, 144],
+    offset: 9,
+  },
+  {
+    label: "transposed source",
+    a: [10, 7, 1, 1],
+    b: [4, 3, 1, 1],
+    nb: [10, 70, 70],
+    offset: 21,
+    transposed: true,
+  },
+];
+
+function viewWriteRef(
+  a: RefTensor,
+  b: RefTensor,
+  c: ViewCase,
+  add: boolean,
+  dtype: DType,
+): RefTensor {
+  const out = a.values();
+  forEachIndex(b.ne, (i0, i1, i2, i3) => {
+    const k = c.offset + i0 + i1 * c.nb[0] + i2 * c.nb[1] + i3 * c.nb[2];
+    const v = add ? out[k]! + b.at(i0, i1, i2, i3) : b.at(i0, i1, i2, i3);
+    out[k] = dtype === "f16" ? roundF16(v) : dtype === "f32" ? Math.fround(v) : v;
+  });
+  return new RefTensor(a.ne, out);
+}
+
+for (const c of VIEW_CASES) {
+  for (const [name, dtypes] of [["acc", ["f32", "f16"]], ["set", ["f32", "f16", "i32"]]] as const) {
+    for (const dtype of dtypes) {
+      CASES.push({
+        name: `${name} ${dtype} [${c.a}] <- [${c.b}] ${c.label}`,
+        op: name,
+        build: (i) => {
+          const make = (shape: readonly number[]): Arg =>
+            dtype === "i32" ? i.ints(shape, 1000) : i.float(dtype, shape);
+          const a = make(c.a);
+          const b = c.transposed ? T(make([c.b[1], c.b[0], c.b[2], c.b[3]])) : make(c.b);
+          const size = dtype === "f16" ? 2 : 4;
+          const view = {
+            nb1: c.nb[0] * size,
+            nb2: c.nb[1] * size,
+            nb3: c.nb[2] * size,
+            offset: c.offset * size,
+          };
+          const out = name === "acc" ? acc(a.t, b.t, view) : set(a.t, b.t, view);
+          return { out, ref: viewWriteRef(a.r, b.r, c, name === "acc", dtype) };
+        },
+        // acc: one f32 addition of exact inputs, rounded once; set moves bits.
+        tol: dtype === "f16" && name === "acc" ? TOL_F16 : TOL_EXACT,
+        gpuNmse: dtype === "f16" && name === "acc" ? NMSE_F16 : NMSE_EXACT,
+      });
+    }
+  }
+}
+CASES.push({
+  name: "set1d f32 [20] <- [6] at element 3",
+  op: "set",
+  build: (i) => {
+    const a = i.float("f32", [20]);
+    const b = i.float("f32", [6]);
+    const c: ViewCase = {
+      label: "",
+      a: [20, 1, 1, 1],
+      b: [6, 1, 1, 1],
+      nb: [20, 20, 20],
+      offset: 3,
+    };
+    return { out: set1d(a.t, b.t, 12), ref: viewWriteRef(a.r, b.r, c, false, "f32") };
+  },
+  tol: TOL_EXACT,
+  gpuNmse: NMSE_EXACT,
+});
+CASES.push({
+  name: "set2d f16 [9, 6] <- [4, 3] columns 1-4 of rows 2-4",
+  op: "set",
+  build: (i) => {
+    const a = i.float("f16", [9, 6]);
+    const b = i.float("f16", [4, 3]);
+    const c: ViewCase = {
+      label: "",
+      a: [9, 6, 1, 1],
+      b: [4, 3, 1, 1],
+      nb: [9, 54, 54],
+      offset: 19,
+    };
+    return { out: set2d(a.t, b.t, 18, 38), ref: viewWriteRef(a.r, b.r, c, false, "f16") };
+  },
+  tol: TOL_EXACT,
+  gpuNmse: NMSE_EXACT,
+});
+
+// An intermediate src0 (the planner may give acc and set its memory, ggml's _inplace forms).
+for (const name of ["acc", "set"] as const) {
+  CASES.push({
+    name: `${name} f32 over an intermediate (in place)`,
+    op: name,
+    build: (i) => {
+      const x = i.float("f32", [9, 5]);
+      const y = i.float("f32", [9, 5]);
+      const b = i.float("f32", [5, 2]);
+      const c: ViewCase = {
+        label: "",
+        a: [9, 5, 1, 1],
+        b: [5, 2, 1, 1],
+        nb: [9, 45, 45],
+        offset: 11,
+      };
+      const sum = binaryRef(x.r, y.r, (p, q) => p + q);
+      const view = { nb1: 36, offset: 44 };
+      const out = name === "acc" ? acc(add(x.t, y.t), b.t, view) : set(add(x.t, y.t), b.t, view);
+      return { out: scale(out, 1), ref: viewWriteRef(sum, b.r, c, name === "acc", "f32") };
+    },
+    tol: TOL_EXACT,
+    gpuNmse: NMSE_EXACT,
+  });
+}
+
+// ---- circular pad (ggml_pad_ext_circular) ----
+
+const wrap = (i: number, n: number): number => ((i % n) + n) % n;
+
+function padCircularRef(a: RefTensor, left: Dims4, right: Dims4): RefTensor {
+  const ne = a.ne.map((n, d) => n + left[d]! + right[d]!) as unknown as Dims4;
+  const out = new Float64Array(ne[0] * ne[1] * ne[2] * ne[3]);
+  forEachIndex(ne, (i0, i1, i2, i3, k) => {
+    out[k] = a.at(
+      wrap(i0 - left[0], a.ne[0]),
+      wrap(i1 - left[1], a.ne[1]),
+      wrap(i2 - left[2], a.ne[2]),
+      wrap(i3 - left[3], a.ne[3]),
+    );
+  });
+  return new RefTensor(ne, out);
+}
+
+const PAD_CIRCULAR: readonly { label: string; left: Dims4; right: Dims4; permuted: boolean }[] = [
+  { label: "dims 0-1", left: [2, 1, 0, 0], right: [3, 2, 0, 0], permuted: false },
+  { label: "longer than the source", left: [11, 0, 1, 0], right: [0, 7, 0, 2], permuted: false },
+  { label: "permuted source, every dim", left: [1, 2, 1, 1], right: [2, 0, 1, 1], permuted: true },
+];
+for (const c of PAD_CIRCULAR) {
+  for (const dtype of ["f32", "f16", "i32"] as const) {
+    CASES.push({
+      name: `padCircular ${dtype} ${c.label}`,
+      op: "padCircular",
+      build: (i) => {
+        const make = (shape: readonly number[]): Arg =>
+          dtype === "i32" ? i.ints(shape, 1000) : i.float(dtype, shape);
+        const a = c.permuted ? P(make([3, 5, 2, 2]), [2, 0, 3, 1]) : make([5, 3, 2, 1]);
+        const out = padCircular(a.t, { left: c.left, right: c.right });
+        return { out, ref: padCircularRef(a.r, c.left, c.right) };
+      },
+      tol: TOL_EXACT,
+      gpuNmse: NMSE_EXACT,
+    });
+  }
+}
+
+// ---- bicubic interpolate (ggml's GGML_SCALE_MODE_BICUBIC) ----
+
+/** float64 ggml-cpu bicubic upscale: scale factors and positions in f32, as ggml computes them. */
+function bicubicRef(a: RefTensor, ne: Dims4, alignCorners: boolean): RefTensor {
+  const f = Math.fround;
+  const src = a.ne;
+  const sf = ne.map((n, d) => f(n / src[d]!));
+  let offset = 0.5;
+  if (alignCorners) {
+    offset = 0;
+    for (const d of [0, 1]) if (ne[d]! > 1 && src[d]! > 1) sf[d] = f((ne[d]! - 1) / (src[d]! - 1));
+  }
+  const alpha = -0.75;
+  const w1 = (x: number): number => ((alpha + 2) * x - (alpha + 3)) * x * x + 1;
+  const w2 = (x: number): number => ((alpha * x - 5 * alpha) * x + 8 * alpha) * x - 4 * alpha;
+  const mix = (p: number[], x: number): number =>
+    p[0]! * w2(x + 1) + p[1]! * w1(x) + p[2]! * w1(1 - x) + p[3]! * w2(2 - x);
+  const clampTo = (i: number, n: number): number => Math.min(Math.max(i, 0), n - 1);
+  const out = new Float64Array(ne[0] * ne[1] * ne[2] * ne[3]);
+  forEachIndex(ne, (i0, i1, i2, i3, k) => {
+    const j2 = Math.trunc(f(i2 / sf[2]!));
+    const j3 = Math.trunc(f(i3 / sf[3]!));
+    const y = f(f(f(i1 + offset) / sf[1]!) - offset);
+    const x = f(f(f(i0 + offset) / sf[0]!) - offset);
+    const [y0, x0] = [Math.floor(y), Math.floor(x)];
+    const [dy, dx] = [f(y - y0), f(x - x0)];
+    const rows = [-1, 0, 1, 2].map((oy) =>
+      mix(
+        [-1, 0, 1, 2].map((ox) => a.at(clampTo(x0 + ox, src[0]), clampTo(y0 + oy, src[1]), j2, j3)),
+        dx,
+      )
+    );
+    out[k] = mix(rows, dy);
+  });
+  return new RefTensor(ne, out);
+}
+
+/** 16 products of f32 weights summed in f32: a few ulps of the largest term. */
+const TOL_BICUBIC: Tolerance = { nmse: 1e-12, rtol: 1e-5, atol: 1e-6 };
+
+for (
+  const [label, from, to, align, permuted] of [
+    ["7x5 -> 16x9", [7, 5, 2, 1], [16, 9, 2, 1], false, false],
+    ["aligned corners 6x4 -> 11x7", [6, 4, 2, 1], [11, 7, 2, 1], true, false],
+    ["down-sampling 12x10 -> 5x3", [12, 10, 1, 1], [5, 3, 1, 1], false, false],
+    ["permuted 5x6x3 -> 9x13x6", [5, 6, 3, 1], [9, 13, 6, 1], false, true],
+    ["aligned corners, one row 8x1 -> 15x2", [8, 1, 1, 1], [15, 2, 1, 1], true, false],
+  ] as [string, Dims4, Dims4, boolean, boolean][]
+) {
+  CASES.push({
+    name: `interpolate bicubic f32 ${label}`,
+    op: "interpolate",
+    build: (i) => {
+      const a = permuted
+        ? P(i.float("f32", [from[1], from[2], from[0], from[3]]), [1, 2, 0, 3])
+        : i.float("f32", [...from]);
+      const out = interpolate(a.t, [...to], { mode: "bicubic", alignCorners: align });
+      return { out, ref: bicubicRef(a.r, to, align) };
+    },
+    tol: TOL_BICUBIC,
+    gpuNmse: NMSE_TRANSCENDENTAL,
+  });
+}
 
 // ---- running a case ----
 
@@ -638,6 +936,11 @@ export async function runGraph(
   backend.graphCompute(graph);
   const result = await backend.getTensorAsync(out);
   await backend.synchronize();
+  if (out.dtype === "i64") {
+    // i64 comes back as raw bytes (see src/dtype.ts); copied, so the words are 8-byte aligned.
+    const bytes = new Uint8Array(result.buffer, result.byteOffset, result.byteLength).slice();
+    return Float64Array.from(new BigInt64Array(bytes.buffer), Number);
+  }
   return Float64Array.from(result as ArrayLike<number>);
 }
 
@@ -720,6 +1023,15 @@ for (const [name, s] of Object.entries(UNARY_MATH) as [OpName, UnarySpec][]) {
 PROBES.concat = (i, d) => concat(probeInput(i, d, PROBE), probeInput(i, d, PROBE), 1);
 PROBES.pad = unaryProbe((a) => pad(a, [0, 2, 1, 0]));
 PROBES.padReflect1d = unaryProbe((a) => padReflect1d(a, 2, 3));
+PROBES.padCircular = unaryProbe((a) => padCircular(a, { left: [3, 1, 0, 0], right: [1, 2, 0, 0] }));
+PROBES.acc = (i, d) => {
+  const a = probeInput(i, d, PROBE);
+  return acc(a, probeInput(i, d, [256, 2]), { offset: a.nb[1] }); // rows 1-2
+};
+PROBES.set = (i, d) => {
+  const a = probeInput(i, d, PROBE);
+  return set(a, probeInput(i, d, [256, 2]), { offset: a.nb[1] });
+};
 PROBES.roll = unaryProbe((a) => roll(a, [3, 1, 0, 0]));
 PROBES.repeatBack = (i, d) => repeatBack(probeInput(i, d, [256, 6]), [256, 3, 1, 1]);
 PROBES.argsort = unaryProbe(argsort);

@@ -74,7 +74,8 @@ Deno.test("op suite cpu: the op table's cpu support declarations hold both ways"
 Deno.test("op suite: every op of the table has cases or is covered by backend_ops_test", () => {
   const covered = new Set(CASES.map((c) => c.op));
   for (const name of Object.keys(UNARY_MATH)) assert.ok(covered.has(name as never), name);
-  for (const name of ["sumRows", "argmax", "maxRows", "minRows", "countEqual", "cumsum"]) {
+  const named = ["sumRows", "argmax", "maxRows", "minRows", "countEqual", "cumsum"];
+  for (const name of [...named, "acc", "set", "padCircular", "interpolate"]) {
     assert.ok(covered.has(name as never), `no suite case for ${name}`);
   }
   assert.ok(Object.keys(OPS).length > 0);

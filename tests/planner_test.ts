@@ -8,6 +8,7 @@
 
 import nodeAssert from "node:assert/strict";
 import {
+  acc,
   add,
   allocGraph,
   allocTensors,
@@ -30,6 +31,7 @@ import {
   reshape,
   rmsNorm,
   scale,
+  set,
   silu,
   softmax,
   sum,
@@ -270,6 +272,22 @@ Deno.test("in place: unary and binary elementwise ops take over their only src0"
   assertEquals(blockOf(plan, a).inPlaceOf, s);
   assertEquals(blockOf(plan, out).inPlaceOf, a);
   assertEquals(plan.blockCount, 1);
+});
+
+Deno.test("in place: acc and set take over their src0 (ggml's _inplace forms), never src1", () => {
+  const ctx = new Context();
+  const x = ctx.newTensor("f32", [64, 4]);
+  const b = ctx.newTensor("f32", [8, 2]);
+  const s = silu(x);
+  const accumulated = acc(s, b, { offset: 64 * 4 });
+  const written = set(scale(accumulated, 2), b);
+  const out = scale(written, 3);
+  const plan = planGraph(Graph.build(out));
+  assertEquals(blockOf(plan, accumulated).inPlaceOf, s);
+  assertEquals(blockOf(plan, written).inPlaceOf?.op, Op.scale);
+  const source = silu(ctx.newTensor("f32", [64, 4]));
+  const y = set(silu(x), source);
+  assertEquals(inPlaceOf([y], y), y.src[0]); // src0, never src1 (of the same layout)
 });
 
 Deno.test("in place: binary ops never take over src1", () => {

@@ -73,7 +73,7 @@ pub const Op = enum(u32) {
     argmax = 51, // dst i32 [ne1, ne2, ne3, 1]: the first index of each row's largest value
     max_rows = 52, // dst [1, ne1, ne2, ne3], src0's dtype
     min_rows = 53, // dst [1, ne1, ne2, ne3], src0's dtype
-    count_equal = 54, // src0, src1 i32 of one shape; dst i32 [1]: elements equal (ggml: i64)
+    count_equal = 54, // src0, src1 i32 of one shape; dst i64 [1]: elements equal (as ggml)
     cumsum = 55,
     // Shape and indexing ops (kernels/indexing.zig, kernels/sort.zig); params are f32 slots
     // holding whole numbers unless noted. f32, f16 and i32 elements are moved as bits.
@@ -88,6 +88,13 @@ pub const Op = enum(u32) {
     diag_mask_inf = 78, // params[0]: n_past; column i of row j is -inf when i > n_past + j
     arange = 79, // no sources; params f32 start, stop, step; dst f32 [ceil((stop - start) / step)]
     fill = 80, // params[0]: f32 value; dst (shape of src0, f32 | f16) all that value
+    pad_circular = 85, // params as pad; the pad is src0 wrapped around (ggml_pad_ext_circular)
+    // dst = src0 with src1 added (acc) or written (set) into the view of dst at params: the
+    // view's strides nb1, nb2, nb3 and offset, in elements, each as two f32 slots (low 24 bits,
+    // then the rest), nb0 one element. src0 and dst contiguous, one shape; src1 any strides, the
+    // view's shape (kernels/view_write.zig).
+    acc = 90, // f32 | f16
+    set = 91, // f32 | f16 | i32, moved as bits
     // params (f32): scale, max_bias (ALiBi), logit_softcap (0: none); src0 q f32 [DK, T, Hq, B],
     // src1 k f32|f16 [DK, nKv, Hkv, B'], src2 v f32|f16 [DV, nKv, Hkv, B'], src3 (optional)
     // mask f32|f16 [nKv, >=T, Hq/m, B/m']; dst f32 [DV, Hq, T, B] (kernels/attention.zig)
@@ -99,7 +106,7 @@ pub const Op = enum(u32) {
     group_norm = 113, // params (f32): group count, eps; f32 [W, H, C, N] (kernels/group_norm.zig)
     pool_1d = 114, // params (f32): op (0 max, 1 avg), k0, s0, p0; src0 f32|f16 (kernels/pool.zig)
     pool_2d = 115, // params (f32): op, k0, k1, s0, s1, p0, p1; src0 f32|f16 (kernels/pool.zig)
-    interpolate = 116, // params[0]: mode (0 nearest, 1 bilinear, +256 align corners) (kernels/interpolate.zig)
+    interpolate = 116, // params[0]: mode (0 nearest, 1 bilinear, 2 bicubic, +256 align corners) (kernels/interpolate.zig)
     timestep_embedding = 117, // params (f32): dim, max_period; src0 f32 [N] (kernels/interpolate.zig)
     conv_transpose_1d = 118, // params[0]: stride; src0 kernel f32|f16, src1 f32 (kernels/conv_transpose.zig)
     conv_transpose_2d = 119, // params[0]: stride; src0 kernel f32|f16, src1 f32 (kernels/conv_transpose.zig)

@@ -76,7 +76,10 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
         .cumsum => check_unary_float(name, n),
         .count_equal => check_count_equal(n),
         .concat => check_concat(n),
-        .pad => check_pad(n),
+        .pad => check_pad("pad", n),
+        .pad_circular => check_pad("pad_circular", n),
+        .acc => check_view_write(.acc, n),
+        .set => check_view_write(.set, n),
         .pad_reflect_1d => check_pad_reflect_1d(n),
         .roll => check_roll(n),
         .repeat_back => check_repeat_back(n),
@@ -104,7 +107,7 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
 /// Inclusive bounds on src_count.
 fn source_counts(comptime op: Op) [2]u32 {
     return switch (op) {
-        .add, .sub, .mul, .div, .mul_mat, .get_rows, .im2col, .conv_transpose_1d, .conv_transpose_2d, .silu_mul, .rms_norm_mul, .rope, .set_rows, .concat, .count_equal => .{ 2, 2 },
+        .add, .sub, .mul, .div, .mul_mat, .get_rows, .im2col, .conv_transpose_1d, .conv_transpose_2d, .silu_mul, .rms_norm_mul, .rope, .set_rows, .concat, .count_equal, .acc, .set => .{ 2, 2 },
         .arange => .{ 0, 0 },
         .soft_max => .{ 1, 2 },
         .flash_attn_ext => .{ 3, 4 },
@@ -179,8 +182,11 @@ fn check_binary(comptime name: []const u8, n: *const Node) Verdict {
     const a = &n.src[0];
     const b = &n.src[1];
     const dtype = dtype_of(&n.dst);
-    if (!is_float(dtype) or dtype_of(a) != dtype or dtype_of(b) != dtype) {
-        return fail(.unsupported, name ++ ": dst, src0 and src1 must be all f32 or all f16");
+    const same = is_float(dtype) and dtype_of(a) == dtype and dtype_of(b) == dtype;
+    // ggml-cpu's binary-ops.cpp also takes an f16 src0 with an f32 src1, into f16 or f32.
+    const mixed = is_float(dtype) and dtype_of(a) == .f16 and dtype_of(b) == .f32;
+    if (!same and !mixed) {
+        return fail(.unsupported, name ++ ": dst, src0 and src1 must be all f32, all f16, or f16 src0 and f32 src1");
     }
     if (!same_shape(&n.dst, a)) return fail(.shape_mismatch, name ++ ": dst.ne != src0.ne");
     for (0..dims_max) |d| {
@@ -475,17 +481,69 @@ fn check_concat(n: *const Node) Verdict {
     return .ok;
 }
 
-fn check_pad(n: *const Node) Verdict {
-    if (check_same_plain("pad", n)) |verdict| return verdict;
+/// pad and pad_circular: dst.ne[d] = src0.ne[d] + left + right (a circular pad may be longer
+/// than src0: it wraps around again, as ggml's).
+fn check_pad(comptime name: []const u8, n: *const Node) Verdict {
+    if (check_same_plain(name, n)) |verdict| return verdict;
     for (0..dims_max) |d| {
         const left = param_int(n, 2 * d, 0, param_int_max) orelse {
-            return fail(.invalid_argument, "pad: params[2d] (left pad) must be a whole number >= 0");
+            return fail(.invalid_argument, name ++ ": params[2d] (left pad) must be a whole number >= 0");
         };
         const right = param_int(n, 2 * d + 1, 0, param_int_max) orelse {
-            return fail(.invalid_argument, "pad: params[2d + 1] (right pad) must be a whole number >= 0");
+            return fail(.invalid_argument, name ++ ": params[2d + 1] (right pad) must be a whole number >= 0");
         };
         if (n.dst.ne[d] != n.src[0].ne[d] + left + right) {
-            return fail(.shape_mismatch, "pad: dst.ne[d] != src0.ne[d] + left + right");
+            return fail(.shape_mismatch, name ++ ": dst.ne[d] != src0.ne[d] + left + right");
+        }
+    }
+    return .ok;
+}
+
+/// acc and set's view of dst (see node.zig): strides nb1, nb2, nb3 and the offset, in elements.
+pub const ViewParams = struct { nb: [dims_max]i64, offset: i64 };
+
+/// params[2k] + params[2k + 1] * 2^24 for k = 0..3 (nb1, nb2, nb3, offset); null when a slot
+/// is no whole number in range.
+pub fn view_params(n: *const Node) ?ViewParams {
+    var values: [4]i64 = undefined;
+    for (0..4) |k| {
+        const low = param_int(n, 2 * k, 0, param_int_max - 1) orelse return null;
+        const high = param_int(n, 2 * k + 1, 0, param_int_max) orelse return null;
+        values[k] = high * param_int_max + low;
+    }
+    return .{ .nb = .{ 1, values[0], values[1], values[2] }, .offset = values[3] };
+}
+
+pub const ViewWrite = enum { acc, set };
+
+/// acc and set (ggml_acc, ggml_set): dst, src0 and src1 of one dtype; dst and src0 contiguous
+/// of one shape; the view of dst (src1's shape, the params' strides) inside dst, its rows,
+/// planes and batches apart (no element written twice, so threads never race).
+fn check_view_write(comptime op: ViewWrite, n: *const Node) Verdict {
+    const name = @tagName(op);
+    const dtype = dtype_of(&n.dst);
+    const b = &n.src[1];
+    if (dtype != dtype_of(&n.src[0]) or dtype != dtype_of(b)) {
+        return fail(.unsupported, name ++ ": dst, src0 and src1 must share a dtype");
+    }
+    const allowed = if (op == .acc) is_float(dtype) else dtype.has_kernels();
+    if (!allowed) return fail(.unsupported, name ++ ": dtype must be f32 or f16 (set: or i32)");
+    if (!same_shape(&n.dst, &n.src[0])) return fail(.shape_mismatch, name ++ ": dst.ne != src0.ne");
+    if (!n.dst.is_contiguous() or !n.src[0].is_contiguous()) {
+        return fail(.unsupported, name ++ ": dst and src0 must be contiguous");
+    }
+    const view = view_params(n) orelse {
+        return fail(.invalid_argument, name ++ ": params (view strides, offset) must be whole numbers in [0, 2^48)");
+    };
+    var last: i128 = view.offset;
+    for (0..dims_max) |d| last += @as(i128, b.ne[d] - 1) * view.nb[d];
+    if (last >= n.dst.element_count()) {
+        return fail(.out_of_bounds, name ++ ": the view of src1's shape does not lie inside dst");
+    }
+    for (1..dims_max) |d| {
+        const inner = @as(i128, b.ne[d - 1]) * view.nb[d - 1];
+        if (b.ne[d] > 1 and view.nb[d] < inner) {
+            return fail(.invalid_argument, name ++ ": view stride nb[d] < src1.ne[d-1] * nb[d-1] (the view overlaps itself)");
         }
     }
     return .ok;
@@ -783,8 +841,8 @@ fn check_interpolate(n: *const Node) Verdict {
         return fail(.unsupported, "interpolate: dst and src0 must be f32");
     }
     const mode = n.param_f32(0);
-    if (mode != 0 and mode != 1 and mode != 256 and mode != 257) {
-        return fail(.invalid_argument, "interpolate: params[0] (mode) must be 0 or 1, + 256 for align corners");
+    if (mode != 0 and mode != 1 and mode != 2 and mode != 256 and mode != 257 and mode != 258) {
+        return fail(.invalid_argument, "interpolate: params[0] (mode) must be 0, 1 or 2, + 256 for align corners");
     }
     return .ok;
 }
@@ -882,19 +940,15 @@ fn check_argmax(n: *const Node) Verdict {
     return .ok;
 }
 
-/// count_equal: i32 src0 and src1 of one shape, i32 dst [1] (ggml's is i64; Graft has no i64,
-/// so the element count must fit an i32).
+/// count_equal: i32 src0 and src1 of one shape, i64 dst [1] (ggml_count_equal's dtype).
 fn check_count_equal(n: *const Node) Verdict {
     const a = &n.src[0];
     const b = &n.src[1];
     if (dtype_of(a) != .i32 or dtype_of(b) != .i32) {
         return fail(.unsupported, "count_equal: src0 and src1 must be i32");
     }
-    if (dtype_of(&n.dst) != .i32) return fail(.unsupported, "count_equal: dst must be i32");
+    if (dtype_of(&n.dst) != .i64) return fail(.unsupported, "count_equal: dst must be i64");
     if (!same_shape(a, b)) return fail(.shape_mismatch, "count_equal: src0.ne != src1.ne");
     if (n.dst.element_count() != 1) return fail(.shape_mismatch, "count_equal: dst.ne != [1, 1, 1, 1]");
-    if (a.element_count() > std.math.maxInt(i32)) {
-        return fail(.limit_reached, "count_equal: more than 2^31 - 1 elements (the i32 result)");
-    }
     return .ok;
 }

@@ -1,19 +1,37 @@
 /**
  * Elementwise ops: binary ops with ggml broadcasting (the second operand repeats to the first's
- * shape; f32 or f16, both operands of one dtype), unary activations and scale (f32 or f16, the result in the source's dtype,
+ * shape; f32 or f16, both operands of one dtype or an f16 first with an f32 second), unary activations and scale (f32 or f16, the result in the source's dtype,
  * computed in f32) and repeat (f32, f16 or i32, bits copied).
  * @module
  */
 
 import { Op, type OpCode } from "../op.ts";
 import { type Dims, Tensor } from "../tensor.ts";
+import { DTypeError } from "../errors.ts";
 import { requireDType, requireFinite, requireRepeatable } from "./check.ts";
 
-function binary(op: OpCode, name: string, a: Tensor, b: Tensor): Tensor {
+/** Options of the binary ops ({@link add}, {@link sub}, {@link mul}, {@link div}). */
+export interface BinaryOptions {
+  /**
+   * The result's dtype (default `a`'s). An f16 `a` with an f32 `b` may give f32 (ggml_add_cast;
+   * ggml-cpu's binary-ops.cpp computes f16 x f32 into f16 or f32); otherwise it is `a`'s.
+   */
+  readonly dtype?: "f32" | "f16";
+}
+
+function binary(op: OpCode, name: string, a: Tensor, b: Tensor, options: BinaryOptions): Tensor {
   requireDType(name, a, ["f32", "f16"]);
-  requireDType(name, b, [a.dtype]);
+  // ggml-cpu: both f32, both f16, or an f16 src0 with an f32 src1 (never f32 with f16).
+  requireDType(name, b, a.dtype === "f16" ? ["f16", "f32"] : ["f32"]);
   requireRepeatable(name, b, a);
-  return new Tensor({ dtype: a.dtype, ne: a.ne, op, src: [a, b] });
+  const dtype = options.dtype ?? a.dtype;
+  const mixed = a.dtype === "f16" && b.dtype === "f32";
+  if (dtype !== a.dtype && !mixed) {
+    throw new DTypeError(
+      `${name}: a ${dtype} result needs an f16 a and an f32 b, got ${a.dtype} and ${b.dtype}`,
+    );
+  }
+  return new Tensor({ dtype, ne: a.ne, op, src: [a, b] });
 }
 
 function unary(op: OpCode, name: string, a: Tensor, params: number[] = []): Tensor {
@@ -22,7 +40,8 @@ function unary(op: OpCode, name: string, a: Tensor, params: number[] = []): Tens
 }
 
 /**
- * `a + b`; `b` is repeated to `a`'s shape (each of `a`'s dimensions a multiple of `b`'s).
+ * `a + b`; `b` is repeated to `a`'s shape (each of `a`'s dimensions a multiple of `b`'s). Both
+ * f32, both f16, or an f16 `a` with an f32 `b` (see {@link BinaryOptions} for the result).
  *
  * @example
  * ```ts
@@ -32,23 +51,23 @@ function unary(op: OpCode, name: string, a: Tensor, params: number[] = []): Tens
  * console.log(y.ne); // [8, 4, 1, 1]
  * ```
  */
-export function add(a: Tensor, b: Tensor): Tensor {
-  return binary(Op.add, "add", a, b);
+export function add(a: Tensor, b: Tensor, options: BinaryOptions = {}): Tensor {
+  return binary(Op.add, "add", a, b, options);
 }
 
 /** `a - b`, broadcasting `b` like {@link add}. */
-export function sub(a: Tensor, b: Tensor): Tensor {
-  return binary(Op.sub, "sub", a, b);
+export function sub(a: Tensor, b: Tensor, options: BinaryOptions = {}): Tensor {
+  return binary(Op.sub, "sub", a, b, options);
 }
 
 /** `a * b` elementwise, broadcasting `b` like {@link add}. */
-export function mul(a: Tensor, b: Tensor): Tensor {
-  return binary(Op.mul, "mul", a, b);
+export function mul(a: Tensor, b: Tensor, options: BinaryOptions = {}): Tensor {
+  return binary(Op.mul, "mul", a, b, options);
 }
 
 /** `a / b` elementwise, broadcasting `b` like {@link add}. */
-export function div(a: Tensor, b: Tensor): Tensor {
-  return binary(Op.div, "div", a, b);
+export function div(a: Tensor, b: Tensor, options: BinaryOptions = {}): Tensor {
+  return binary(Op.div, "div", a, b, options);
 }
 
 /**

@@ -1,5 +1,6 @@
 /**
  * Shape and indexing ops, as ggml defines them: `concat`, `pad` / `padExt` (zeros),
+ * `padCircular` (wrapped around),
  * `padReflect1d`, `roll`, `repeatBack`, the triangular masks `tri` and `diagMaskInf`, `fill`
  * and `arange`. The moving ops copy elements bit for bit (f32, f16 and i32 alike), so their
  * results are exact on every backend.
@@ -8,7 +9,7 @@
 
 import type { DType } from "../dtype.ts";
 import { ShapeError } from "../errors.ts";
-import { Op } from "../op.ts";
+import { Op, type OpCode } from "../op.ts";
 import { type Dims, formatShape, Tensor } from "../tensor.ts";
 import { showValue } from "../args.ts";
 import { requireDType, requireFinite } from "./check.ts";
@@ -100,7 +101,25 @@ export function padExt(a: Tensor, amounts: PadAmounts): Tensor {
   return padWith("padExt", a, amounts);
 }
 
-function padWith(op: string, a: Tensor, amounts: PadAmounts): Tensor {
+/**
+ * `a` padded circularly before and after each dimension (ggml_pad_ext_circular; ggml_pad_circular
+ * pads after only): a pad repeats the far side of `a`, as on a torus, again and again when it
+ * is longer than `a`. f32, f16 or i32, any strides.
+ *
+ * @example
+ * ```ts
+ * import { Context, padCircular } from "../../mod.ts";
+ * const ctx = new Context();
+ * // [a, b, c] -> [c, a, b, c, a]
+ * const y = padCircular(ctx.newTensor("f32", [3]), { left: [1, 0, 0, 0], right: [1, 0, 0, 0] });
+ * console.log(y.ne); // [5, 1, 1, 1]
+ * ```
+ */
+export function padCircular(a: Tensor, amounts: PadAmounts): Tensor {
+  return padWith("padCircular", a, amounts, Op.padCircular);
+}
+
+function padWith(op: string, a: Tensor, amounts: PadAmounts, code: OpCode = Op.pad): Tensor {
   requireDType(op, a, MOVED);
   const params: number[] = [];
   const ne = [0, 0, 0, 0] as [number, number, number, number];
@@ -110,7 +129,7 @@ function padWith(op: string, a: Tensor, amounts: PadAmounts): Tensor {
     params.push(left, right);
     ne[d] = a.ne[d]! + left + right;
   }
-  return new Tensor({ dtype: a.dtype, ne, op: Op.pad, src: [a], params });
+  return new Tensor({ dtype: a.dtype, ne, op: code, src: [a], params });
 }
 
 /**

@@ -10,21 +10,29 @@ import { type Shape, toDims } from "../context.ts";
 import { Tensor } from "../tensor.ts";
 import { requireDType } from "./check.ts";
 
-/** How {@link interpolate} samples: the nearest element, or bilinear in dims 0-1. */
-export type InterpolateMode = "nearest" | "bilinear";
+/** How {@link interpolate} samples: the nearest element, or bilinear or bicubic in dims 0-1. */
+export type InterpolateMode = "nearest" | "bilinear" | "bicubic";
+
+const MODE_CODES: Readonly<Record<InterpolateMode, number>> = {
+  nearest: 0,
+  bilinear: 1,
+  bicubic: 2,
+};
 
 /** Options of {@link interpolate}. */
 export interface InterpolateOptions {
   /** Default "nearest". */
   mode?: InterpolateMode;
-  /** Bilinear only: corners map to corners (scale (ne-1)/(src-1), no half-pixel offset). */
+  /** Bilinear and bicubic: corners map to corners (scale (ne-1)/(src-1), no half-pixel offset). */
   alignCorners?: boolean;
 }
 
 /**
  * ggml_interpolate (ggml_upscale_ext): `a` (f32) resampled to `shape`. Nearest takes element
  * `i / (shape/ne)` in every dim; bilinear mixes the four pixels around
- * `(i + 0.5) / scale - 0.5` in dims 0-1 (edges clamped) and takes dims 2-3 nearest.
+ * `(i + 0.5) / scale - 0.5` in dims 0-1 (edges clamped) and takes dims 2-3 nearest; bicubic
+ * mixes the 4x4 pixels around the same point with ggml's cubic convolution weights (alpha
+ * -0.75, as PyTorch; edges clamped).
  *
  * @example
  * ```ts
@@ -37,14 +45,14 @@ export interface InterpolateOptions {
 export function interpolate(a: Tensor, shape: Shape, options: InterpolateOptions = {}): Tensor {
   requireDType("interpolate", a, ["f32"]);
   const mode = options.mode ?? "nearest";
-  if (mode !== "nearest" && mode !== "bilinear") {
-    throw new ArgumentError(`interpolate: mode must be nearest or bilinear, got ${mode}`);
+  if (!Object.hasOwn(MODE_CODES, mode)) {
+    throw new ArgumentError(`interpolate: mode must be nearest, bilinear or bicubic, got ${mode}`);
   }
-  if (options.alignCorners && mode !== "bilinear") {
-    throw new ArgumentError("interpolate: alignCorners needs the bilinear mode");
+  if (options.alignCorners && mode === "nearest") {
+    throw new ArgumentError("interpolate: alignCorners needs the bilinear or bicubic mode");
   }
   const ne = toDims(shape);
-  const code = (mode === "bilinear" ? 1 : 0) + (options.alignCorners ? 256 : 0);
+  const code = MODE_CODES[mode] + (options.alignCorners ? 256 : 0);
   return new Tensor({ dtype: "f32", ne, op: Op.interpolate, src: [a], params: [code] });
 }
 

@@ -51,8 +51,17 @@ export function argmax(a: Tensor): Tensor {
 }
 
 /**
- * How many elements of `a` and `b` (i32, one shape) are equal, as an i32 `[1]` tensor. ggml's
- * result is i64; Graft has no i64 dtype, so the element count must fit an i32.
+ * How many elements of `a` and `b` (i32, one shape) are equal, as an i64 `[1]` tensor
+ * (ggml_count_equal's dtype). i64 data travels as raw bytes: read the result with
+ * `new BigInt64Array(bytes.buffer, bytes.byteOffset, 1)[0]`.
+ *
+ * @example
+ * ```ts
+ * import { Context, countEqual } from "../../mod.ts";
+ * const ctx = new Context();
+ * const n = countEqual(ctx.newTensor("i32", [8]), ctx.newTensor("i32", [8]));
+ * console.log(n.dtype); // "i64"
+ * ```
  */
 export function countEqual(a: Tensor, b: Tensor): Tensor {
   requireDType("countEqual", a, ["i32"]);
@@ -60,10 +69,7 @@ export function countEqual(a: Tensor, b: Tensor): Tensor {
   if (!sameDims(a.ne, b.ne)) {
     throw new ShapeError(`countEqual: shapes ${formatShape(a.ne)} and ${formatShape(b.ne)} differ`);
   }
-  if (a.nelements > 0x7fffffff) {
-    throw new ShapeError(`countEqual: ${a.nelements} elements overflow the i32 count`);
-  }
-  return new Tensor({ dtype: "i32", ne: [1, 1, 1, 1], op: Op.countEqual, src: [a, b] });
+  return new Tensor({ dtype: "i64", ne: [1, 1, 1, 1], op: Op.countEqual, src: [a, b] });
 }
 
 /** Running sums along each row (ggml_cumsum): `a`'s shape and dtype, accumulated in f64. */

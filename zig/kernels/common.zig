@@ -177,6 +177,10 @@ pub fn store_u32(address: usize, value: u32) void {
     @as(*align(1) u32, @ptrFromInt(address)).* = value;
 }
 
+pub fn store_u64(address: usize, value: u64) void {
+    @as(*align(1) u64, @ptrFromInt(address)).* = value;
+}
+
 /// Lanes [0, count) are valid; the rest are padding of a row's last chunk.
 pub fn lane_mask(count: usize) @Vector(lanes, bool) {
     assert(count >= 1);

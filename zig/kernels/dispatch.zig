@@ -25,6 +25,7 @@ const group_norm = @import("group_norm.zig");
 const pool = @import("pool.zig");
 const interpolate = @import("interpolate.zig");
 const conv_transpose = @import("conv_transpose.zig");
+const view_write = @import("view_write.zig");
 
 const assert = common.assert;
 const Node = common.Node;
@@ -81,6 +82,9 @@ fn dispatch(op: Op, n: *const Node, work: *const Work) Status {
         .count_equal => reduce_rows.count_equal(n, work),
         .concat => indexing.concat(n, work),
         .pad => indexing.pad(n, work),
+        .pad_circular => indexing.pad_circular(n, work),
+        .acc => view_write.view_write(.acc, n, work),
+        .set => view_write.view_write(.set, n, work),
         .pad_reflect_1d => indexing.pad_reflect_1d(n, work),
         .roll => indexing.roll(n, work),
         .repeat_back => indexing.repeat_back(n, work),
@@ -146,5 +150,5 @@ pub fn fails_on_data(op: Op) bool {
 
 /// Ops whose kernel calls `Work.sync`, so every thread must run it concurrently.
 pub fn uses_barrier(op: Op) bool {
-    return op == .sum or op == .mul_mat or op == .count_equal;
+    return op == .sum or op == .mul_mat or op == .count_equal or op == .acc or op == .set;
 }

@@ -1,4 +1,5 @@
-//! Element-wise kernels: binary (add, sub, mul, div with src1 broadcast by repetition), unary
+//! Element-wise kernels: binary (add, sub, mul, div with src1 broadcast by repetition; f32, f16,
+//! or an f16 src0 with an f32 src1 as ggml-cpu), unary
 //! (scale, sqr, sqrt, gelu, silu, relu), repeat, and the fused silu_mul. Every output element depends only on the
 //! input elements of the same (or the broadcast) index, so dst may alias src0 exactly.
 //!
@@ -40,7 +41,9 @@ pub fn binary(
     const b = Tensor.from(&n.src[1]);
     assert(dst.element_count() == a.element_count());
     assert(a.ne[0] % b.ne[0] == 0);
-    if (dst.dtype == .f16) return binary_f16(op, dst, a, b, work);
+    if (dst.dtype != .f32 or a.dtype != .f32 or b.dtype != .f32) {
+        return binary_converted(op, dst, a, b, work);
+    }
     const stream = common.use_stream_stores(dst);
     const range = common.thread_range(dst.rows(), work);
     for (range.begin..range.end) |row| {
@@ -59,17 +62,18 @@ pub fn binary(
     return .ok;
 }
 
-/// f16 dst, src0 and src1 (ggml's f16 add, sub, mul and div): widened to f32, one f32
-/// operation, rounded back once. src1's row is gathered with a wrapping index.
-fn binary_f16(
+/// Any f16 among dst, src0 and src1 (ggml-cpu's binary-ops.cpp: all f16, or an f16 src0 with
+/// an f32 src1 into an f16 or f32 dst): each element widened to f32, one f32 operation, the
+/// result rounded once to dst's dtype. src1's row is gathered with a wrapping index.
+fn binary_converted(
     comptime op: BinaryOp,
     dst: Tensor,
     a: Tensor,
     b: Tensor,
     work: *const common.Work,
 ) common.Status {
-    assert(a.dtype == .f16);
-    assert(b.dtype == .f16);
+    assert(a.dtype == .f16 or a.dtype == .f32);
+    assert(b.dtype == .f16 or b.dtype == .f32);
     const range = common.thread_range(dst.rows(), work);
     for (range.begin..range.end) |row| {
         const index = dst.row_index(row);
@@ -82,12 +86,21 @@ fn binary_f16(
             const chunk = @min(lanes, dst.ne[0] - i);
             var gathered: [lanes]f32 = @splat(1);
             for (0..chunk) |lane| {
-                gathered[lane] = common.load_f16(b_row.at(index_b));
+                const at = b_row.at(index_b);
+                gathered[lane] = if (b.dtype == .f16) common.load_f16(at) else common.load_f32(at);
                 index_b += 1;
                 if (index_b == b.ne[0]) index_b = 0;
             }
-            const value = binary_apply(op, common.load_chunk_f16(a_row, i, chunk), gathered);
-            common.store_chunk_f16(dst_row, i, chunk, value);
+            const loaded = if (a.dtype == .f16)
+                common.load_chunk_f16(a_row, i, chunk)
+            else
+                common.load_chunk(a_row, i, chunk, 1);
+            const value = binary_apply(op, loaded, gathered);
+            if (dst.dtype == .f16) {
+                common.store_chunk_f16(dst_row, i, chunk, value);
+            } else {
+                common.store_chunk(dst_row, i, chunk, value);
+            }
         }
     }
     return .ok;

@@ -1,5 +1,5 @@
 //! Shape and indexing kernels, as ggml-cpu defines them (ops.cpp): concat, pad (ggml_pad_ext:
-//! zeros before and after each dim), pad_reflect_1d, roll, repeat_back (the sum of every tile
+//! zeros before and after each dim), pad_circular (src0 wrapped around), pad_reflect_1d, roll, repeat_back (the sum of every tile
 //! of src0 that a repeat of dst would make), tri, diag_mask_inf, fill and arange.
 //!
 //! Every kernel but repeat_back and arange moves elements without arithmetic: values are copied
@@ -119,6 +119,42 @@ pub fn pad(n: *const common.Node, work: *const common.Work) common.Status {
         copy_span(to, left[0], from, 0, src.ne[0], dst.dtype);
         const after: Strided = .{ .base = to.at(left[0] + src.ne[0]), .stride = to.stride };
         fill_row(after, dst.ne[0] - left[0] - src.ne[0], 0, size);
+    }
+    return .ok;
+}
+
+/// ggml_wrap_around: i modulo n in [0, n), for any sign of i.
+fn wrap_around(i: i64, n: usize) usize {
+    assert(n >= 1);
+    return @intCast(@mod(i, @as(i64, @intCast(n))));
+}
+
+/// pad_circular (ggml_pad_ext_circular): dst element i reads src0 at (i - left) wrapped around
+/// each dim, so a pad repeats the far side of src0 (again and again when longer than src0).
+/// Each dst row is copied as spans of src0's row: from the wrapped start to the row's end, then
+/// from 0.
+pub fn pad_circular(n: *const common.Node, work: *const common.Work) common.Status {
+    const dst = Tensor.from(&n.dst);
+    const src = Tensor.from(&n.src[0]);
+    var left: [dims_max]i64 = undefined;
+    for (0..dims_max) |d| left[d] = param_int(n, 2 * d);
+    const range = common.thread_range(dst.rows(), work);
+    for (range.begin..range.end) |row| {
+        const index = dst.row_index(row);
+        const to = dst.row_at(index);
+        const from = src.row_at(.{
+            .i1 = wrap_around(@as(i64, @intCast(index.i1)) - left[1], src.ne[1]),
+            .i2 = wrap_around(@as(i64, @intCast(index.i2)) - left[2], src.ne[2]),
+            .i3 = wrap_around(@as(i64, @intCast(index.i3)) - left[3], src.ne[3]),
+        });
+        var column: usize = wrap_around(-left[0], src.ne[0]);
+        var at: usize = 0;
+        while (at < dst.ne[0]) {
+            const count = @min(src.ne[0] - column, dst.ne[0] - at);
+            copy_span(to, at, from, column, count, dst.dtype);
+            at += count;
+            column = 0;
+        }
     }
     return .ok;
 }

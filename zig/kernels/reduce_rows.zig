@@ -158,7 +158,7 @@ pub fn cumsum(n: *const common.Node, work: *const common.Work) common.Status {
     return .ok;
 }
 
-/// dst i32 [1]: how many elements of src0 and src1 (i32, one shape) are equal.
+/// dst i64 [1] (ggml's dtype): how many elements of src0 and src1 (i32, one shape) are equal.
 pub fn count_equal(n: *const common.Node, work: *const common.Work) common.Status {
     const dst = Tensor.from(&n.dst);
     const a = Tensor.from(&n.src[0]);
@@ -189,9 +189,8 @@ pub fn count_equal(n: *const common.Node, work: *const common.Work) common.Statu
     if (work.thread_index == 0) {
         var total: u64 = 0;
         for (partials) |partial| total += partial;
-        // validate.zig bounds the element count below 2^31 for count_equal's i32 result.
-        assert(total <= std.math.maxInt(i32));
-        common.store_u32(dst.base, @intCast(total));
+        assert(total <= a.element_count());
+        common.store_u64(dst.base, total);
     }
     return .ok;
 }

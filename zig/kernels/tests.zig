@@ -117,8 +117,14 @@ pub fn get(desc: *const TensorDesc, flat: usize) f64 {
         .f32 => common.load_f32(address),
         .f16 => common.load_f16(address),
         .i32 => @floatFromInt(@as(i32, @bitCast(common.load_u32(address)))),
+        .i64 => @floatFromInt(@as(*align(1) const i64, @ptrFromInt(address)).*),
         else => unreachable, // no kernel takes bf16 or block types yet
     };
+}
+
+/// Writes element `flat` (logical order) of `desc`; for tests that fill tensors themselves.
+pub fn set_value(desc: *const TensorDesc, flat: usize, value: f64) void {
+    set(desc, flat, value);
 }
 
 fn set(desc: *const TensorDesc, flat: usize, value: f64) void {
@@ -127,6 +133,7 @@ fn set(desc: *const TensorDesc, flat: usize, value: f64) void {
         .f32 => common.store_f32(address, @floatCast(value)),
         .f16 => common.store_f16(address, @floatCast(value)),
         .i32 => common.store_u32(address, @bitCast(@as(i32, @intFromFloat(value)))),
+        .i64 => @as(*align(1) i64, @ptrFromInt(address)).* = @intFromFloat(value),
         else => unreachable, // no kernel takes bf16 or block types yet
     }
 }
@@ -1128,9 +1135,9 @@ test "validate_node names the op and the broken rule; compute_node refuses the s
         "add: wrong src_count",
     );
     try expect_verdict(
-        &make_node(.mul, a.desc, &.{ half.desc, a.desc }),
+        &make_node(.mul, a.desc, &.{ a.desc, half.desc }),
         .unsupported,
-        "mul: dst, src0 and src1 must be all f32 or all f16",
+        "mul: dst, src0 and src1 must be all f32, all f16, or f16 src0 and f32 src1",
     );
     try expect_verdict(
         &make_node(.mul_mat, a.desc, &.{ a.desc, b.desc }),

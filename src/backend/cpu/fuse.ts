@@ -75,7 +75,9 @@ export function fuseNodes(graph: Graph, memory: FusionMemory): TableEntry[] {
   };
 
   for (const consumer of order) {
-    if (consumer.op !== Op.mul || consumer.dtype !== "f32") continue;
+    // The fused kernels are f32 only; a mul may also take an f16 src0 (ggml's f16 x f32).
+    if (consumer.op !== Op.mul || consumer.src.some((s) => s.dtype !== "f32")) continue;
+    if (consumer.dtype !== "f32") continue;
     for (const side of [0, 1]) {
       const inner = consumer.src[side]!;
       const other = consumer.src[1 - side]!;

@@ -23,7 +23,8 @@ import { ropeShader } from "./shader_rope.ts";
 import { indexingKernel } from "./kernels_indexing.ts";
 import { convTransposeShader, im2colShader } from "./shader_conv.ts";
 import { poolShader } from "./shader_pool.ts";
-import { interpolateShader, timestepShader } from "./shader_interpolate.ts";
+import { type InterpolateKind, interpolateShader, timestepShader } from "./shader_interpolate.ts";
+import { viewWriteKernel } from "./shader_view_write.ts";
 import { groupNormShader, l2NormShader } from "./shader_group_norm.ts";
 import { ATTENTION_DK_MAX, ATTENTION_DV_PER_THREAD, flashAttnShader } from "./shader_attention.ts";
 import {
@@ -283,6 +284,8 @@ function requireDecodable(node: Tensor): void {
     // i64 row indices are read as two words each (shader_copy.ts).
     const rowIndices = (node.op === Op.getRows || node.op === Op.setRows) && t === node.src[1];
     if (rowIndices && t.dtype === "i64") continue;
+    // countEqual's i64 count is written as two words (shader_reduce_rows.ts).
+    if (node.op === Op.countEqual && t === node && t.dtype === "i64") continue;
     const weights = (node.op === Op.getRows || node.op === Op.mulMat) && t === node.src[0];
     if (!weights || !isWeightDType(t.dtype)) {
       throw new GraftError(
@@ -308,8 +311,10 @@ export function kernelFor(node: Tensor): Kernel {
     if (dtype !== "f32" && dtype !== "f16") {
       throw new GraftError(`webgpu: ${opName(node.op)} ${node.label} does not take ${dtype}`);
     }
-    const key = `binary:${binary}:${dtype}`;
-    return flat(key, () => binaryShader(binary, dtype), node, src.slice(0, 2));
+    // An f16 src0 with an f32 src1 (into f16 or f32) as well, as the CPU (binary-ops.cpp).
+    const [a, b] = [src[0]!.dtype, src[1]!.dtype];
+    const key = `binary:${binary}:${dtype}:${a}:${b}`;
+    return flat(key, () => binaryShader(binary, dtype, [a, b]), node, src.slice(0, 2));
   }
   const unary = unaryKinds[node.op];
   if (unary) {
@@ -324,6 +329,8 @@ export function kernelFor(node: Tensor): Kernel {
   if (math) return math;
   const indexing = indexingKernel(node);
   if (indexing) return indexing;
+  const viewWrite = viewWriteKernel(node);
+  if (viewWrite) return viewWrite;
   const a = src[0];
   if (!a) throw new GraftError(`webgpu: ${opName(node.op)} ${node.label} has no source`);
   switch (node.op) {
@@ -419,10 +426,12 @@ export function kernelFor(node: Tensor): Kernel {
         }
       }
       const bits = new Uint32Array(new Float32Array([offset]).buffer)[0]!;
-      const bilinear = (mode & 0xff) === 1;
+      const kinds: readonly InterpolateKind[] = ["nearest", "bilinear", "bicubic"];
+      const kind = kinds[mode & 0xff];
+      if (!kind) throw new GraftError(`webgpu: interpolate ${node.label} has mode ${mode}`);
       const kernel = flat(
-        `interpolate:${bilinear ? "bilinear" : "nearest"}`,
-        () => interpolateShader(bilinear),
+        `interpolate:${kind}`,
+        () => interpolateShader(kind),
         node,
         [a],
         sf,

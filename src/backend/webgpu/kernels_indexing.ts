@@ -23,6 +23,7 @@ export const SORT_COLUMNS_MAX = 4096;
 const kinds: Partial<Record<number, IndexingKind>> = {
   [Op.concat]: "concat",
   [Op.pad]: "pad",
+  [Op.padCircular]: "padCircular",
   [Op.padReflect1d]: "padReflect1d",
   [Op.roll]: "roll",
   [Op.tri]: "tri",
@@ -37,6 +38,7 @@ function floats(node: Tensor): number[] {
   const p = node.params;
   switch (node.op) {
     case Op.pad:
+    case Op.padCircular:
       return [p[0]!, p[2]!, p[4]!, p[6]!]; // the left pads
     case Op.arange:
       return [p[0]!, p[2]!]; // start, step

@@ -16,10 +16,17 @@ export type UnaryKind = keyof typeof unaryExpressions;
 
 const operators: Readonly<Record<BinaryKind, string>> = { add: "+", sub: "-", mul: "*", div: "/" };
 
-/** `D = S0 op S1`, S1's coordinates taken modulo its shape (ggml's repeat broadcast). */
-export function binaryShader(kind: BinaryKind, dtype: DType = "f32"): string {
+/**
+ * `D = S0 op S1`, S1's coordinates taken modulo its shape (ggml's repeat broadcast); each
+ * operand of its own dtype (default D's), computed in f32.
+ */
+export function binaryShader(
+  kind: BinaryKind,
+  dtype: DType = "f32",
+  sources: readonly [DType, DType] = [dtype, dtype],
+): string {
   return `${PARAMS_WGSL}
-${tensorBindings(dtype, [dtype, dtype])}
+${tensorBindings(dtype, sources)}
 ${
     flatKernel(`  let c = coords(0u, i);
   let a = S0_f32(at(1u, c));

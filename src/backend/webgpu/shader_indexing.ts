@@ -17,6 +17,7 @@ import { flatKernel, PARAMS_WGSL, tensorBindings } from "./wgsl_common.ts";
 export type IndexingKind =
   | "concat"
   | "pad"
+  | "padCircular"
   | "padReflect1d"
   | "roll"
   | "tri"
@@ -45,6 +46,13 @@ const bodies: Readonly<Record<IndexingKind, string>> = {
     v = S0_bits(at(1u, c - left));
   }
   D_set_bits(at(0u, c), v);`,
+  // P.f: the left pads of dims 0-3; every coordinate wraps around src0 (ggml_wrap_around; WGSL's
+  // i32 % keeps the dividend's sign, hence the second %).
+  padCircular: `  let c = coords(0u, i);
+  let ne = vec4<i32>(P.t[1].ne);
+  let left = vec4<i32>(i32(P.f.x), i32(P.f.y), i32(P.f.z), i32(P.f.w));
+  let s = vec4<u32>(((vec4<i32>(c) - left) % ne + ne) % ne);
+  D_set_bits(at(0u, c), S0_bits(at(1u, s)));`,
   // P.f.x: p0. [a, b, c, d] with p0 = p1 = 1 -> [b, a, b, c, d, c].
   padReflect1d: `  let c = coords(0u, i);
   let p0 = u32(P.f.x);

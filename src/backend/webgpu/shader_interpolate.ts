@@ -8,9 +8,47 @@
 
 import { flatKernel, PARAMS_WGSL, tensorBindings } from "./wgsl_common.ts";
 
-/** Nearest or bilinear resampling of S0 into D. */
-export function interpolateShader(bilinear: boolean): string {
-  const body = bilinear
+/** How interpolateShader samples (the mode's low byte). */
+export type InterpolateKind = "nearest" | "bilinear" | "bicubic";
+
+/** ggml-cpu's bicubic convolution weights (alpha -0.75) and one 4-tap mix, as the CPU's. */
+const BICUBIC_WGSL = `
+fn cubic_w1(x: f32) -> f32 {
+  return ((-0.75 + 2.0) * x - (-0.75 + 3.0)) * x * x + 1.0;
+}
+fn cubic_w2(x: f32) -> f32 {
+  return ((-0.75 * x - 5.0 * -0.75) * x + 8.0 * -0.75) * x - 4.0 * -0.75;
+}
+fn cubic_mix(p: vec4<f32>, x: f32) -> f32 {
+  return p.x * cubic_w2(x + 1.0) + p.y * cubic_w1(x + 0.0) + p.z * cubic_w1(1.0 - x) +
+    p.w * cubic_w2(2.0 - x);
+}
+fn cubic_tap(x: i32, y: i32, i2: u32, i3: u32) -> f32 {
+  let sn = vec2<i32>(P.t[1].ne.xy);
+  let c = vec4<u32>(u32(clamp(x, 0, sn.x - 1)), u32(clamp(y, 0, sn.y - 1)), i2, i3);
+  return S0_f32(at(1u, c));
+}
+fn cubic_row(x0: i32, y: i32, dx: f32, i2: u32, i3: u32) -> f32 {
+  let p = vec4<f32>(cubic_tap(x0 - 1, y, i2, i3), cubic_tap(x0, y, i2, i3),
+    cubic_tap(x0 + 1, y, i2, i3), cubic_tap(x0 + 2, y, i2, i3));
+  return cubic_mix(p, dx);
+}`;
+
+const BICUBIC_BODY = `  let offset = bitcast<f32>(P.u.z);
+  let y = (f32(c.y) + offset) / P.f.y - offset;
+  let y0 = i32(floor(y));
+  let dy = y - floor(y);
+  let x = (f32(c.x) + offset) / P.f.x - offset;
+  let x0 = i32(floor(x));
+  let dx = x - floor(x);
+  let rows = vec4<f32>(cubic_row(x0, y0 - 1, dx, i2, i3), cubic_row(x0, y0, dx, i2, i3),
+    cubic_row(x0, y0 + 1, dx, i2, i3), cubic_row(x0, y0 + 2, dx, i2, i3));
+  D_set_f32(at(0u, c), cubic_mix(rows, dy));`;
+
+/** Nearest, bilinear or bicubic resampling of S0 into D. */
+export function interpolateShader(kind: InterpolateKind): string {
+  const bilinear = kind === "bilinear";
+  const body = kind === "bicubic" ? BICUBIC_BODY : bilinear
     ? `  let offset = bitcast<f32>(P.u.z);
   let sn = P.t[1].ne;
   let y = (f32(c.y) + offset) / P.f.y - offset;
@@ -31,6 +69,7 @@ export function interpolateShader(bilinear: boolean): string {
   D_set_f32(at(0u, c), S0_f32(at(1u, vec4<u32>(i0, i1, i2, i3))));`;
   return `${PARAMS_WGSL}
 ${tensorBindings("f32", ["f32"])}
+${kind === "bicubic" ? BICUBIC_WGSL : ""}
 ${
     flatKernel(`  let c = coords(0u, i);
   let i2 = u32(f32(c.z) / P.f.z);

@@ -116,8 +116,12 @@ ${
   }`;
 }
 
-/** The number of equal elements of S0 and S1 (i32, `P.u.x` of them), by one workgroup. */
+/**
+ * The number of equal elements of S0 and S1 (i32, `P.u.x` of them), by one workgroup, into an
+ * i64 D: its low word the count, its high word 0 (a storage binding holds below 2^32 elements).
+ */
 export function countEqualShader(): string {
+  // D is bound as words: the i64 is two of them, little endian.
   return `${PARAMS_WGSL}
 ${tensorBindings("i32", ["i32", "i32"])}
 var<workgroup> counts: array<u32, ${WORKGROUP_SIZE}>;
@@ -138,7 +142,9 @@ fn main(@builtin(local_invocation_index) lid: u32) {
     workgroupBarrier();
   }
   if (lid == 0u) {
-    D_set_bits(at(0u, vec4<u32>(0u)), counts[0]);
+    let d = at(0u, vec4<u32>(0u));
+    D_set_bits(d, counts[0]);
+    D_set_bits(d + 4u, 0u);
   }
 }`;
 }

@@ -363,8 +363,9 @@ function unary(name: GgmlUnaryOpName): GraftToGgml {
 /**
  * Graft ops with a ggml node of the same meaning (params and source order as ggml's builder).
  * Ops absent here have none in this ggml version (maxRows, minRows), or one whose semantics
- * differ (countEqual: ggml's result is i64; pool, interpolate, im2col and the convolutions:
- * params with other meanings), and stay on a local backend.
+ * differ (countEqual: ggml's result is i64; argmax: ggml takes the last of tied maxima and only
+ * matrices; pool, interpolate, im2col and the convolutions: params with other meanings), and stay
+ * on a local backend.
  */
 export const GRAFT_TO_GGML: Readonly<Partial<Record<OpName, GraftToGgml>>> = {
   none: { op: "NONE" },
@@ -419,7 +420,6 @@ export const GRAFT_TO_GGML: Readonly<Partial<Record<OpName, GraftToGgml>>> = {
   round: unary("ROUND"),
   trunc: unary("TRUNC"),
   sumRows: { op: "SUM_ROWS" },
-  argmax: { op: "ARGMAX" },
   cumsum: { op: "CUMSUM" },
   concat: { op: "CONCAT", params: ["dim"] },
   pad: { op: "PAD", params: ["lp0", "rp0", "lp1", "rp1", "lp2", "rp2", "lp3", "rp3"] },

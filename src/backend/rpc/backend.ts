@@ -667,8 +667,11 @@ export class RpcBackend implements Backend {
   /**
    * Whether this backend can send `tensor`'s op: a ggml op of the same meaning exists in RPC
    * protocol 7.0.0 (`GRAFT_TO_GGML`), every shape and stride fits the protocol's u32 fields,
-   * and the dtypes are ones ggml's kernels take for that op (f32 math; any weight type for
-   * mulMat and getRows; ggml's cpy conversions; f16 masks for flash attention).
+   * and the dtypes and layouts are ones ggml-cpu's kernels take for that op. ggml-cpu asserts
+   * (and so aborts the server) on rows that are not contiguous for most ops, and computes some
+   * unary ops wrongly on non-contiguous inputs, so only the ops ggml walks by strides (copies,
+   * matrix products, row gathers and scatters, norms, softmax, rope, attention) take strided
+   * operands, and those only with contiguous rows; every other op needs contiguous operands.
    */
   supportsOp(tensor: Tensor): boolean {
     const name = opName(tensor.op) as OpName;
@@ -678,30 +681,39 @@ export class RpcBackend implements Backend {
     }
     if (isViewOp(tensor.op)) return true;
     const src = tensor.src;
+    const rows = (...ts: (Tensor | undefined)[]): boolean =>
+      ts.every((t) => t === undefined || t.nb[0] === DTYPES[t.dtype].blockBytes);
+    const f32 = (...ts: (Tensor | undefined)[]): boolean =>
+      ts.every((t) => t === undefined || t.dtype === "f32");
     switch (name) {
-      case "mulMat":
-        return src[1]!.dtype === "f32";
-      case "getRows":
-        return src[1]!.dtype === "i32" && (tensor.dtype === "f32" || src[0]!.dtype === "i32");
-      case "setRows":
-        return src[0]!.dtype === "f32" && (tensor.dtype === "f32" || tensor.dtype === "f16");
       case "cpy":
       case "cont":
         return ["f32", "f16", "i32", "q8_0", "q4_0"].includes(tensor.dtype) &&
-          (src[0]!.dtype === tensor.dtype || src[0]!.dtype === "f32" || src[0]!.dtype === "f16");
-      case "argmax":
-      case "argsort":
-        return src[0]!.dtype === "f32";
-      case "flashAttnExt":
-        return src.slice(0, 3).every((s) => s.dtype === "f32" || s.dtype === "f16") &&
-          (src[3] === undefined || src[3].dtype === "f16");
+          (src[0]!.dtype === tensor.dtype || f32(src[0]) || src[0]!.dtype === "f16");
+      case "mulMat":
+        return f32(src[1]) && rows(src[0], src[1]);
+      case "getRows":
+        return src[1]!.dtype === "i32" && (f32(tensor) || src[0]!.dtype === "i32") &&
+          rows(src[0]) && src[1]!.isContiguous;
+      case "setRows":
+        return f32(src[0]) && (f32(tensor) || tensor.dtype === "f16") && rows(src[0], tensor) &&
+          src[1]!.dtype === "i32";
+      case "rmsNorm":
+      case "norm":
+        return f32(tensor, src[0]) && rows(src[0]);
       case "softmax":
-        return tensor.dtype === "f32" && src[0]!.dtype === "f32" &&
-          (src[1] === undefined || src[1].dtype === "f32" || src[1].dtype === "f16");
+        return f32(tensor, src[0]) && rows(src[0], src[1]) &&
+          (src[1] === undefined || f32(src[1]) || src[1].dtype === "f16");
       case "rope":
-        return tensor.dtype === "f32" && src[1]!.dtype === "i32";
+        return f32(tensor, src[0]) && src[1]!.dtype === "i32" && rows(src[0]);
+      case "flashAttnExt":
+        // ggml-cpu reads the mask as f16.
+        return src.slice(0, 3).every((s) => s.dtype === "f32" || s.dtype === "f16") &&
+          rows(...src) && (src[3] === undefined || src[3].dtype === "f16");
+      case "argsort":
+        return f32(src[0]) && src[0]!.isContiguous;
       default:
-        return tensor.dtype === "f32" && src.every((s) => s.dtype === "f32");
+        return f32(tensor, ...src) && [tensor, ...src].every((t) => t.isContiguous);
     }
   }
 

@@ -185,7 +185,13 @@ export {
 } from "./src/backend/webgpu/backend.ts";
 export { WebGpuBuffer } from "./src/backend/webgpu/buffer.ts";
 export { WebGpuPlan } from "./src/backend/webgpu/plan.ts";
-export { RpcBackend, type RpcBackendOptions, RpcBuffer } from "./src/backend/rpc/backend.ts";
+export {
+  RpcBackend,
+  type RpcBackendOptions,
+  RpcBuffer,
+  RpcPlan,
+  type RpcRemoteBuffer,
+} from "./src/backend/rpc/backend.ts";
 export type { RpcServerVersion } from "./src/backend/rpc/connection.ts";
 export {
   type BackendTimes,

@@ -118,7 +118,12 @@ interface LlamaCase {
   nmse: number;
 }
 
-function f32Input(ctx: Context, rng: Rng, data: Map<Tensor, ArrayBufferView>, ne: number[]) {
+function f32Input(
+  ctx: Context,
+  rng: Rng,
+  data: Map<Tensor, ArrayBufferView>,
+  ne: number[],
+): Tensor {
   const t = ctx.newTensor("f32", ne as [number]);
   data.set(t, rng.f32(t.nelements));
   return t;
@@ -130,14 +135,18 @@ function typedInput(
   data: Map<Tensor, ArrayBufferView>,
   dtype: "f16" | "q8_0" | "q4_0",
   ne: number[],
-) {
+): Tensor {
   const t = ctx.newTensor(dtype, ne as [number]);
   const values = rng.f32(t.nelements);
   data.set(t, dtype === "f16" ? Float16Array.from(values) : quantize(values, dtype));
   return t;
 }
 
-function positions(ctx: Context, data: Map<Tensor, ArrayBufferView>, values: number[]) {
+function positions(
+  ctx: Context,
+  data: Map<Tensor, ArrayBufferView>,
+  values: number[],
+): Tensor {
   const t = ctx.newTensor("i32", [values.length]);
   data.set(t, Int32Array.from(values));
   return t;

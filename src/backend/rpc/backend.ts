@@ -74,8 +74,10 @@ const GGML_TENSOR_FLAG_COMPUTE = 16;
 const U32_MAX = 0xffff_ffff;
 
 /** The server's handle and base address of a buffer, once ALLOC_BUFFER has answered. */
-interface Remote {
+export interface RpcRemoteBuffer {
+  /** The server's buffer handle (`remote_ptr`). */
   ptr: bigint;
+  /** The buffer's base address in the server's memory (BUFFER_GET_BASE). */
   base: bigint;
 }
 
@@ -85,7 +87,7 @@ export class RpcBuffer implements BackendBuffer {
   readonly size: number;
   readonly alignment: number;
   /** Set once the server allocated it (commands queued after the allocation see it). */
-  remote: Remote | null = null;
+  remote: RpcRemoteBuffer | null = null;
   /** Why the server did not allocate it, once known. */
   failure: Error | null = null;
   #disposed = false;
@@ -138,15 +140,24 @@ export class RpcBuffer implements BackendBuffer {
   }
 }
 
-/** A graph prepared for an RPC backend: its identity, checked on every compute. */
-class RpcPlan implements GraphPlan {
+/**
+ * A graph prepared for an RPC backend: its identity, checked on every compute. The server
+ * keeps the last graph it computed; computing the same plan again sends GRAPH_RECOMPUTE.
+ */
+export class RpcPlan implements GraphPlan {
+  /** The graph the plan was made for. */
   readonly graph: Graph;
+  /** No local scratch memory: the server plans its own. */
   readonly workSize = 0;
+  /** The graph and placement the plan was made for. */
   readonly identity: PlanIdentity;
+  /** The backend that made it. */
   readonly backend: RpcBackend;
+  /** True once freed. */
   disposed = false;
   readonly #onDispose: (plan: RpcPlan) => void;
 
+  /** Use {@link RpcBackend.graphPlanCreate}. */
   constructor(backend: RpcBackend, graph: Graph, onDispose: (plan: RpcPlan) => void) {
     this.backend = backend;
     this.graph = graph;
@@ -154,12 +165,14 @@ class RpcPlan implements GraphPlan {
     this.#onDispose = onDispose;
   }
 
+  /** Frees the plan (the server's copy of the graph is replaced by the next compute). */
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
     this.#onDispose(this);
   }
 
+  /** Same as {@link dispose}. */
   [Symbol.dispose](): void {
     this.dispose();
   }
@@ -402,7 +415,7 @@ export class RpcBackend implements Backend {
     return buffer;
   }
 
-  #remoteOf(buffer: RpcBuffer, verb: string): Remote {
+  #remoteOf(buffer: RpcBuffer, verb: string): RpcRemoteBuffer {
     if (buffer.remote) return buffer.remote;
     throw buffer.failure ??
       new PlacementError(`${verb}: the server never allocated this ${this.name} buffer`);

@@ -14,7 +14,8 @@
 import { parseArgs } from "node:util";
 import { DEFAULT_MEMORY_CAP, RpcServer } from "../src/rpc/server/server.ts";
 
-const USAGE = `usage: deno task rpc-server [-H HOST] [-p PORT] [-t THREADS] [-m MEM_MIB] [-c CACHE_DIR]
+const USAGE =
+  `usage: deno task rpc-server [-H HOST] [-p PORT] [-t THREADS] [-m MEM_MIB] [-c CACHE_DIR]
   -H, --host     address to bind (default 127.0.0.1; the protocol has NO authentication)
   -p, --port     TCP port (default 50052)
   -t, --threads  CPU threads per client (default: all cores)

@@ -62,6 +62,14 @@ export interface RpcServerOptions {
   log?: (line: string) => void;
 }
 
+const DEBUG = (() => {
+  try {
+    return Deno.env.get("GRAFT_RPC_DEBUG") === "1";
+  } catch {
+    return false;
+  }
+})();
+
 /** Default per-client memory cap: 8 GiB. */
 export const DEFAULT_MEMORY_CAP = 8 * 1024 ** 3;
 
@@ -220,7 +228,11 @@ export class RpcServer implements AsyncDisposable {
       for (;;) {
         const header = await reader.read(RPC_REQUEST_HEADER_SIZE);
         if (!header) break;
+        const t0 = performance.now();
         await this.#command(conn, reader, session, header);
+        if (DEBUG) {
+          log(`client ${id}: ${rpcCmdName(header[0]!)} ${(performance.now() - t0).toFixed(2)} ms`);
+        }
       }
     } catch (error) {
       if (!(error instanceof ClientGone)) {
@@ -242,7 +254,12 @@ export class RpcServer implements AsyncDisposable {
     }
   }
 
-  async #payload(reader: FrameReader, size: bigint, max: number, what: string): Promise<Uint8Array> {
+  async #payload(
+    reader: FrameReader,
+    size: bigint,
+    max: number,
+    what: string,
+  ): Promise<Uint8Array> {
     if (size > BigInt(max)) refuse(`${what}.size`, `${size} bytes (at most ${max} accepted)`);
     const bytes = await reader.read(Number(size));
     if (!bytes) throw new ClientGone();
@@ -258,7 +275,13 @@ export class RpcServer implements AsyncDisposable {
     // No transport upgrades (RDMA): all-zero capabilities keep the connection plain TCP.
     await write(
       conn,
-      encodeReply(packHelloResponse({ major: RPC_PROTO_MAJOR, minor: RPC_PROTO_MINOR, patch: RPC_PROTO_PATCH })),
+      encodeReply(
+        packHelloResponse({
+          major: RPC_PROTO_MAJOR,
+          minor: RPC_PROTO_MINOR,
+          patch: RPC_PROTO_PATCH,
+        }),
+      ),
     );
   }
 
@@ -357,7 +380,9 @@ export class RpcServer implements AsyncDisposable {
         const req = unpackGetAllocSizeRequest(await this.#payload(reader, size, 3260, name));
         if (req.device !== 0) refuse("get_alloc_size.device", `device ${req.device}`);
         const t = req.tensor;
-        return reply(packU64("alloc_size", wireNbytes(t, wireDType(t, "get_alloc_size"), "get_alloc_size")));
+        return reply(
+          packU64("alloc_size", wireNbytes(t, wireDType(t, "get_alloc_size"), "get_alloc_size")),
+        );
       }
       case RpcCmd.GET_TENSOR: {
         const req = unpackGetTensorRequest(await this.#payload(reader, size, 312, name));
@@ -388,6 +413,7 @@ export class RpcServer implements AsyncDisposable {
         const graph = unpackGraph(bytes);
         s.dropLastGraph();
         const compiled = translateGraph(s, graph);
+        if (DEBUG) compiled.plan?.enableProfiling();
         s.lastGraph = compiled;
         if (compiled.plan) await s.backend.graphPlanComputeAsync(compiled.plan);
         return;
@@ -397,6 +423,17 @@ export class RpcServer implements AsyncDisposable {
         const compiled = s.lastGraph;
         if (!compiled) refuse("graph_recompute", "no graph to compute again");
         if (compiled.plan) await s.backend.graphPlanComputeAsync(compiled.plan);
+        if (DEBUG && compiled.plan) {
+          const by = new Map<string, number>();
+          for (const n of compiled.plan.nodeTimings()) {
+            const k = `${n.tensor.op}:${n.tensor.src.map((x) => x.dtype).join(",")}`;
+            by.set(k, (by.get(k) ?? 0) + n.ms);
+          }
+          this.#options.log(
+            [...by].sort((a, b) => b[1] - a[1]).slice(0, 8).map(([k, v]) => `${k}=${v.toFixed(1)}`)
+              .join(" "),
+          );
+        }
         return;
       }
       default:

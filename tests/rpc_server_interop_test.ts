@@ -1,0 +1,89 @@
+/**
+ * llama.cpp's own RPC client against Graft's RPC server: `llama-completion --rpc` runs SmolLM2
+ * greedily on a Graft server (started in this process on a free loopback port) and must print
+ * the same text as against llama.cpp's `ggml-rpc-server` and as locally, with flash attention
+ * on (FLASH_ATTN_EXT) and off (SOFT_MAX, f16 KV products). Skips, saying why, where the
+ * pinned llama.cpp build or the model is missing; nothing is built here.
+ */
+
+import assert from "node:assert/strict";
+import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
+import { GgmlRpcServer, llamaBinDir } from "./rpc_server.ts";
+import { RpcServer } from "../src/rpc/server/server.ts";
+
+const bin = llamaBinDir();
+const skip = "skip" in bin
+  ? bin.skip
+  : !smolLM2Cached()
+  ? `no SmolLM2 at ${SMOLLM2_PATH} (deno task model:fetch)`
+  : null;
+if (skip) console.warn(`rpc_server_interop_test skipped: ${skip}`);
+
+const PROMPT = "The capital of France is";
+
+async function complete(rpc: string | null, flashAttn: "on" | "off"): Promise<string> {
+  const dir = (bin as { dir: string }).dir;
+  const args = [
+    "-m",
+    SMOLLM2_PATH,
+    "-no-cnv",
+    "--temp",
+    "0",
+    "-n",
+    "16",
+    "-p",
+    PROMPT,
+    "-t",
+    "1",
+    "-fa",
+    flashAttn,
+    "--no-warmup",
+    "-c",
+    "256",
+    // Locally, weights stay as loaded (--no-repack): as on an RPC server, and the repacked
+    // kernels of this build stop with SIGILL on some machines (AMX without the kernel's leave).
+    ...(rpc ? ["--rpc", rpc, "-ngl", "99"] : ["-ngl", "0", "--no-repack"]),
+  ];
+  const out = await new Deno.Command(`${dir}/llama-completion`, {
+    args,
+    stdout: "piped",
+    stderr: "piped",
+    stdin: "null",
+    env: { LD_LIBRARY_PATH: dir },
+  }).output();
+  const text = new TextDecoder().decode(out.stdout);
+  if (!out.success) {
+    throw new Error(
+      `llama-completion ${args.join(" ")} failed (${out.code}):\n` +
+        new TextDecoder().decode(out.stderr).slice(-3000),
+    );
+  }
+  return text;
+}
+
+Deno.test({
+  name: "llama-completion --rpc on Graft's server prints what it prints on ggml-rpc-server",
+  ignore: skip !== null,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const lines: string[] = [];
+    await using graft = RpcServer.listen({ port: 0, threads: 1, log: (l) => lines.push(l) });
+    await using ggml = await GgmlRpcServer.start((bin as { dir: string }).dir, 1);
+    for (const fa of ["on", "off"] as const) {
+      const local = await complete(null, fa);
+      const onGgml = await complete(ggml.endpoint, fa);
+      const onGraft = await complete(`127.0.0.1:${graft.port}`, fa);
+      assert.deepEqual(onGgml, local, `ggml-rpc-server vs local, -fa ${fa}`);
+      assert.deepEqual(
+        onGraft,
+        onGgml,
+        `Graft's server vs ggml-rpc-server, -fa ${fa}:\n${lines.join("\n")}`,
+      );
+      // The greedy continuation is longer than the prompt: something was generated.
+      assert.deepEqual(onGraft.startsWith(PROMPT) && onGraft.length > PROMPT.length + 8, true);
+    }
+    // No client was refused along the way.
+    assert.deepEqual(lines.filter((l) => l.includes("refused") || l.includes("failed")), []);
+  },
+});

@@ -193,6 +193,7 @@ export {
   type RpcRemoteBuffer,
 } from "./src/backend/rpc/backend.ts";
 export type { RpcServerVersion } from "./src/backend/rpc/connection.ts";
+export { RpcServer, type RpcServerOptions } from "./src/rpc/server/server.ts";
 export {
   type BackendTimes,
   type ComputeOptions,

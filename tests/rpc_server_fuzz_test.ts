@@ -314,7 +314,7 @@ Deno.test({
   name: "Graft's RPC server survives 10,000 mutated messages and then serves a fresh client",
   sanitizeResources: false,
   sanitizeOps: false,
-  async fn() {
+  async fn(): Promise<void> {
     const lines: string[] = [];
     await using server = RpcServer.listen({
       port: 0,
@@ -374,7 +374,7 @@ Deno.test({
   name: "a stalled client does not hold up another client",
   sanitizeResources: false,
   sanitizeOps: false,
-  async fn() {
+  async fn(): Promise<void> {
     await using server = RpcServer.listen({ port: 0, threads: 1, log: () => {} });
     // One client stops halfway through a SET_TENSOR payload...
     const { client: halfway, buffer, base } = await open(server.port);

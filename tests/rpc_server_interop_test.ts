@@ -66,7 +66,7 @@ Deno.test({
   ignore: skip !== null,
   sanitizeResources: false,
   sanitizeOps: false,
-  async fn() {
+  async fn(): Promise<void> {
     const lines: string[] = [];
     await using graft = RpcServer.listen({ port: 0, threads: 1, log: (l) => lines.push(l) });
     await using ggml = await GgmlRpcServer.start((bin as { dir: string }).dir, 1);

@@ -417,3 +417,48 @@ Deno.test({
     await flood;
   },
 });
+
+Deno.test({
+  name: "clients share the server's memory cap and at most maxClients are served at once",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn(): Promise<void> {
+    await using server = RpcServer.listen({
+      port: 0,
+      threads: 1,
+      memoryCap: 64 * 1024,
+      maxClients: 2,
+      log: () => {},
+    });
+    const first = await open(server.port); // holds 4 KiB
+    const second = await open(server.port); // holds 4 KiB
+    const memory = async (c: Client): Promise<[bigint, bigint]> => {
+      const r = await c.call(RpcCmd.GET_DEVICE_MEMORY, packU32("device", 0));
+      return [u64(r, 0), u64(r, 8)];
+    };
+    assert.deepEqual(await memory(first.client), [64n * 1024n - 8192n, 64n * 1024n]);
+    // Beyond what is left: a null handle (ggml's answer to a failed allocation), nothing held.
+    const tooBig = await second.client.call(
+      RpcCmd.ALLOC_BUFFER,
+      packAllocBufferRequest({ device: 0, size: 60n * 1024n }),
+    );
+    assert.deepEqual([u64(tooBig, 0), u64(tooBig, 8)], [0n, 0n]);
+    const fits = await second.client.call(
+      RpcCmd.ALLOC_BUFFER,
+      packAllocBufferRequest({ device: 0, size: 56n * 1024n }),
+    );
+    assert.notEqual(u64(fits, 0), 0n);
+    assert.deepEqual(await memory(first.client), [0n, 64n * 1024n]);
+    // A third connection is closed before HELLO is answered.
+    const third = await Client.connect(server.port);
+    await assert.rejects(() => third.call(RpcCmd.HELLO, packHelloRequest()));
+    third.close();
+    // A client that leaves gives its memory back.
+    second.client.close();
+    for (let i = 0; i < 100 && (await memory(first.client))[0] === 0n; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    assert.deepEqual(await memory(first.client), [64n * 1024n - 4096n, 64n * 1024n]);
+    first.client.close();
+  },
+});

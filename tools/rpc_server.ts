@@ -3,23 +3,26 @@
  * CPU backend behind it. Flags as llama.cpp's `ggml-rpc-server`:
  *
  *   deno task rpc-server [-H HOST] [-p PORT] [-t THREADS] [-m MEM_MIB] [-c CACHE_DIR]
+ *     [--max-clients N]
  *
  * Binds 127.0.0.1:50052 by default. The protocol has no authentication: anyone who reaches
  * the port can allocate memory and run graphs, so bind another address only on a trusted
- * network. `-m` caps what one client may allocate (MiB, default 8192) and is the memory that
- * GET_DEVICE_MEMORY reports; `-c` enables the SET_TENSOR_HASH cache in that directory.
+ * network. `-m` caps what the server allocates for its clients, together and so for any one
+ * (MiB, default 8192), and is the memory GET_DEVICE_MEMORY reports; `--max-clients` caps the
+ * clients served at once (default 16); `-c` enables the SET_TENSOR_HASH cache in that directory.
  * @module
  */
 
 import { parseArgs } from "node:util";
-import { DEFAULT_MEMORY_CAP, RpcServer } from "../src/rpc/server/server.ts";
+import { DEFAULT_MAX_CLIENTS, DEFAULT_MEMORY_CAP, RpcServer } from "../src/rpc/server/server.ts";
 
 const USAGE =
   `usage: deno task rpc-server [-H HOST] [-p PORT] [-t THREADS] [-m MEM_MIB] [-c CACHE_DIR]
   -H, --host     address to bind (default 127.0.0.1; the protocol has NO authentication)
   -p, --port     TCP port (default 50052)
   -t, --threads  CPU threads per client (default: all cores)
-  -m, --mem      memory one client may allocate, MiB (default ${DEFAULT_MEMORY_CAP / 1024 ** 2})
+  -m, --mem      memory for all clients together, MiB (default ${DEFAULT_MEMORY_CAP / 1024 ** 2})
+  --max-clients  clients served at once (default ${DEFAULT_MAX_CLIENTS})
   -c, --cache    directory of the SET_TENSOR_HASH cache (default: none)`;
 
 function positiveInt(name: string, value: unknown): number | undefined {
@@ -38,6 +41,7 @@ async function main(args: string[]): Promise<number> {
       threads: { type: "string", short: "t" },
       mem: { type: "string", short: "m" },
       cache: { type: "string", short: "c" },
+      "max-clients": { type: "string" },
       help: { type: "boolean", short: "h" },
     },
     allowPositionals: false,
@@ -48,11 +52,13 @@ async function main(args: string[]): Promise<number> {
   }
   const mem = positiveInt("--mem", v.mem);
   const threads = positiveInt("--threads", v.threads);
+  const maxClients = positiveInt("--max-clients", v["max-clients"]);
   const server = RpcServer.listen({
     host: v.host ?? "127.0.0.1",
     port: positiveInt("--port", v.port) ?? 50052,
     ...(threads ? { threads } : {}),
     ...(mem ? { memoryCap: mem * 1024 ** 2 } : {}),
+    ...(maxClients ? { maxClients } : {}),
     ...(v.cache ? { cacheDir: v.cache } : {}),
   });
   // Ready line on stdout (tests wait for it).

@@ -39,7 +39,7 @@ import {
   unpackU32,
   unpackU64,
 } from "../protocol.ts";
-import { ClientSession, refuse, wireDType, wireNbytes } from "./session.ts";
+import { ClientSession, refuse, SharedMemory, wireDType, wireNbytes } from "./session.ts";
 import { GRAPH_NODES_MAX, translateGraph } from "./translate.ts";
 import { RPC_TENSOR_SIZE } from "../protocol.ts";
 
@@ -54,8 +54,13 @@ export interface RpcServerOptions {
   port?: number;
   /** CPU threads of each client's backend (default: the machine's cores, at most 64). */
   threads?: number;
-  /** Bytes one client may hold in buffers (default 8 GiB); GET_DEVICE_MEMORY reports it. */
+  /**
+   * Bytes of buffers the server holds for all its clients together, and so at most for one
+   * (default 8 GiB): the device memory GET_DEVICE_MEMORY reports.
+   */
   memoryCap?: number;
+  /** Clients served at once (default 16); a connection beyond it is closed at once. */
+  maxClients?: number;
   /** Directory of the SET_TENSOR_HASH cache (as ggml-rpc-server's `-c`); none by default. */
   cacheDir?: string;
   /** Where log lines go (default console.error). */
@@ -70,8 +75,10 @@ const DEBUG = (() => {
   }
 })();
 
-/** Default per-client memory cap: 8 GiB. */
+/** Default memory cap: 8 GiB. */
 export const DEFAULT_MEMORY_CAP = 8 * 1024 ** 3;
+/** Default number of clients served at once. */
+export const DEFAULT_MAX_CLIENTS = 16;
 
 /** True for addresses only this machine reaches. */
 export function isLoopback(host: string): boolean {
@@ -142,6 +149,7 @@ export class RpcServer implements AsyncDisposable {
   readonly #listener: Deno.Listener;
   readonly #options: Required<Omit<RpcServerOptions, "cacheDir">> & { cacheDir?: string };
   readonly #connections = new Set<Deno.Conn>();
+  readonly #shared: SharedMemory;
   readonly #work = new Set<Promise<void>>();
   #closed = false;
   /** Connections served so far (for logs). */
@@ -157,9 +165,11 @@ export class RpcServer implements AsyncDisposable {
       port: addr.port,
       threads: options.threads ?? Math.max(1, Math.min(64, navigator.hardwareConcurrency ?? 1)),
       memoryCap: options.memoryCap ?? DEFAULT_MEMORY_CAP,
+      maxClients: options.maxClients ?? DEFAULT_MAX_CLIENTS,
       log: options.log ?? ((line: string) => console.error(line)),
       ...(options.cacheDir ? { cacheDir: options.cacheDir } : {}),
     };
+    this.#shared = new SharedMemory(this.#options.memoryCap);
     this.finished = this.#accept();
   }
 
@@ -203,6 +213,13 @@ export class RpcServer implements AsyncDisposable {
           break;
         }
         const id = ++this.#served;
+        if (this.#connections.size >= this.#options.maxClients) {
+          this.#options.log(
+            `client ${id}: ${this.#options.maxClients} clients are connected already; closing`,
+          );
+          conn.close();
+          continue;
+        }
         this.#connections.add(conn);
         const work = this.#serve(conn, id).finally(() => {
           this.#connections.delete(conn);
@@ -220,11 +237,13 @@ export class RpcServer implements AsyncDisposable {
     const reader = new FrameReader(conn);
     let session: ClientSession | null = null;
     try {
+      // The session (a CPU thread pool, buffers) exists only once the client said HELLO.
+      await this.#hello(conn, reader);
       session = new ClientSession({
         memoryCap: this.#options.memoryCap,
         threads: this.#options.threads,
+        shared: this.#shared,
       });
-      await this.#hello(conn, reader);
       for (;;) {
         const header = await reader.read(RPC_REQUEST_HEADER_SIZE);
         if (!header) break;
@@ -317,7 +336,7 @@ export class RpcServer implements AsyncDisposable {
       case RpcCmd.GET_DEVICE_MEMORY: {
         device(await this.#payload(reader, size, 4, name), "get_device_memory.device");
         return reply(
-          packDeviceMemoryResponse({ free: s.memoryCap - s.allocated, total: s.memoryCap }),
+          packDeviceMemoryResponse({ free: s.available, total: s.memoryCap }),
         );
       }
       case RpcCmd.ALLOC_BUFFER: {

@@ -79,8 +79,25 @@ export function wireDType(t: RpcTensor, field: string): DType {
   return dtype;
 }
 
+/**
+ * The memory all clients of one server share (the device memory GET_DEVICE_MEMORY reports):
+ * every session counts its buffers here as well as against its own cap.
+ */
+export class SharedMemory {
+  /** Bytes all clients together may hold. */
+  readonly total: bigint;
+  /** Bytes held now. */
+  used = 0n;
+  /** A pool of `total` bytes. */
+  constructor(total: number) {
+    this.total = BigInt(total);
+  }
+}
+
 /** Options of {@link ClientSession}. */
 export interface ClientSessionOptions {
+  /** The server-wide pool (default: a pool of `memoryCap` bytes for this session alone). */
+  shared?: SharedMemory;
   /** Bytes this client may hold in buffers at once (ALLOC_BUFFER beyond it gets a null buffer). */
   memoryCap: number;
   /** Threads of this client's CPU backend. */
@@ -95,6 +112,7 @@ export class ClientSession implements Disposable {
   readonly memoryCap: bigint;
   readonly #buffers = new Map<bigint, ClientBuffer>();
   readonly #lib: NativeCore;
+  readonly #shared: SharedMemory;
   #allocated = 0n;
   #nextId = 1n;
   /** The graph of the last GRAPH_COMPUTE, until a buffer it uses is freed. */
@@ -104,6 +122,7 @@ export class ClientSession implements Disposable {
   constructor(options: ClientSessionOptions) {
     this.backend = new CpuBackend({ threads: options.threads });
     this.memoryCap = BigInt(options.memoryCap);
+    this.#shared = options.shared ?? new SharedMemory(options.memoryCap);
     this.#lib = loadNativeLibrary();
   }
 
@@ -112,16 +131,28 @@ export class ClientSession implements Disposable {
     return this.#allocated;
   }
 
-  /** Counts `bytes` of server memory against the cap; false (nothing counted) when over it. */
+  /** Bytes this client could still allocate: its own cap and the shared pool both bound it. */
+  get available(): bigint {
+    const own = this.memoryCap - this.#allocated;
+    const pool = this.#shared.total - this.#shared.used;
+    return own < pool ? own : pool;
+  }
+
+  /**
+   * Counts `bytes` of server memory against this client's cap and the shared pool; false
+   * (nothing counted) when either would be passed.
+   */
   reserve(bytes: bigint): boolean {
-    if (bytes > this.memoryCap - this.#allocated) return false;
+    if (bytes > this.available) return false;
     this.#allocated += bytes;
+    this.#shared.used += bytes;
     return true;
   }
 
   /** Gives back bytes counted by {@link reserve}. */
   release(bytes: bigint): void {
     this.#allocated -= bytes;
+    this.#shared.used -= bytes;
   }
 
   /**
@@ -273,7 +304,7 @@ export class ClientSession implements Disposable {
       }
     }
     this.#buffers.clear();
-    this.#allocated = 0n;
+    this.release(this.#allocated);
     this.backend.dispose();
   }
 

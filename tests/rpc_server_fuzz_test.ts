@@ -462,3 +462,39 @@ Deno.test({
     first.client.close();
   },
 });
+
+Deno.test({
+  name: "a graph with an op the server does not compute closes that connection only, naming the op",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn(): Promise<void> {
+    const lines: string[] = [];
+    await using server = RpcServer.listen({ port: 0, threads: 1, log: (l) => lines.push(l) });
+    const bystander = await open(server.port);
+    for (
+      const [op, name] of [[GgmlOp.CUSTOM, "CUSTOM"], [GgmlOp.SSM_SCAN, "SSM_SCAN"], [
+        150,
+        "150",
+      ]] as const
+    ) {
+      const { client, buffer, base } = await open(server.port);
+      const a = tensor(1n, 0, [8, 4, 1, 1], buffer, base);
+      const node = tensor(2n, 0, [8, 4, 1, 1], buffer, base + 128n, op, [1n]);
+      await client.send(
+        RpcCmd.GRAPH_COMPUTE,
+        packGraph({ device: 0, nodes: [2n], tensors: [a, node] }),
+      );
+      // The server answers by closing: the next call fails.
+      await assert.rejects(() => client.call(RpcCmd.DEVICE_COUNT, new Uint8Array(0)));
+      client.close();
+      assert.ok(
+        lines.some((l) => l.includes(name)),
+        `no log line names ${name}:\n${lines.join("\n")}`,
+      );
+    }
+    // Everyone else is still served.
+    const count = await bystander.client.call(RpcCmd.DEVICE_COUNT, new Uint8Array(0));
+    assert.equal(new DataView(count.buffer).getUint32(0, true), 1);
+    bystander.client.close();
+  },
+});

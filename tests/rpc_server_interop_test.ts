@@ -87,3 +87,31 @@ Deno.test({
     assert.deepEqual(lines.filter((l) => l.includes("refused") || l.includes("failed")), []);
   },
 });
+
+Deno.test({
+  name: "Graft's server with a cache directory serves llama.cpp's SET_TENSOR_HASH from it",
+  ignore: skip !== null,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn(): Promise<void> {
+    const cacheDir = await Deno.makeTempDir({ prefix: "graft_rpc_cache_" });
+    try {
+      await using graft = RpcServer.listen({ port: 0, threads: 1, cacheDir, log: () => {} });
+      const endpoint = `127.0.0.1:${graft.port}`;
+      const first = await complete(endpoint, "on");
+      // The weights above 10 MiB (SmolLM2's q8_0 output matrix) were saved under their hash.
+      const files = [...Deno.readDirSync(cacheDir)].map((e) => e.name);
+      assert.ok(files.length >= 1, "nothing was cached");
+      const stamps = files.map((f) => Deno.statSync(`${cacheDir}/${f}`).mtime?.getTime());
+      const second = await complete(endpoint, "on");
+      assert.equal(second, first);
+      // A hit sends no data: the server writes no file again (a miss would rewrite it).
+      assert.deepEqual(
+        files.map((f) => Deno.statSync(`${cacheDir}/${f}`).mtime?.getTime()),
+        stamps,
+      );
+    } finally {
+      await Deno.remove(cacheDir, { recursive: true });
+    }
+  },
+});

@@ -33,6 +33,7 @@ if ("skip" in bin) {
   console.log(`bench:rpc skipped: ${bin.skip}`);
   Deno.exit(0);
 }
+const binDir = bin.dir;
 if (!smolLM2Cached()) {
   console.log(`bench:rpc skipped: no ${SMOLLM2_PATH} (deno task model:fetch)`);
   Deno.exit(0);
@@ -72,13 +73,13 @@ async function graft(rpc: string[]): Promise<{ tg: number; pp: number }> {
 
 /** llama-bench --rpc against `endpoint`: tg and pp tokens/s. */
 async function llamaBench(endpoint: string): Promise<{ tg: number; pp: number }> {
-  const out = await new Deno.Command(`${bin.dir}/llama-bench`, {
+  const out = await new Deno.Command(`${binDir}/llama-bench`, {
     args: [
       ...["-m", SMOLLM2_PATH, "--rpc", endpoint, "-ngl", "99", "-t", String(THREADS)],
       ...["-p", String(N_PROMPT), "-n", String(N_GEN), "-r", String(REPS), "-fa", "0"],
       ...["-ctk", "f16", "-ctv", "f16", "-o", "json"],
     ],
-    env: { LD_LIBRARY_PATH: bin.dir },
+    env: { LD_LIBRARY_PATH: binDir },
     stdout: "piped",
     stderr: "piped",
   }).output();
@@ -96,7 +97,7 @@ async function llamaBench(endpoint: string): Promise<{ tg: number; pp: number }>
 }
 
 const report = new PerfReport();
-await using server = await GgmlRpcServer.start(bin.dir, THREADS);
+await using server = await GgmlRpcServer.start(binDir, THREADS);
 const local = await graft([]);
 const overRpc = await graft([server.endpoint]);
 const peer = await llamaBench(server.endpoint);

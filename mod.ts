@@ -297,7 +297,7 @@ export {
   readLlamaHParams,
 } from "./src/llm/hparams.ts";
 export { KvCache, type KvCacheType, type KvLayer } from "./src/llm/kv_cache.ts";
-export type { LayerSplit } from "./src/llm/plan_cache.ts";
+export type { LayerSplit, LayerStage } from "./src/llm/plan_cache.ts";
 export {
   buildLlamaGraph,
   type LlamaGraph,

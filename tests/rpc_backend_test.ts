@@ -606,6 +606,22 @@ Deno.test({
       }
     });
     assert.ok(answered >= 4);
+    // ALLOC_BUFFER answered with a buffer smaller than asked: the buffer is refused, typed.
+    const small = (cmd: number): Uint8Array | null => {
+      if (cmd === RpcCmd.ALLOC_BUFFER) {
+        const reply = new Uint8Array(16);
+        new DataView(reply.buffer).setBigUint64(0, 0x1000n, true);
+        new DataView(reply.buffer).setBigUint64(8, 32n, true); // 32 bytes for 64 asked
+        return encodeReply(reply);
+      }
+      return replies(cmd);
+    };
+    await fakeServer(goodHello, small, async (endpoint) => {
+      using rpc = await RpcBackend.connect(endpoint, { timeoutMs: 2000 });
+      const t = new Context().newTensor("f32", [16]);
+      using _b = allocTensors(rpc, [t]);
+      await assert.rejects(() => rpc.getTensorAsync(t), RpcProtocolError);
+    });
   },
 });
 

@@ -20,6 +20,7 @@ import {
   OutOfSpaceError,
   PlacementError,
   RpcConnectionError,
+  RpcProtocolError,
   StalePlanError,
   Status,
 } from "../../errors.ts";
@@ -361,10 +362,28 @@ export class RpcBackend implements Backend {
         );
         throw buffer.failure;
       }
+      // A buffer smaller than asked, or one whose addresses would wrap, would put tensors where
+      // the server has no memory: refused here rather than sent on.
+      if (reply.remoteSize < BigInt(size)) {
+        buffer.failure = new RpcProtocolError(
+          "ALLOC_BUFFER.reply.remote_size",
+          8,
+          `the server gave ${reply.remoteSize} bytes for ${size} asked`,
+        );
+        throw buffer.failure;
+      }
       const base = unpackU64(
         "base",
         await c.call(RpcCmd.BUFFER_GET_BASE, packU64("remote_ptr", reply.remotePtr), 8),
       );
+      if (base === 0n || base + BigInt(size) > 0xffff_ffff_ffff_ffffn) {
+        buffer.failure = new RpcProtocolError(
+          "BUFFER_GET_BASE.reply.base_ptr",
+          0,
+          `base 0x${base.toString(16)} cannot hold ${size} bytes`,
+        );
+        throw buffer.failure;
+      }
       buffer.remote = { ptr: reply.remotePtr, base };
     });
     return buffer;

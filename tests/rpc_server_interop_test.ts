@@ -10,6 +10,7 @@ import assert from "node:assert/strict";
 import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
 import { GgmlRpcServer, llamaBinDir } from "./rpc_server.ts";
 import { RpcServer } from "../src/rpc/server/server.ts";
+import { LLM } from "../mod.ts";
 
 const bin = llamaBinDir();
 const skip = "skip" in bin
@@ -113,5 +114,39 @@ Deno.test({
     } finally {
       await Deno.remove(cacheDir, { recursive: true });
     }
+  },
+});
+
+Deno.test({
+  name: "Graft's RpcBackend runs SmolLM2 on Graft's server with the local CPU's greedy ids",
+  ignore: !smolLM2Cached(),
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn(): Promise<void> {
+    const prompt = [504, 3575, 282, 4649, 314]; // "The capital of France is"
+    const greedy = async (llm: LLM): Promise<readonly number[]> => {
+      for await (
+        const _ of llm.generate(prompt, { temperature: 0, maxTokens: 16, reuseCache: false })
+      ) {
+        // the ids are in lastGeneration
+      }
+      return llm.lastGeneration!.ids;
+    };
+    const lines: string[] = [];
+    await using server = RpcServer.listen({ port: 0, threads: 1, log: (l) => lines.push(l) });
+    let local: readonly number[];
+    {
+      using llm = await LLM.load(SMOLLM2_PATH, { threads: 1, nCtx: 64 });
+      local = await greedy(llm);
+    }
+    using llm = await LLM.load(SMOLLM2_PATH, {
+      threads: 1,
+      nCtx: 64,
+      rpc: [`127.0.0.1:${server.port}`],
+    });
+    const ids = await greedy(llm);
+    assert.equal(ids.length, 16);
+    assert.deepEqual(ids, local);
+    assert.deepEqual(lines.filter((l) => l.includes("refused") || l.includes("failed")), []);
   },
 });

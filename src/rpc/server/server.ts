@@ -40,11 +40,14 @@ import {
   unpackU64,
 } from "../protocol.ts";
 import { ClientSession, refuse, SharedMemory, wireDType, wireNbytes } from "./session.ts";
-import { GRAPH_NODES_MAX, translateGraph } from "./translate.ts";
+import { GRAPH_NODES_MAX, GRAPH_TENSORS_MAX, translateGraph } from "./translate.ts";
 import { RPC_TENSOR_SIZE } from "../protocol.ts";
 
-/** The largest GRAPH_COMPUTE message accepted: far above a large model's graph (~1 MB). */
-export const GRAPH_MESSAGE_MAX = 16 + 8 * GRAPH_NODES_MAX + RPC_TENSOR_SIZE * (1 << 19);
+/**
+ * The largest GRAPH_COMPUTE message accepted (about 20 MB): far above a large model's graph
+ * (SmolLM2's is 0.4 MB), and all the memory one message may make the server set aside.
+ */
+export const GRAPH_MESSAGE_MAX = 16 + 8 * GRAPH_NODES_MAX + RPC_TENSOR_SIZE * GRAPH_TENSORS_MAX;
 
 /** Options of {@link RpcServer.listen}. */
 export interface RpcServerOptions {
@@ -74,6 +77,9 @@ const DEBUG = (() => {
     return false;
   }
 })();
+
+/** SET_TENSOR data is read and written in chunks of this many bytes. */
+const SET_TENSOR_CHUNK = 4 * 1024 * 1024;
 
 /** Default memory cap: 8 GiB. */
 export const DEFAULT_MEMORY_CAP = 8 * 1024 ** 3;
@@ -370,15 +376,8 @@ export class RpcServer implements AsyncDisposable {
         s.fill(buffer, 0n, buffer.size, req.value);
         return;
       }
-      case RpcCmd.SET_TENSOR: {
-        // No write can be larger than the memory this client may hold.
-        const bytes = await this.#payload(reader, size, cap + SET_TENSOR_HEADER_SIZE, name);
-        const req = unpackSetTensorRequest(bytes);
-        const where = s.region(req.tensor, req.offset, BigInt(req.data.byteLength), "set_tensor");
-        if (req.cacheFlag !== 0 && this.#options.cacheDir) await this.#cacheStore(req.data);
-        s.write(where.buffer, where.at, req.data);
-        return;
-      }
+      case RpcCmd.SET_TENSOR:
+        return await this.#setTensor(reader, s, size, cap);
       case RpcCmd.SET_TENSOR_HASH: {
         const req = unpackSetTensorHashRequest(await this.#payload(reader, size, 312, name));
         const data = await this.#cacheLoad(req.hash);
@@ -460,14 +459,57 @@ export class RpcServer implements AsyncDisposable {
     }
   }
 
+  /**
+   * SET_TENSOR, streamed: the header (tensor, cache flag, offset) is read and the region
+   * checked before any data, which then goes into the buffer in chunks, so a message never
+   * costs the server more memory than a chunk, whatever size it declares.
+   */
+  async #setTensor(
+    reader: FrameReader,
+    s: ClientSession,
+    size: bigint,
+    cap: number,
+  ): Promise<void> {
+    // No write can be larger than the memory this client may hold.
+    if (size > BigInt(cap + SET_TENSOR_HEADER_SIZE)) {
+      refuse("SET_TENSOR.size", `${size} bytes (at most ${cap + SET_TENSOR_HEADER_SIZE})`);
+    }
+    if (size < BigInt(SET_TENSOR_HEADER_SIZE)) {
+      refuse(
+        "SET_TENSOR.size",
+        `${size} bytes is less than its ${SET_TENSOR_HEADER_SIZE}-byte header`,
+      );
+    }
+    const header = await reader.read(SET_TENSOR_HEADER_SIZE);
+    if (!header) throw new ClientGone();
+    const req = unpackSetTensorRequest(header);
+    const total = size - BigInt(SET_TENSOR_HEADER_SIZE);
+    const where = s.region(req.tensor, req.offset, total, "set_tensor");
+    const caching = req.cacheFlag !== 0 && this.#options.cacheDir !== undefined;
+    const parts: Uint8Array[] = [];
+    let hash: bigint | undefined;
+    for (let done = 0n; done < total;) {
+      const n = Number(total - done < BigInt(SET_TENSOR_CHUNK) ? total - done : SET_TENSOR_CHUNK);
+      const chunk = await reader.read(n);
+      if (!chunk) throw new ClientGone();
+      s.write(where.buffer, where.at + done, chunk);
+      if (caching) {
+        hash = fnv1a64(chunk, hash);
+        parts.push(chunk.slice());
+      }
+      done += BigInt(n);
+    }
+    if (caching) await this.#cacheStore(fnv1a64(new Uint8Array(0), hash), parts);
+  }
+
   #cachePath(hash: bigint): string {
     return `${this.#options.cacheDir}/${hash.toString(16).padStart(16, "0")}`;
   }
 
-  async #cacheStore(data: Uint8Array): Promise<void> {
-    const path = this.#cachePath(fnv1a64(data));
+  async #cacheStore(hash: bigint, parts: Uint8Array[]): Promise<void> {
+    const path = this.#cachePath(hash);
     try {
-      await Deno.writeFile(path, data);
+      await Deno.writeFile(path, ReadableStream.from(parts));
     } catch (error) {
       this.#options.log(`cache: could not write ${path}: ${(error as Error).message}`);
     }

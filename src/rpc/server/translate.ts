@@ -19,7 +19,7 @@
 
 import type { CpuPlan } from "../../backend/cpu/plan.ts";
 import type { CpuBuffer } from "../../backend/cpu/buffer.ts";
-import { DTYPES } from "../../dtype.ts";
+import { type DType, DTYPES } from "../../dtype.ts";
 import { Graph } from "../../graph.ts";
 import { add, div, mul, repeat, scale, sqr, sqrt, sub } from "../../ops/elementwise.ts";
 import { flashAttnExt } from "../../ops/attention.ts";
@@ -46,9 +46,9 @@ import type { RpcGraph, RpcTensor } from "../protocol.ts";
 import { type ClientSession, refuse, wireDType, wireNbytes } from "./session.ts";
 
 /** The most nodes one GRAPH_COMPUTE may carry (a large llama graph has a few thousand). */
-export const GRAPH_NODES_MAX = 1 << 18;
+export const GRAPH_NODES_MAX = 1 << 16;
 /** The most tensors one GRAPH_COMPUTE may carry. */
-export const GRAPH_TENSORS_MAX = 1 << 19;
+export const GRAPH_TENSORS_MAX = 1 << 16;
 
 /** A translated graph with its plan, kept for GRAPH_RECOMPUTE. */
 export interface CompiledGraph extends Disposable {
@@ -220,6 +220,13 @@ function sameDims(a: Dims, b: readonly number[]): boolean {
   return a[0] === b[0] && a[1] === b[1] && a[2] === b[2] && a[3] === b[3];
 }
 
+/** The bytes a wire tensor's elements take when none overlap. */
+function denseBytes(t: RpcTensor, dtype: DType): bigint {
+  const { blockSize, blockBytes } = DTYPES[dtype];
+  const elements = BigInt(t.ne[0]) * BigInt(t.ne[1]) * BigInt(t.ne[2]) * BigInt(t.ne[3]);
+  return (elements / BigInt(blockSize)) * BigInt(blockBytes);
+}
+
 /** A Graft input over a wire tensor's bytes (its buffer checked, its extent inside it). */
 function placedInput(session: ClientSession, t: RpcTensor, field: string): Tensor {
   const where = session.resolve(t, field);
@@ -271,7 +278,7 @@ export function translateGraph(session: ClientSession, message: RpcGraph): Compi
     return tensor;
   };
 
-  for (const [i, id] of message.nodes.entries()) {
+  for (const id of message.nodes) {
     if (id === 0n || done.has(id)) continue;
     const { t, index } = byId.get(id)!;
     const field = `graph.tensors[${index}]`;
@@ -280,7 +287,14 @@ export function translateGraph(session: ClientSession, message: RpcGraph): Compi
     }
     const dtype = wireDType(t, field);
     // ggml skips empty nodes; one with no bytes computes nothing here either.
-    if (wireNbytes(t, dtype, field) === 0n) continue;
+    const nbytes = wireNbytes(t, dtype, field);
+    if (nbytes === 0n) continue;
+    // A result that overlaps itself (a zero or short stride) could have any number of elements
+    // in a few bytes, and so cost unbounded compute; a dense one is bounded by the client's
+    // memory. ggml's own results are always dense.
+    if (!VIEW_OPS.has(t.op) && nbytes < denseBytes(t, dtype)) {
+      refuse(field, `a computed tensor's elements overlap (strides [${t.nb.join(", ")}])`);
+    }
     if (VIEW_OPS.has(t.op)) {
       done.set(id, placedInput(session, t, field));
       continue;
@@ -321,7 +335,6 @@ export function translateGraph(session: ClientSession, message: RpcGraph): Compi
     const result = finalPlacement(session, built, t, field);
     done.set(id, result);
     computed.push(result);
-    void i;
   }
   return compile(session, computed, ops);
 }

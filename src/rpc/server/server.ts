@@ -260,7 +260,10 @@ export class RpcServer implements AsyncDisposable {
         }
       }
     } catch (error) {
-      if (!(error instanceof ClientGone)) {
+      // A connection reset or closed under a pending read is the client leaving, not an error.
+      const gone = error instanceof ClientGone || error instanceof Deno.errors.Interrupted ||
+        error instanceof Deno.errors.BadResource || error instanceof Deno.errors.ConnectionReset;
+      if (!gone) {
         const what = error instanceof RpcProtocolError ? "refused" : "failed";
         log(`client ${id}: ${what}: ${(error as Error).message}; closing its connection`);
       }

@@ -28,18 +28,22 @@ import { glu, type GluKind } from "../../ops/glu.ts";
 import { concat, diagMaskInf } from "../../ops/indexing.ts";
 import { mulMat } from "../../ops/matmul.ts";
 import { norm, rmsNorm, softmax } from "../../ops/norm.ts";
-import { argmax, sumRows } from "../../ops/reduce_rows.ts";
+import { sumRows } from "../../ops/reduce_rows.ts";
 import { rope, type RopeMode } from "../../ops/rope.ts";
 import * as unary from "../../ops/unary.ts";
 import { gelu, relu, silu } from "../../ops/elementwise.ts";
 import { type Dims, formatShape, Tensor } from "../../tensor.ts";
+import { type OpCode, type OpInfo, type OpName, OPS } from "../../op.ts";
 import {
   GGML_OP_COUNT,
+  GGML_OP_PARAMS,
   GgmlGluOp,
   GgmlOp,
   type GgmlOpName,
   ggmlOpName,
   GgmlUnaryOp,
+  GRAFT_TO_GGML,
+  type GraftToGgml,
   readGgmlOpParam,
 } from "../ggml_ops.ts";
 import type { RpcGraph, RpcTensor } from "../protocol.ts";
@@ -142,7 +146,6 @@ const BUILDERS: Readonly<Partial<Record<GgmlOpName, Builder>>> = {
   NORM: (c) => norm(c.src(0), c.param("eps")),
   RMS_NORM: (c) => rmsNorm(c.src(0), c.param("eps")),
   SUM_ROWS: (c) => sumRows(c.src(0)),
-  ARGMAX: (c) => argmax(c.src(0)),
   REPEAT: (c) => repeat(c.src(0), c.self().ne),
   CONCAT: (c) => concat(c.src(0), c.src(1), c.param("dim")),
   DIAG_MASK_INF: (c) => diagMaskInf(c.src(0), c.param("n_past")),
@@ -213,8 +216,62 @@ const BUILDERS: Readonly<Partial<Record<GgmlOpName, Builder>>> = {
   },
 };
 
+/**
+ * A builder for a ggml op that has a Graft op of the same meaning in the client's mapping table
+ * (`GRAFT_TO_GGML`) but no builder above: the Graft node is made directly, with the node's own
+ * dtype and shape, its sources in ggml's order and its params read from ggml's fields; the
+ * core's validation (`zig/validate.zig`) checks its shapes when the plan is made. Fields Graft
+ * has no param for must hold ggml's default (fixed) or zero.
+ */
+function genericBuilder(name: GgmlOpName): Builder | null {
+  const entry = (Object.entries(GRAFT_TO_GGML) as [OpName, GraftToGgml][]).find(([graft, m]) =>
+    m.op === name && m.unary === undefined && OPS[graft].core !== null
+  );
+  if (!entry) return null;
+  const [graft, mapping] = entry;
+  const info: OpInfo = OPS[graft];
+  return (c) => {
+    const layout = GGML_OP_PARAMS[name] ?? [];
+    const used = new Set<number>();
+    const params = (mapping.params ?? []).map((field) => {
+      if (field === null) return 0;
+      used.add(layout.find((f) => f.name === field)!.slot);
+      return c.param(field);
+    });
+    for (const [field, value] of mapping.fixed ?? []) {
+      used.add(layout.find((f) => f.name === field)!.slot);
+      if (c.param(field) !== value) {
+        refuse(`${c.field}.op_params`, `${name} ${field} must be ${value}`);
+      }
+    }
+    c.node.opParams.forEach((bits, slot) => {
+      if (!used.has(slot) && bits !== 0) {
+        refuse(`${c.field}.op_params[${slot}]`, `${name} takes no value ${bits} there`);
+      }
+    });
+    noSourcesFrom(c, info.arity);
+    const src: Tensor[] = [];
+    for (let i = 0; i < info.arity; i++) {
+      const s = c.optional(i);
+      if (s) src.push(s);
+    }
+    return new Tensor({
+      dtype: wireDType(c.node, c.field),
+      ne: c.node.ne,
+      op: info.code as OpCode,
+      src,
+      params,
+    });
+  };
+}
+
 /** The ggml op names the server computes (views and inputs aside). */
-export const SERVER_OPS: readonly string[] = Object.keys(BUILDERS);
+export const SERVER_OPS: readonly string[] = [
+  ...Object.keys(BUILDERS),
+  ...(Object.keys(GgmlOp) as GgmlOpName[]).filter((n) =>
+    !(n in BUILDERS) && !VIEW_OPS.has(GgmlOp[n]) && genericBuilder(n) !== null
+  ),
+];
 
 function sameDims(a: Dims, b: readonly number[]): boolean {
   return a[0] === b[0] && a[1] === b[1] && a[2] === b[2] && a[3] === b[3];
@@ -300,7 +357,7 @@ export function translateGraph(session: ClientSession, message: RpcGraph): Compi
       continue;
     }
     const name = ggmlOpName(t.op)!;
-    const build = BUILDERS[name];
+    const build = BUILDERS[name] ?? genericBuilder(name);
     if (!build) refuse(`${field}.op`, `ggml op ${name} (${t.op}) is not computed by this server`);
     ops.add(name);
     const context: BuildContext = {

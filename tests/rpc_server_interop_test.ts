@@ -90,6 +90,19 @@ Deno.test({
 });
 
 Deno.test({
+  name: "llama-completion with its layers split over Graft's server and ggml-rpc-server",
+  ignore: skip !== null,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn(): Promise<void> {
+    await using graft = RpcServer.listen({ port: 0, threads: 1, log: () => {} });
+    await using ggml = await GgmlRpcServer.start((bin as { dir: string }).dir, 1);
+    const both = await complete(`127.0.0.1:${graft.port},${ggml.endpoint}`, "on");
+    assert.deepEqual(both, await complete(null, "on"));
+  },
+});
+
+Deno.test({
   name: "Graft's server with a cache directory serves llama.cpp's SET_TENSOR_HASH from it",
   ignore: skip !== null,
   sanitizeResources: false,

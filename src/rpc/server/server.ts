@@ -191,9 +191,8 @@ export class RpcServer implements AsyncDisposable {
     log(
       `Graft RPC server (ggml RPC protocol ${RPC_PROTO_MAJOR}.${RPC_PROTO_MINOR}.` +
         `${RPC_PROTO_PATCH}) on ${server.host}:${server.port}, ${server.#options.threads} ` +
-        `threads per client, ${
-          Math.round(server.#options.memoryCap / 1024 ** 2)
-        } MiB per client, ` +
+        `threads per client, ${Math.round(server.#options.memoryCap / 1024 ** 2)} MiB for at ` +
+        `most ${server.#options.maxClients} clients at once, ` +
         `cache ${server.#options.cacheDir ?? "n/a"}`,
     );
     if (isLoopback(host)) {

@@ -471,13 +471,21 @@ function compile(session: ClientSession, computed: Tensor[], ops: Set<string>): 
     session.release(scratchBytes);
     refuse("graph", `the core refused the graph: ${(error as Error).message}`);
   }
+  // The plan's work memory is the server's too: it counts against the client's cap.
+  const workBytes = BigInt(plan.workSize);
+  if (!session.reserve(workBytes)) {
+    plan.dispose();
+    scratch?.dispose();
+    session.release(scratchBytes);
+    refuse("graph", `a plan needing ${plan.workSize} bytes of work memory passes the memory cap`);
+  }
   let disposed = false;
   const dispose = (): void => {
     if (disposed) return;
     disposed = true;
     plan.dispose();
     scratch?.dispose();
-    session.release(scratchBytes);
+    session.release(scratchBytes + workBytes);
   };
   return { graph, plan, ops, dispose, [Symbol.dispose]: dispose };
 }

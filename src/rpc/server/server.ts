@@ -8,6 +8,8 @@
  */
 
 import { RpcProtocolError } from "../../errors.ts";
+import type { CpuPlan } from "../../backend/cpu/plan.ts";
+import { opName } from "../../op.ts";
 import {
   encodeReply,
   fnv1a64,
@@ -70,6 +72,7 @@ export interface RpcServerOptions {
   log?: (line: string) => void;
 }
 
+/** GRAFT_RPC_DEBUG=1 logs every command's time and, on recomputes, a per-op profile. */
 const DEBUG = (() => {
   try {
     return Deno.env.get("GRAFT_RPC_DEBUG") === "1";
@@ -443,17 +446,7 @@ export class RpcServer implements AsyncDisposable {
         const compiled = s.lastGraph;
         if (!compiled) refuse("graph_recompute", "no graph to compute again");
         if (compiled.plan) await s.backend.graphPlanComputeAsync(compiled.plan);
-        if (DEBUG && compiled.plan) {
-          const by = new Map<string, number>();
-          for (const n of compiled.plan.nodeTimings()) {
-            const k = `${n.tensor.op}:${n.tensor.src.map((x) => x.dtype).join(",")}`;
-            by.set(k, (by.get(k) ?? 0) + n.ms);
-          }
-          this.#options.log(
-            [...by].sort((a, b) => b[1] - a[1]).slice(0, 8).map(([k, v]) => `${k}=${v.toFixed(1)}`)
-              .join(" "),
-          );
-        }
+        if (DEBUG && compiled.plan) this.#logProfile(compiled.plan);
         return;
       }
       default:
@@ -502,6 +495,17 @@ export class RpcServer implements AsyncDisposable {
       done += BigInt(n);
     }
     if (caching) await this.#cacheStore(fnv1a64(new Uint8Array(0), hash), parts);
+  }
+
+  /** GRAFT_RPC_DEBUG=1: the eight op kinds that took longest in the last compute. */
+  #logProfile(plan: CpuPlan): void {
+    const by = new Map<string, number>();
+    for (const node of plan.nodeTimings()) {
+      const key = `${opName(node.tensor.op)}(${node.tensor.src.map((t) => t.dtype).join(",")})`;
+      by.set(key, (by.get(key) ?? 0) + node.ms);
+    }
+    const top = [...by].sort((a, b) => b[1] - a[1]).slice(0, 8);
+    this.#options.log(`profile: ${top.map(([k, ms]) => `${k} ${ms.toFixed(1)} ms`).join(", ")}`);
   }
 
   #cachePath(hash: bigint): string {

@@ -189,6 +189,15 @@ export {
 export { WebGpuBuffer } from "./src/backend/webgpu/buffer.ts";
 export { WebGpuPlan } from "./src/backend/webgpu/plan.ts";
 export {
+  RpcBackend,
+  type RpcBackendOptions,
+  RpcBuffer,
+  RpcPlan,
+  type RpcRemoteBuffer,
+} from "./src/backend/rpc/backend.ts";
+export type { RpcServerVersion } from "./src/backend/rpc/connection.ts";
+export { RpcServer, type RpcServerOptions } from "./src/rpc/server/server.ts";
+export {
   type BackendTimes,
   type ComputeOptions,
   type ComputeStats,
@@ -291,7 +300,7 @@ export {
   readLlamaHParams,
 } from "./src/llm/hparams.ts";
 export { KvCache, type KvCacheType, type KvLayer } from "./src/llm/kv_cache.ts";
-export type { LayerSplit } from "./src/llm/plan_cache.ts";
+export type { LayerSplit, LayerStage } from "./src/llm/plan_cache.ts";
 export {
   buildLlamaGraph,
   type LlamaGraph,

@@ -109,6 +109,42 @@ export class LibraryLoadError extends GraftError {
   override name = "LibraryLoadError";
 }
 
+/**
+ * A ggml RPC message that breaks the protocol: too short, too long, a count or size the bytes
+ * cannot hold, an unknown command, a reply of the wrong size. `field` names what was being read
+ * and `offset` the byte in the message (or -1 where the message as a whole is wrong).
+ */
+export class RpcProtocolError extends GraftError {
+  /** The error class name. */
+  override name = "RpcProtocolError";
+  /** What was being read: "graph.n_nodes", "tensors[3].name", "reply.size"... */
+  readonly field: string;
+  /** Byte offset in the message where `field` starts; -1 for the whole message. */
+  readonly offset: number;
+  /** A protocol error at `field`, byte `offset`. */
+  constructor(field: string, offset: number, message: string) {
+    super(`RPC ${field}${offset >= 0 ? ` at byte ${offset}` : ""}: ${message}`);
+    this.field = field;
+    this.offset = offset;
+  }
+}
+
+/**
+ * An RPC connection that could not be made (refused, unreachable) or broke (the peer closed it
+ * or reset it mid-request). The protocol has no error replies: a server that refuses a request
+ * closes the connection, so this is also how a refused request shows.
+ */
+export class RpcConnectionError extends GraftError {
+  /** The error class name. */
+  override name = "RpcConnectionError";
+}
+
+/** An RPC peer that did not answer within the time-out; the connection is closed. */
+export class RpcTimeoutError extends RpcConnectionError {
+  /** The error class name. */
+  override name = "RpcTimeoutError";
+}
+
 /** Status codes of the Zig core (`zig/node.zig`, `Status`). */
 export const Status = {
   ok: 0,

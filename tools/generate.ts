@@ -3,12 +3,14 @@
  *
  *   deno task generate [--model FILE] (--prompt TEXT | --prompt-ids 1,2,3) [-n N] [--temp T]
  *     [--seed S] [--chat] [--system TEXT] [--backend cpu|webgpu] [-g GPU_LAYERS] [--threads N] [--ignore-eos]
- *     [--json]
+ *     [--rpc HOST:PORT,...] [--json]
  *
  * Streams the text to stdout as it is made; timings go to stderr. `--prompt` text is tokenized
  * with special tokens parsed (as llama.cpp's CLI); `--chat` wraps it as a user turn in the
  * model's chat template. `--json` prints one object instead: `{"prompt_ids":[…],"ids":[…],
- * "text":"…"}`. The model defaults to the cached SmolLM2 file (fetched on first use).
+ * "text":"…"}`. `--rpc` (llama.cpp's flag) runs every block and the output on those ggml RPC
+ * servers (`ggml-rpc-server`, or Graft's), split by their free memory; the embedding stays local.
+ * The model defaults to the cached SmolLM2 file (fetched on first use).
  * @module
  */
 
@@ -17,7 +19,7 @@ import { loadModel, parseLlmArgs, runCli, timingLine, UsageError } from "./llm_c
 const USAGE = `usage: deno task generate [--model FILE] (--prompt TEXT | --prompt-ids 1,2,3)
   [-n N] [--temp T] [--seed S] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty X]
   [--presence-penalty X] [-r STOP]... [--chat] [--system TEXT] [--backend cpu|webgpu]
-  [--threads N] [-c CTX] [--ignore-eos] [--json]`;
+  [--threads N] [-c CTX] [--ignore-eos] [--rpc HOST:PORT,...] [--json]`;
 
 async function main(args: string[]): Promise<number> {
   const options = parseLlmArgs(args, {

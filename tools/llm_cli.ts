@@ -37,6 +37,7 @@ export const LLM_OPTIONS = {
   reverse: { type: "string", short: "r", multiple: true },
   backend: { type: "string" },
   "gpu-layers": { type: "string", short: "g" },
+  rpc: { type: "string" },
   threads: { type: "string", short: "t" },
   "ctx-size": { type: "string", short: "c" },
   "batch-size": { type: "string", short: "b" },
@@ -101,6 +102,7 @@ export function parseLlmArgs(
     ...(nBatch !== undefined ? { nBatch } : {}),
     ...(gpuLayers !== undefined ? { gpuLayers } : {}),
     ...(v["no-mmap"] ? { mmap: false } : {}),
+    ...(typeof v.rpc === "string" ? { rpc: rpcServers(v.rpc) } : {}),
   };
   const sampling: Record<string, unknown> = {
     temperature: numberOption(v, "temp", (x) => x >= 0 && finite(x), "a number >= 0"),
@@ -127,6 +129,17 @@ export function parseLlmArgs(
     nPredict,
     values: v,
   };
+}
+
+/** `--rpc host:port,host:port` (llama.cpp's flag): the servers, in order. */
+function rpcServers(text: string): string[] {
+  const servers = text.split(",").map((s) => s.trim());
+  for (const s of servers) {
+    if (!/^(\[[^\]]+\]|[^:\s]+):\d{1,5}$/.test(s)) {
+      throw new UsageError(`--rpc takes host:port[,host:port...], got ${JSON.stringify(s)}`);
+    }
+  }
+  return servers;
 }
 
 /** Fetches the default model when it is the one asked for and is not cached yet. */

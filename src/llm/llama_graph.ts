@@ -139,6 +139,11 @@ export interface LlamaGraph {
   readonly positions: Tensor;
   /** f32 `[nKv, nTokens]`: 0 where token t may see key j, -Infinity elsewhere. */
   readonly mask: Tensor;
+  /**
+   * i32 `[width * nTokens]` (llama.cpp's `v_idxs`): where each value element of token t goes in
+   * the transposed V cache, `c * nCtx + position[t]` for channel c (see {@link vCacheIndices}).
+   */
+  readonly vIndices: Tensor;
   /** f32 `[nVocab, nTokens or 1]`. */
   readonly logits: Tensor;
   /** The input tensors (to give memory). */
@@ -165,6 +170,7 @@ export function buildLlamaGraph(
   const tokens = ctx.newTensor("i32", [T], "tokens");
   const positions = ctx.newTensor("i32", [T], "positions");
   const mask = ctx.newTensor("f32", [nKv, T], "kq_mask");
+  const vIndices = ctx.newTensor("i32", [width * T], "v_idxs");
   const kqScale = 1 / Math.sqrt(hd);
   const ropeOptions = {
     nDims: hparams.nRot,
@@ -198,11 +204,12 @@ export function buildLlamaGraph(
     );
     const v = named(mulMat(w.wv, h), "Vcur"); // [width, T]
     const kWritten = setRows(layer.k, reshape(k, [width, T]), positions);
-    // The V cache is [nCtx, width]; its transpose's rows are positions.
-    const vT = view(layer.v, [width, nCtx], {
-      nb: [nCtx * cacheBytes, cacheBytes, width * nCtx * cacheBytes, width * nCtx * cacheBytes],
-    });
-    const vWritten = setRows(vT, v, positions);
+    // The V cache is [nCtx, width]: a token's values land a row of nCtx apart, one per channel.
+    // As llama.cpp writes its transposed V: set_rows over one-element rows at per-element
+    // indices, so that every row written is contiguous (ggml's set_rows, and so an RPC server,
+    // takes nothing else).
+    const vFlat = reshape(layer.v, [1, nCtx * width]);
+    const vWritten = setRows(vFlat, reshape(v, [1, width * T]), vIndices);
     // Keys of kv head j: [hd, nKv], rows a position apart.
     const keys = view(kWritten, [hd, nKv, g], {
       nb: [cacheBytes, width * cacheBytes, hd * cacheBytes, width * nCtx * cacheBytes],
@@ -241,7 +248,19 @@ export function buildLlamaGraph(
     tokens,
     positions,
     mask,
+    vIndices,
     logits,
     inputs: ctx.tensors,
   };
+}
+
+/**
+ * Fills `into` (`width * nTokens` entries) with the V cache indices of tokens at positions
+ * `nPast...`: element c of token t goes to `c * nCtx + nPast + t` of the transposed cache.
+ */
+export function vCacheIndices(into: Int32Array, width: number, nCtx: number, nPast: number): void {
+  const nTokens = into.length / width;
+  for (let t = 0; t < nTokens; t++) {
+    for (let c = 0; c < width; c++) into[t * width + c] = c * nCtx + nPast + t;
+  }
 }

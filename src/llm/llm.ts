@@ -8,12 +8,13 @@
 import type { Backend } from "../backend/backend.ts";
 import { CpuBackend } from "../backend/cpu/backend.ts";
 import { WebGpuBackend } from "../backend/webgpu/backend.ts";
+import { RpcBackend } from "../backend/rpc/backend.ts";
 import { ArgumentError, GraftError } from "../errors.ts";
 import { GGUFFile, type LoadedWeights } from "../gguf/file.ts";
 import { type LlamaHParams, readLlamaHParams } from "./hparams.ts";
 import { KvCache, type KvCacheType } from "./kv_cache.ts";
 import { type LlamaWeights, llamaWeights } from "./llama_graph.ts";
-import { type LayerSplit, PlanCache } from "./plan_cache.ts";
+import { type LayerSplit, type LayerStage, PlanCache } from "./plan_cache.ts";
 import { type TokenizeOptions, Tokenizer } from "./tokenizer.ts";
 import { Sampler, type SamplerOptions, StopChecker } from "./sampling.ts";
 import { type ChatMessage, ChatTemplate } from "./chat_template.ts";
@@ -40,6 +41,16 @@ export interface LLMLoadOptions {
   readonly gpuLayers?: number;
   /** The WebGPU backend for `gpuLayers` (default: one the model makes and disposes). */
   readonly gpuBackend?: Backend;
+  /**
+   * RPC servers (llama.cpp's `--rpc host:port,...`), as "host:port" strings (connected, and
+   * disconnected with the model) or backends of your own: every block and the output run on
+   * them, in order, each taking a share of the blocks in proportion to its free memory
+   * (GET_DEVICE_MEMORY); the embedding and the graph's inputs stay on the local backend, as
+   * llama.cpp keeps the token embedding on the CPU. Not with `gpuLayers`.
+   */
+  readonly rpc?: readonly (string | Backend)[];
+  /** Milliseconds one RPC command may take (default: RpcBackend's). */
+  readonly rpcTimeoutMs?: number;
   /** Context size: positions the KV cache holds (default min(4096, the trained context)). */
   readonly nCtx?: number;
   /** Most tokens evaluated in one graph; longer inputs go in several (default 256). */
@@ -271,41 +282,59 @@ export class LLM implements Disposable {
       }
       const mmap = options.mmap !== undefined ? { mmap: options.mmap } : {};
       const progress = options.onProgress ? { onProgress: options.onProgress } : {};
-      let split: LayerSplit | null = null;
-      let model: LlamaWeights;
+      let stages: LayerStage[] = [];
       if (gpuLayers > 0 && choice !== "webgpu") {
+        if (options.rpc && options.rpc.length > 0) {
+          throw new ArgumentError("LLM.load: give gpuLayers or rpc, not both");
+        }
         let second = options.gpuBackend;
         if (!second) {
           second = await WebGpuBackend.create();
           owned.push(second);
         }
-        split = { first: backend, second, from: Math.max(0, hparams.nLayer - gpuLayers) };
-        const from = split.from;
-        const names = file.header.tensors.map((t) => t.name);
-        const onSecond = (name: string): boolean => {
-          const block = /^blk\.(\d+)\./.exec(name);
-          return block ? Number(block[1]) >= from : name.startsWith("output");
+        stages = [{ backend: second, from: Math.max(0, hparams.nLayer - gpuLayers) }];
+      } else if (options.rpc && options.rpc.length > 0) {
+        stages = await rpcStages(options.rpc, hparams.nLayer, owned, options.rpcTimeoutMs);
+      }
+      let split: LayerSplit | null = null;
+      let model: LlamaWeights;
+      if (stages.length > 0) {
+        split = {
+          first: backend,
+          second: stages[0]!.backend,
+          from: stages[0]!.from,
+          ...(stages.length > 1 ? { more: stages.slice(1) } : {}),
         };
-        weights.push(file.load(backend, { names: names.filter((n) => !onSecond(n)), ...mmap }));
-        // The tied output reads the embedding: a copy of it goes to the second backend.
+        const names = file.header.tensors.map((t) => t.name);
+        const last = stages.length - 1;
+        // -1: the local backend; else the stage whose blocks (or, for the output, the last).
+        const stageOf = (name: string): number => {
+          const block = /^blk\.(\d+)\./.exec(name);
+          if (!block) return name.startsWith("output") ? last : -1;
+          const il = Number(block[1]);
+          return stages.findLastIndex((s) => il >= s.from);
+        };
+        weights.push(file.load(backend, { names: names.filter((n) => stageOf(n) < 0), ...mmap }));
+        // The tied output reads the embedding: a copy of it goes to the last stage.
         const tied = !names.includes("output.weight");
-        const second_names = names.filter(onSecond);
-        if (tied) second_names.push("token_embd.weight");
-        weights.push(file.load(second, { names: second_names, ...progress }));
-        const [firstW, secondW] = weights as [LoadedWeights, LoadedWeights];
-        const all = new Map([...secondW.tensors, ...firstW.tensors]);
+        for (let i = 0; i <= last; i++) {
+          const stageNames = names.filter((n) => stageOf(n) === i);
+          if (i === last && tied) stageNames.push("token_embd.weight");
+          weights.push(file.load(stages[i]!.backend, { names: stageNames, ...progress }));
+        }
+        // Where a name is loaded twice (the tied embedding), the local copy is the one blocks use.
+        const all = new Map([...weights].reverse().flatMap((w) => [...w.tensors]));
         model = llamaWeights(
           all,
           hparams,
-          secondW.tensors.get(tied ? "token_embd.weight" : "output.weight"),
+          weights[weights.length - 1]!.tensors.get(tied ? "token_embd.weight" : "output.weight"),
         );
       } else {
         weights.push(file.load(backend, { ...mmap, ...progress }));
         model = llamaWeights(weights[0]!.tensors, hparams);
       }
-      const layerBackend = split;
       const cache = new KvCache(
-        layerBackend ? (il) => il >= layerBackend.from ? layerBackend.second : backend : backend,
+        (il) => stages.findLast((s) => il >= s.from)?.backend ?? backend,
         hparams,
         nCtx,
         cacheType,
@@ -583,4 +612,44 @@ function positiveOption(name: string, value: number | undefined, fallback: numbe
     throw new ArgumentError(`LLM.load: ${name} must be an integer in [1, 2^20], got ${value}`);
   }
   return value;
+}
+
+/**
+ * Connects the RPC servers (or takes the given backends) and gives each a run of blocks in
+ * proportion to its free memory, every one at least one block, in the order given.
+ */
+async function rpcStages(
+  servers: readonly (string | Backend)[],
+  nLayer: number,
+  owned: Backend[],
+  timeoutMs: number | undefined,
+): Promise<LayerStage[]> {
+  if (servers.length > nLayer) {
+    throw new ArgumentError(`LLM.load: ${servers.length} RPC servers for ${nLayer} blocks`);
+  }
+  const backends: Backend[] = [];
+  for (const server of servers) {
+    if (typeof server === "string") {
+      const rpc = await RpcBackend.connect(server, timeoutMs !== undefined ? { timeoutMs } : {});
+      owned.push(rpc);
+      backends.push(rpc);
+    } else {
+      backends.push(server);
+    }
+  }
+  const free = await Promise.all(
+    backends.map(async (b) => b instanceof RpcBackend ? (await b.getDeviceMemory()).free : 1),
+  );
+  const total = free.reduce((sum, f) => sum + f, 0);
+  const stages: LayerStage[] = [];
+  let from = 0;
+  let share = 0;
+  for (let i = 0; i < backends.length; i++) {
+    stages.push({ backend: backends[i]!, from });
+    share += free[i]!;
+    // Blocks up to this server's cumulative share, leaving one for each server after it.
+    const end = Math.round((nLayer * share) / (total || 1));
+    from = Math.min(Math.max(end, from + 1), nLayer - (backends.length - 1 - i));
+  }
+  return stages;
 }

@@ -8,6 +8,7 @@
 
 import type { Backend, BackendBuffer } from "../backend/backend.ts";
 import type { TensorData } from "../dtype.ts";
+import type { Tensor } from "../tensor.ts";
 import { GraftError } from "../errors.ts";
 import { Schedule } from "../sched/schedule.ts";
 import { allocTensors } from "../alloc/alloc_tensors.ts";
@@ -20,12 +21,24 @@ import {
   type LlamaGraph,
   type LlamaGraphShape,
   type LlamaWeights,
+  vCacheIndices,
 } from "./llama_graph.ts";
 
 /** Plans kept at once (decode, a prefill size or two, their KV buckets). */
 export const PLANS_KEPT = 8;
 
-/** Layers split between two backends: blocks from `from` on, and the output, on `second`. */
+/** A run of blocks on one backend: blocks from `from` on (up to the next stage's `from`). */
+export interface LayerStage {
+  /** The backend the blocks run on (their weights and KV cache live there). */
+  readonly backend: Backend;
+  /** The stage's first block. */
+  readonly from: number;
+}
+
+/**
+ * Layers split between backends: blocks from `from` on, and the output, on `second`; with
+ * `more`, further stages after `second` (RPC servers), the output on the last.
+ */
 export interface LayerSplit {
   /** Runs the embedding and the blocks before `from`; holds the graph's inputs. */
   readonly first: Backend;
@@ -33,12 +46,15 @@ export interface LayerSplit {
   readonly second: Backend;
   /** The first block on `second`. */
   readonly from: number;
+  /** Stages after `second`, in block order (each `from` above the one before). */
+  readonly more?: readonly LayerStage[];
 }
 
 interface Entry {
   readonly built: LlamaGraph;
   readonly inputs: BackendBuffer;
   readonly mask: Float32Array;
+  readonly vIndices: Int32Array;
   /** Computes the graph (inputs written) and reads the logits. */
   readonly compute: () => Promise<TensorData>;
   readonly free: () => void;
@@ -113,6 +129,9 @@ export class PlanCache implements Disposable {
       line.fill(-Infinity, visible);
     }
     backend.setTensor(built.mask, mask);
+    const { headDim, nHeadKv } = this.#hparams;
+    vCacheIndices(entry.vIndices, headDim * nHeadKv, this.#cache.nCtx, nPast);
+    backend.setTensor(built.vIndices, entry.vIndices);
     return (await entry.compute()) as Float32Array;
   }
 
@@ -143,6 +162,7 @@ export class PlanCache implements Disposable {
         built,
         inputs,
         mask: new Float32Array(built.mask.nelements),
+        vIndices: new Int32Array(built.vIndices.nelements),
         compute: run.compute,
         free: () => {
           run.free();
@@ -191,15 +211,28 @@ export class PlanCache implements Disposable {
     }
   }
 
-  /** Layers split between two backends: a schedule of two splits cut after block `from - 1`. */
+  /**
+   * Layers split between backends: a schedule cut after the embedding or block `from - 1` of
+   * each stage, the last stage ending at the logits.
+   */
   #scheduled(built: LlamaGraph, split: LayerSplit): Pick<Entry, "compute" | "free"> {
-    const cutName = split.from === 0 ? "inp_embd" : `l_out-${split.from - 1}`;
-    const cut = built.graph.nodes.find((t) => t.name === cutName);
-    if (!cut) throw new GraftError(`llm: no node ${cutName} to split the layers at`);
-    const schedule = Schedule.fromCuts(built.graph, [
-      { upTo: cut, backend: split.first },
-      { upTo: built.logits, backend: split.second },
-    ], (backend, graphs, options) => allocGraph(backend, graphs, options));
+    const stages = [{ backend: split.second, from: split.from }, ...(split.more ?? [])];
+    const endBefore = (from: number): Tensor => {
+      const name = from === 0 ? "inp_embd" : `l_out-${from - 1}`;
+      const node = built.graph.nodes.find((t) => t.name === name);
+      if (!node) throw new GraftError(`llm: no node ${name} to split the layers at`);
+      return node;
+    };
+    const cuts = [{ upTo: endBefore(stages[0]!.from), backend: split.first }];
+    stages.forEach((stage, i) => {
+      const next = stages[i + 1];
+      cuts.push({ upTo: next ? endBefore(next.from) : built.logits, backend: stage.backend });
+    });
+    const schedule = Schedule.fromCuts(
+      built.graph,
+      cuts,
+      (backend, graphs, options) => allocGraph(backend, graphs, options),
+    );
     return {
       compute: async (): Promise<TensorData> => {
         await schedule.compute();

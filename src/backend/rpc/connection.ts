@@ -1,0 +1,281 @@
+/**
+ * One TCP connection to a ggml RPC server, with its commands run strictly in order: the
+ * protocol is one request at a time with no request ids, so a reply belongs to the request
+ * before it. Commands are tasks on a queue; a task's time-out closes the connection, and any
+ * failure of the stream (closed, reset, timed out, a reply of the wrong size) leaves the
+ * connection dead: every later command rejects with that first error.
+ * @module
+ */
+
+import { RpcConnectionError, RpcProtocolError, RpcTimeoutError } from "../../errors.ts";
+import {
+  encodeRequest,
+  packHelloRequest,
+  RPC_PROTO_MAJOR,
+  RPC_PROTO_MINOR,
+  RPC_REPLY_HEADER_SIZE,
+  RPC_REQUEST_HEADER_SIZE,
+  RpcCmd,
+  type RpcCmdCode,
+  rpcCmdName,
+  unpackHelloResponse,
+} from "../../rpc/protocol.ts";
+
+/** The version a server announced in HELLO. */
+export interface RpcServerVersion {
+  /** Major. */
+  major: number;
+  /** Minor. */
+  minor: number;
+  /** Patch. */
+  patch: number;
+}
+
+/** Parses "host:port" (as llama.cpp's `--rpc` takes it; `[::1]:50052` for IPv6). */
+export function parseEndpoint(endpoint: string): { hostname: string; port: number } {
+  const colon = endpoint.lastIndexOf(":");
+  const port = Number(endpoint.slice(colon + 1));
+  let hostname = endpoint.slice(0, colon);
+  if (hostname.startsWith("[") && hostname.endsWith("]")) hostname = hostname.slice(1, -1);
+  if (colon <= 0 || !Number.isInteger(port) || port < 1 || port > 65535 || hostname === "") {
+    throw new RpcConnectionError(`RPC endpoint "${endpoint}" is not host:port`);
+  }
+  return { hostname, port };
+}
+
+/** Writes larger than this go out as header and data separately (no copy of the data). */
+const COALESCE_BYTES_MAX = 64 * 1024;
+
+/** A connection to one RPC server. Use {@link RpcConnection.open}. */
+export class RpcConnection {
+  readonly endpoint: string;
+  /** Milliseconds one command may take from its turn in the queue to its reply. */
+  readonly timeoutMs: number;
+  /** What the server said in HELLO. */
+  version: RpcServerVersion = { major: 0, minor: 0, patch: 0 };
+  readonly #conn: Deno.TcpConn;
+  #tail: Promise<void> = Promise.resolve();
+  #failure: Error | null = null;
+  #closed = false;
+  #header = new Uint8Array(RPC_REPLY_HEADER_SIZE);
+
+  private constructor(endpoint: string, conn: Deno.TcpConn, timeoutMs: number) {
+    this.endpoint = endpoint;
+    this.#conn = conn;
+    this.timeoutMs = timeoutMs;
+  }
+
+  /**
+   * Connects and shakes hands (HELLO, 24 bytes of zero capabilities: plain TCP). Throws
+   * RpcConnectionError when the connection is refused or the server speaks another major
+   * version (or a newer minor), RpcTimeoutError when either takes longer than `timeoutMs`.
+   */
+  static async open(endpoint: string, timeoutMs: number): Promise<RpcConnection> {
+    const { hostname, port } = parseEndpoint(endpoint);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const connecting = Deno.connect({ hostname, port, transport: "tcp" });
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () =>
+          reject(new RpcTimeoutError(`RPC ${endpoint}: connect timed out after ${timeoutMs} ms`)),
+        timeoutMs,
+      );
+    });
+    let conn: Deno.TcpConn;
+    try {
+      conn = await Promise.race([connecting, timeout]);
+    } catch (error) {
+      // A connect that completes after the time-out is closed, not leaked.
+      connecting.then((c) => c.close(), () => {});
+      if (error instanceof RpcTimeoutError) throw error;
+      throw new RpcConnectionError(
+        `RPC ${endpoint}: cannot connect: ${error instanceof Error ? error.message : error}`,
+        { cause: error },
+      );
+    } finally {
+      clearTimeout(timer);
+    }
+    conn.setNoDelay(true);
+    const connection = new RpcConnection(endpoint, conn, timeoutMs);
+    try {
+      const reply = await connection.enqueue(
+        "HELLO",
+        () => connection.call(RpcCmd.HELLO, packHelloRequest(), 28),
+      );
+      const hello = unpackHelloResponse(reply);
+      connection.version = { major: hello.major, minor: hello.minor, patch: hello.patch };
+      if (hello.major !== RPC_PROTO_MAJOR || hello.minor > RPC_PROTO_MINOR) {
+        throw new RpcConnectionError(
+          `RPC ${endpoint}: server speaks protocol ${hello.major}.${hello.minor}.${hello.patch}, ` +
+            `this client ${RPC_PROTO_MAJOR}.${RPC_PROTO_MINOR}.x`,
+        );
+      }
+    } catch (error) {
+      connection.close();
+      throw error;
+    }
+    return connection;
+  }
+
+  /** The first error that broke the connection, or null while it works. */
+  get failure(): Error | null {
+    return this.#failure;
+  }
+
+  /** True once closed (by {@link close} or by a failure). */
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /**
+   * Queues `task` after every task queued before it; resolves with its result. The task runs
+   * under the connection's time-out: past it, the connection is closed and the task (and every
+   * later one) rejects with RpcTimeoutError.
+   */
+  enqueue<T>(label: string, task: () => Promise<T>): Promise<T> {
+    const run = this.#tail.then(() => this.#run(label, task));
+    this.#tail = run.then(() => {}, () => {});
+    return run;
+  }
+
+  /** Resolves once every task queued so far has finished (whatever their outcome). */
+  drain(): Promise<void> {
+    return this.#tail;
+  }
+
+  async #run<T>(label: string, task: () => Promise<T>): Promise<T> {
+    if (this.#failure) throw this.#failure;
+    if (this.#closed) {
+      throw new RpcConnectionError(`RPC ${this.endpoint}: ${label}: connection closed`);
+    }
+    const timer = setTimeout(() => {
+      this.#fail(
+        new RpcTimeoutError(
+          `RPC ${this.endpoint}: ${label}: no reply within ${this.timeoutMs} ms; connection closed`,
+        ),
+      );
+    }, this.timeoutMs);
+    try {
+      return await task();
+    } catch (error) {
+      // A read or write interrupted by the time-out (or a close) reports the reason instead.
+      if (this.#failure) throw this.#failure;
+      if (error instanceof RpcProtocolError || !(error instanceof Error) || isStreamError(error)) {
+        const reason = error instanceof RpcProtocolError || error instanceof RpcConnectionError
+          ? error
+          : new RpcConnectionError(
+            `RPC ${this.endpoint}: ${label}: ${error instanceof Error ? error.message : error}`,
+            { cause: error },
+          );
+        this.#fail(reason);
+        throw reason;
+      }
+      throw error;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  #fail(error: Error): void {
+    this.#failure ??= error;
+    this.close();
+  }
+
+  /** Closes the socket; queued commands reject. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    try {
+      this.#conn.close();
+    } catch {
+      // Already closed by the peer: nothing to release.
+    }
+  }
+
+  /**
+   * Sends one command and reads its reply: exactly `replySize` bytes (the protocol's size for
+   * the command; a reply of any other size is an RpcProtocolError and ends the connection), or
+   * nothing when `replySize` is null (commands without a reply). Run it inside a task.
+   */
+  async call(cmd: RpcCmdCode, payload: Uint8Array, replySize: null): Promise<null>;
+  async call(cmd: RpcCmdCode, payload: Uint8Array, replySize: number): Promise<Uint8Array>;
+  async call(
+    cmd: RpcCmdCode,
+    payload: Uint8Array,
+    replySize: number | null,
+  ): Promise<Uint8Array | null> {
+    await this.send(cmd, [payload]);
+    if (replySize === null) return null;
+    return await this.receive(cmd, replySize);
+  }
+
+  /** Writes a request whose payload is the concatenation of `parts` (not copied when large). */
+  async send(cmd: RpcCmdCode, parts: readonly Uint8Array[]): Promise<void> {
+    const size = parts.reduce((sum, p) => sum + p.byteLength, 0);
+    if (size <= COALESCE_BYTES_MAX) {
+      const payload = new Uint8Array(size);
+      let at = 0;
+      for (const p of parts) {
+        payload.set(p, at);
+        at += p.byteLength;
+      }
+      await this.#writeAll(encodeRequest(cmd, payload));
+      return;
+    }
+    const header = new Uint8Array(RPC_REQUEST_HEADER_SIZE);
+    const view = new DataView(header.buffer);
+    view.setUint8(0, cmd);
+    view.setBigUint64(1, BigInt(size), true);
+    await this.#writeAll(header);
+    for (const p of parts) await this.#writeAll(p);
+  }
+
+  /** Reads one reply that must be `size` bytes. */
+  async receive(cmd: RpcCmdCode, size: number): Promise<Uint8Array> {
+    await this.#readExact(this.#header, cmd);
+    const said = new DataView(this.#header.buffer).getBigUint64(0, true);
+    if (said !== BigInt(size)) {
+      throw new RpcProtocolError(
+        `${rpcCmdName(cmd)}.reply.size`,
+        0,
+        `the reply is ${size} bytes in protocol ${RPC_PROTO_MAJOR}.${RPC_PROTO_MINOR}, ` +
+          `the server sent ${said}`,
+      );
+    }
+    const reply = new Uint8Array(size);
+    await this.#readExact(reply, cmd);
+    return reply;
+  }
+
+  async #writeAll(bytes: Uint8Array): Promise<void> {
+    let at = 0;
+    while (at < bytes.byteLength) at += await this.#conn.write(bytes.subarray(at));
+  }
+
+  async #readExact(into: Uint8Array, cmd: RpcCmdCode): Promise<void> {
+    let at = 0;
+    while (at < into.byteLength) {
+      const n = await this.#conn.read(into.subarray(at));
+      if (n === null) {
+        throw new RpcConnectionError(
+          `RPC ${this.endpoint}: the server closed the connection during ${rpcCmdName(cmd)} ` +
+            `(${at} of ${into.byteLength} reply bytes read); the protocol has no error replies, ` +
+            "so a server that refuses a request, or dies, closes it",
+        );
+      }
+      at += n;
+    }
+  }
+}
+
+// Errors of the socket itself (as opposed to bugs): Deno's network error classes.
+function isStreamError(error: Error): boolean {
+  return error instanceof Deno.errors.ConnectionReset ||
+    error instanceof Deno.errors.ConnectionAborted ||
+    error instanceof Deno.errors.BrokenPipe ||
+    error instanceof Deno.errors.BadResource ||
+    error instanceof Deno.errors.Interrupted ||
+    error instanceof Deno.errors.NotConnected ||
+    error instanceof Deno.errors.UnexpectedEof ||
+    error instanceof RpcConnectionError;
+}

@@ -1,0 +1,100 @@
+/**
+ * SmolLM2 split across two real `ggml-rpc-server` processes (`LLM.load` with `rpc`, llama.cpp's
+ * `--rpc`): the embedding stays local, the blocks and the output run on the servers, and greedy
+ * ids equal a local CPU run's; and `deno task generate --rpc` prints the same ids. Skipped,
+ * visibly, without the pinned llama.cpp build or the cached model.
+ */
+
+import assert from "node:assert/strict";
+import { LLM } from "../mod.ts";
+import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
+import { GgmlRpcServer, llamaBinDir } from "./rpc_server.ts";
+
+const bin = llamaBinDir();
+const skip = "skip" in bin
+  ? bin.skip
+  : smolLM2Cached()
+  ? null
+  : `no ${SMOLLM2_PATH} (deno task model:fetch)`;
+if (skip) console.warn(`rpc_llm_test: skipped: ${skip}`);
+const binDir = "dir" in bin ? bin.dir : "";
+const PROMPT = [504, 3575, 282, 4649, 314]; // "The capital of France is"
+const N = 16;
+
+async function greedy(llm: LLM): Promise<readonly number[]> {
+  for await (const _ of llm.generate(PROMPT, { temperature: 0, maxTokens: N, reuseCache: false })) {
+    // the ids are in lastGeneration
+  }
+  return llm.lastGeneration!.ids;
+}
+
+Deno.test({
+  name: "rpc llm: SmolLM2 over two ggml-rpc-servers gives the local CPU's greedy ids",
+  ignore: skip !== null,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  fn: async () => {
+    await using s1 = await GgmlRpcServer.start(binDir, 1);
+    await using s2 = await GgmlRpcServer.start(binDir, 1);
+    let local: readonly number[];
+    {
+      using llm = await LLM.load(SMOLLM2_PATH, { threads: 1, nCtx: 64 });
+      local = await greedy(llm);
+    }
+    using llm = await LLM.load(SMOLLM2_PATH, {
+      threads: 1,
+      nCtx: 64,
+      rpc: [s1.endpoint, s2.endpoint],
+    });
+    // Both servers report the same free memory: 15 blocks each; the output on the second.
+    assert.equal(llm.split?.from, 0);
+    assert.deepEqual(llm.split?.more?.map((s) => s.from), [15]);
+    assert.equal(llm.split?.second.name, `RPC0[${s1.endpoint}]`);
+    const ids = await greedy(llm);
+    assert.equal(ids.length, N);
+    assert.deepEqual(ids, local);
+  },
+});
+
+Deno.test({
+  name: "rpc llm: deno task generate --rpc prints the same greedy ids as without",
+  ignore: skip !== null,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  fn: async () => {
+    await using s1 = await GgmlRpcServer.start(binDir, 1);
+    const run = async (extra: string[]): Promise<number[]> => {
+      const out = await new Deno.Command(Deno.execPath(), {
+        args: [
+          "run",
+          "--allow-ffi",
+          "--allow-env",
+          "--allow-read",
+          "--allow-run",
+          "--allow-net=127.0.0.1",
+          new URL("../tools/generate.ts", import.meta.url).pathname,
+          "--prompt-ids",
+          PROMPT.join(","),
+          "-n",
+          "8",
+          "--temp",
+          "0",
+          "-t",
+          "1",
+          "-c",
+          "64",
+          "--json",
+          ...extra,
+        ],
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+      const text = new TextDecoder().decode(out.stdout);
+      assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+      return JSON.parse(text.trim().split("\n").at(-1)!).ids;
+    };
+    const local = await run([]);
+    assert.equal(local.length, 8);
+    assert.deepEqual(await run(["--rpc", s1.endpoint]), local);
+  },
+});

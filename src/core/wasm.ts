@@ -81,14 +81,98 @@ function bytesOf(view: ArrayBufferView): Uint8Array {
 }
 
 /**
+ * The smallest module that uses relaxed SIMD (a function returning
+ * `f32x4.relaxed_madd(0, 0, 0)`): an engine that validates it runs graft-relaxed.wasm.
+ */
+const RELAXED_SIMD_PROBE = new Uint8Array([
+  0x00,
+  0x61,
+  0x73,
+  0x6d,
+  0x01,
+  0x00,
+  0x00,
+  0x00, // magic, version
+  0x01,
+  0x05,
+  0x01,
+  0x60,
+  0x00,
+  0x01,
+  0x7b, // types: () -> v128
+  0x03,
+  0x02,
+  0x01,
+  0x00, // functions: one of type 0
+  0x0a,
+  0x3d,
+  0x01,
+  0x3b,
+  0x00, // code: one body of 59 bytes, no locals
+  ...[0, 1, 2].flatMap(() => [0xfd, 0x0c, ...new Array<number>(16).fill(0)]), // v128.const 0 x3
+  0xfd,
+  0x85,
+  0x02, // f32x4.relaxed_madd
+  0x0b, // end
+]);
+
+/** The core's builds: plain SIMD128 (every engine with SIMD), and SIMD128 with relaxed SIMD. */
+export type WasmBuild = "simd128" | "relaxed";
+
+const BUILD_FILES: Record<WasmBuild, string> = {
+  simd128: "graft.wasm",
+  relaxed: "graft-relaxed.wasm",
+};
+
+/**
+ * The build this engine runs best: `relaxed` (graft-relaxed.wasm: f32x4.relaxed_madd, a fused
+ * multiply-add on CPUs with FMA) where the engine validates relaxed SIMD, else `simd128`. The
+ * environment variable `GRAFT_WASM` (`simd128` or `relaxed`) forces one in Deno, as `GRAFT_CPU`
+ * does for the native kernels (tests run the op suite on both).
+ */
+export function preferredWasmBuild(): WasmBuild {
+  let forced: string | undefined;
+  try {
+    forced = typeof Deno !== "undefined" ? Deno.env.get("GRAFT_WASM") : undefined;
+  } catch {
+    // No --allow-env: choose by the engine.
+  }
+  if (forced === "simd128" || forced === "relaxed") return forced;
+  if (forced !== undefined && forced !== "") {
+    throw new LibraryLoadError(`GRAFT_WASM=${forced}: expected simd128 or relaxed`);
+  }
+  return WebAssembly.validate(RELAXED_SIMD_PROBE) ? "relaxed" : "simd128";
+}
+
+let loadedBuild: string | null = null;
+
+/**
+ * Which module the loaded WebAssembly core came from: `relaxed` or `simd128` when the loader
+ * chose it, `given` for a `source` passed in; null before loading.
+ */
+export function wasmCoreBuild(): string | null {
+  return loadedBuild;
+}
+
+/**
  * The default places to look, in order (see {@link WasmLoadOptions.source}): in a checkout
  * (a `file:` module) its build output first, the freshest; then the copy beside this module,
- * which the JSR package and the bundle carry.
+ * which the JSR package and the bundle carry. The relaxed-SIMD build first where the engine
+ * has relaxed SIMD, then the plain one.
  */
-export function wasmCandidates(): URL[] {
-  const beside = new URL("./graft.wasm", import.meta.url);
-  const built = new URL("../../zig-out/wasm/graft.wasm", import.meta.url);
-  return built.protocol === "file:" ? [built, beside] : [beside];
+export function wasmCandidates(build: WasmBuild = preferredWasmBuild()): URL[] {
+  const builds: WasmBuild[] = build === "relaxed" ? ["relaxed", "simd128"] : ["simd128"];
+  return builds.flatMap((name) => {
+    const file = BUILD_FILES[name];
+    const beside = new URL(`./${file}`, import.meta.url);
+    const built = new URL(`../../zig-out/wasm/${file}`, import.meta.url);
+    return built.protocol === "file:" ? [built, beside] : [beside];
+  });
+}
+
+/** The build a candidate URL holds. */
+function buildOf(url: URL): WasmBuild {
+  return url.pathname.endsWith(BUILD_FILES.relaxed) ? "relaxed" : "simd128";
 }
 
 async function fetchModule(url: URL): Promise<WebAssembly.Module> {
@@ -110,17 +194,20 @@ async function fetchModule(url: URL): Promise<WebAssembly.Module> {
 
 async function compileFrom(
   options: WasmLoadOptions,
-): Promise<{ module: WebAssembly.Module; from: string }> {
+): Promise<{ module: WebAssembly.Module; from: string; build: string }> {
   const source = options.source;
-  if (source instanceof WebAssembly.Module) return { module: source, from: "the given module" };
+  if (source instanceof WebAssembly.Module) {
+    return { module: source, from: "the given module", build: "given" };
+  }
   if (source instanceof ArrayBuffer || ArrayBuffer.isView(source)) {
-    return { module: await WebAssembly.compile(source), from: "the given bytes" };
+    return { module: await WebAssembly.compile(source), from: "the given bytes", build: "given" };
   }
   const urls = source !== undefined ? [new URL(source)] : wasmCandidates();
   const failures: string[] = [];
   for (const url of urls) {
     try {
-      return { module: await fetchModule(url), from: url.href };
+      const build = source !== undefined ? "given" : buildOf(url);
+      return { module: await fetchModule(url), from: url.href, build };
     } catch (error) {
       if (typeof Deno !== "undefined" && error instanceof Deno.errors.NotCapable) {
         failures.push(
@@ -139,7 +226,7 @@ async function compileFrom(
 }
 
 async function instantiate(options: WasmLoadOptions): Promise<NativeCore> {
-  const { module, from } = await compileFrom(options);
+  const { module, from, build } = await compileFrom(options);
   let instance: WebAssembly.Instance;
   try {
     instance = await WebAssembly.instantiate(module, {});
@@ -165,6 +252,7 @@ async function instantiate(options: WasmLoadOptions): Promise<NativeCore> {
         "with `deno task wasm`",
     );
   }
+  loadedBuild = build;
   return core;
 }
 

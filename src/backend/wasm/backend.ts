@@ -11,6 +11,7 @@ import {
   wasmCoreIfLoaded,
   type WasmLoadOptions,
 } from "../../core/core.ts";
+import { wasmCoreBuild } from "../../core/wasm.ts";
 import { type LiveAllocations, liveAllocationsOf } from "../../core/live.ts";
 import { CoreBackend, type CoreBackendOptions } from "../cpu/backend.ts";
 
@@ -65,6 +66,23 @@ export class WasmBackend extends CoreBackend {
   static async create(options: WasmBackendOptions = {}): Promise<WasmBackend> {
     const core = await loadWasmCore(options.wasm);
     return new WasmBackend(options, core);
+  }
+
+  /**
+   * Which build of the WebAssembly core is loaded: `"relaxed"` (graft-relaxed.wasm, fused
+   * multiply-adds through relaxed SIMD, where the engine has it), `"simd128"` (graft.wasm),
+   * `"given"` (a module passed as `wasm.source`), or null before the first `create`.
+   * `GRAFT_WASM=simd128` (Deno) forces the plain build.
+   *
+   * @example
+   * ```ts
+   * import { WasmBackend } from "../../../mod.ts";
+   * using _wasm = await WasmBackend.create();
+   * console.log(WasmBackend.coreBuild()); // "relaxed" in Deno 2 and Chromium
+   * ```
+   */
+  static coreBuild(): string | null {
+    return wasmCoreBuild();
   }
 
   /**

@@ -71,15 +71,21 @@ pub fn build(b: *std.Build) void {
 /// (src/core/wasm.ts) picks the best one this engine validates.
 const wasm_features = [_]std.Target.wasm.Feature{ .simd128, .bulk_memory, .sign_ext, .nontrapping_fptoint, .mutable_globals };
 
-/// One wasm build: its file name and the features on top of `wasm_features`.
-const WasmBuild = struct { name: []const u8, features: []const std.Target.wasm.Feature };
+/// One wasm build: its file name, the features on top of `wasm_features`, and whether it is the
+/// threaded build (shared memory imported from the loader, atomics; its workers are Web Workers
+/// the loader starts, see zig/pool.zig).
+const WasmBuild = struct { name: []const u8, features: []const std.Target.wasm.Feature, threads: bool = false };
 
 /// graft.wasm runs in every engine with SIMD128; graft-relaxed.wasm adds relaxed SIMD, whose
 /// f32x4.relaxed_madd is one fused multiply-add where the CPU has FMA (V8 on x86-64 with FMA3,
 /// every ARM64): the kernels' `common.fma` uses it there.
+/// The -threads builds are the same on shared memory, for pages that are cross-origin isolated
+/// (and Deno): the loader falls back to the others where SharedArrayBuffer is missing.
 const wasm_builds = [_]WasmBuild{
     .{ .name = "graft", .features = &.{} },
     .{ .name = "graft-relaxed", .features = &.{.relaxed_simd} },
+    .{ .name = "graft-threads", .features = &.{.atomics}, .threads = true },
+    .{ .name = "graft-relaxed-threads", .features = &.{ .relaxed_simd, .atomics }, .threads = true },
 };
 
 /// `zig build wasm`: zig-out/wasm/graft.wasm and graft-relaxed.wasm, the core for browsers and a
@@ -87,8 +93,10 @@ const wasm_builds = [_]WasmBuild{
 /// root.zig (ghostty's lib_vt wasm build does the same); freestanding, so a module imports
 /// nothing. Single-threaded: the pool runs every job on the calling thread.
 fn addWasm(b: *std.Build) void {
-    const step = b.step("wasm", "Build zig-out/wasm/graft.wasm and graft-relaxed.wasm (wasm32, SIMD128)");
+    const step = b.step("wasm", "Build zig-out/wasm/graft{,-relaxed}{,-threads}.wasm (wasm32, SIMD128)");
+    const only = b.option([]const u8, "wasm-only", "Only this wasm build for `wasm` (e.g. graft-relaxed-threads)");
     for (wasm_builds) |build_spec| {
+        if (only) |name| if (!std.mem.eql(u8, name, build_spec.name)) continue;
         var features = std.Target.wasm.featureSet(&wasm_features);
         features.addFeatureSet(std.Target.wasm.featureSet(build_spec.features));
         const query: std.Target.Query = .{
@@ -97,17 +105,18 @@ fn addWasm(b: *std.Build) void {
             .cpu_model = .{ .explicit = &std.Target.wasm.cpu.mvp },
             .cpu_features_add = features,
         };
-        step.dependOn(addWasmModule(b, build_spec.name, b.resolveTargetQuery(query)));
+        step.dependOn(addWasmModule(b, build_spec, b.resolveTargetQuery(query)));
     }
 }
 
 /// One wasm module of the core for `target`, installed as zig-out/wasm/<name>.wasm.
-fn addWasmModule(b: *std.Build, name: []const u8, target: std.Build.ResolvedTarget) *std.Build.Step {
+fn addWasmModule(b: *std.Build, spec: WasmBuild, target: std.Build.ResolvedTarget) *std.Build.Step {
+    const name = spec.name;
     const root = b.createModule(.{
         .root_source_file = b.path("zig/root.zig"),
         .target = target,
         .optimize = .ReleaseFast,
-        .single_threaded = true,
+        .single_threaded = !spec.threads,
         // Shipped to browsers: no debug sections.
         .strip = true,
     });
@@ -117,7 +126,7 @@ fn addWasmModule(b: *std.Build, name: []const u8, target: std.Build.ResolvedTarg
         .root_source_file = b.path("zig/variant.zig"),
         .target = target,
         .optimize = .ReleaseFast,
-        .single_threaded = true,
+        .single_threaded = !spec.threads,
         .strip = true,
     });
     module.addOptions("build_options", options);
@@ -129,6 +138,12 @@ fn addWasmModule(b: *std.Build, name: []const u8, target: std.Build.ResolvedTarg
     exe.initial_memory = 16 << 20;
     exe.max_memory = 4 << 30;
     exe.stack_size = 1 << 20;
+    if (spec.threads) {
+        // One memory for the main instance and every worker's: the loader makes it (shared)
+        // and passes it in as env.memory.
+        exe.import_memory = true;
+        exe.shared_memory = true;
+    }
     const install = b.addInstallArtifact(exe, .{ .dest_dir = .{ .override = .{ .custom = "wasm" } } });
     return &install.step;
 }

@@ -54,9 +54,15 @@ async function main(): Promise<void> {
   if (result.errors.length > 0) throw new Error(`esbuild failed: ${result.errors.length} errors`);
   const wasm = new URL("zig-out/wasm/graft.wasm", root);
   await Deno.copyFile(wasm, new URL("graft.wasm", outDir));
-  // The relaxed-SIMD build, which the loader prefers where the engine validates it.
+  // The relaxed-SIMD build, which the loader prefers where the engine validates it, and the
+  // threaded builds (shared memory), which it loads for a backend of several threads.
   const relaxed = new URL("zig-out/wasm/graft-relaxed.wasm", root);
-  await Deno.copyFile(relaxed, new URL("graft-relaxed.wasm", outDir));
+  for (const name of ["graft-relaxed", "graft-threads", "graft-relaxed-threads"]) {
+    await Deno.copyFile(
+      new URL(`zig-out/wasm/${name}.wasm`, root),
+      new URL(`${name}.wasm`, outDir),
+    );
+  }
   const js = await Deno.readFile(bundle);
   const module = await Deno.readFile(wasm);
   const map = await Deno.stat(new URL("graft.js.map", outDir));

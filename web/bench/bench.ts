@@ -309,9 +309,15 @@ async function main(): Promise<void> {
     notes: [],
   };
   globalThis.benchResults = state;
-  const wasm = await WasmBackend.create({ threads: Math.min(threads, 1) });
-  state.graftBuild = wasm.name;
-  if (threads > 1) state.notes.push("Graft's WebAssembly core runs one thread");
+  let wasm: WasmBackend;
+  try {
+    wasm = await WasmBackend.create({ threads });
+  } catch (error) {
+    // No shared memory here: the single-threaded core (the fallback).
+    state.notes.push(`Graft on 1 thread (${String(error)})`);
+    wasm = await WasmBackend.create();
+  }
+  state.graftBuild = `${WasmBackend.coreBuild()}, ${wasm.threads} thread(s)`;
   const ort = await loadOrt(threads, state.notes);
   const tf = await loadTf(threads, state.notes);
 

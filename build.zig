@@ -65,28 +65,58 @@ pub fn build(b: *std.Build) void {
     addWasm(b);
 }
 
-/// The wasm kernel build: SIMD128 (`@Vector(4, f32)` lowers to v128), bulk memory for memcpy
-/// and memset. One build: a wasm module cannot choose instructions at run time (an engine
-/// without a feature rejects the whole module), so the loader picks among whole modules.
+/// The wasm kernel builds: SIMD128 (`@Vector(4, f32)` lowers to v128), bulk memory for memcpy
+/// and memset. A wasm module cannot choose instructions at run time (an engine without a feature
+/// rejects the whole module), so each feature set is a whole module and the loader
+/// (src/core/wasm.ts) picks the best one this engine validates.
 const wasm_features = [_]std.Target.wasm.Feature{ .simd128, .bulk_memory, .sign_ext, .nontrapping_fptoint, .mutable_globals };
 
-/// `zig build wasm`: zig-out/wasm/graft.wasm, the core for browsers and a Deno without
-/// --allow-ffi. An executable with no entry point whose exports are the C ABI of root.zig
-/// (ghostty's lib_vt wasm build does the same); freestanding, so the module imports nothing.
-/// Single-threaded: the pool runs every job on the calling thread.
+/// One wasm build: its file name, the features on top of `wasm_features`, and whether it is the
+/// threaded build (shared memory imported from the loader, atomics; its workers are Web Workers
+/// the loader starts, see zig/pool.zig).
+const WasmBuild = struct { name: []const u8, features: []const std.Target.wasm.Feature, threads: bool = false };
+
+/// graft.wasm runs in every engine with SIMD128; graft-relaxed.wasm adds relaxed SIMD, whose
+/// f32x4.relaxed_madd is one fused multiply-add where the CPU has FMA (V8 on x86-64 with FMA3,
+/// every ARM64): the kernels' `common.fma` uses it there.
+/// The -threads builds are the same on shared memory, for pages that are cross-origin isolated
+/// (and Deno): the loader falls back to the others where SharedArrayBuffer is missing.
+const wasm_builds = [_]WasmBuild{
+    .{ .name = "graft", .features = &.{} },
+    .{ .name = "graft-relaxed", .features = &.{.relaxed_simd} },
+    .{ .name = "graft-threads", .features = &.{.atomics}, .threads = true },
+    .{ .name = "graft-relaxed-threads", .features = &.{ .relaxed_simd, .atomics }, .threads = true },
+};
+
+/// `zig build wasm`: zig-out/wasm/graft.wasm and graft-relaxed.wasm, the core for browsers and a
+/// Deno without --allow-ffi. Executables with no entry point whose exports are the C ABI of
+/// root.zig (ghostty's lib_vt wasm build does the same); freestanding, so a module imports
+/// nothing. Single-threaded: the pool runs every job on the calling thread.
 fn addWasm(b: *std.Build) void {
-    const query: std.Target.Query = .{
-        .cpu_arch = .wasm32,
-        .os_tag = .freestanding,
-        .cpu_model = .{ .explicit = &std.Target.wasm.cpu.mvp },
-        .cpu_features_add = std.Target.wasm.featureSet(&wasm_features),
-    };
-    const target = b.resolveTargetQuery(query);
+    const step = b.step("wasm", "Build zig-out/wasm/graft{,-relaxed}{,-threads}.wasm (wasm32, SIMD128)");
+    const only = b.option([]const u8, "wasm-only", "Only this wasm build for `wasm` (e.g. graft-relaxed-threads)");
+    for (wasm_builds) |build_spec| {
+        if (only) |name| if (!std.mem.eql(u8, name, build_spec.name)) continue;
+        var features = std.Target.wasm.featureSet(&wasm_features);
+        features.addFeatureSet(std.Target.wasm.featureSet(build_spec.features));
+        const query: std.Target.Query = .{
+            .cpu_arch = .wasm32,
+            .os_tag = .freestanding,
+            .cpu_model = .{ .explicit = &std.Target.wasm.cpu.mvp },
+            .cpu_features_add = features,
+        };
+        step.dependOn(addWasmModule(b, build_spec, b.resolveTargetQuery(query)));
+    }
+}
+
+/// One wasm module of the core for `target`, installed as zig-out/wasm/<name>.wasm.
+fn addWasmModule(b: *std.Build, spec: WasmBuild, target: std.Build.ResolvedTarget) *std.Build.Step {
+    const name = spec.name;
     const root = b.createModule(.{
         .root_source_file = b.path("zig/root.zig"),
         .target = target,
         .optimize = .ReleaseFast,
-        .single_threaded = true,
+        .single_threaded = !spec.threads,
         // Shipped to browsers: no debug sections.
         .strip = true,
     });
@@ -96,22 +126,26 @@ fn addWasm(b: *std.Build) void {
         .root_source_file = b.path("zig/variant.zig"),
         .target = target,
         .optimize = .ReleaseFast,
-        .single_threaded = true,
-        // Shipped to browsers: no debug sections.
+        .single_threaded = !spec.threads,
         .strip = true,
     });
     module.addOptions("build_options", options);
-    root.addObject(b.addObject(.{ .name = "graft-wasm-kernels", .root_module = module }));
-    const exe = b.addExecutable(.{ .name = "graft", .root_module = root });
+    root.addObject(b.addObject(.{ .name = b.fmt("{s}-kernels", .{name}), .root_module = module }));
+    const exe = b.addExecutable(.{ .name = name, .root_module = root });
     exe.entry = .disabled;
     exe.rdynamic = true;
     // Memory grows on demand; the first 16 MiB cover the stack and small graphs.
     exe.initial_memory = 16 << 20;
     exe.max_memory = 4 << 30;
     exe.stack_size = 1 << 20;
+    if (spec.threads) {
+        // One memory for the main instance and every worker's: the loader makes it (shared)
+        // and passes it in as env.memory.
+        exe.import_memory = true;
+        exe.shared_memory = true;
+    }
     const install = b.addInstallArtifact(exe, .{ .dest_dir = .{ .override = .{ .custom = "wasm" } } });
-    const step = b.step("wasm", "Build zig-out/wasm/graft.wasm (wasm32, SIMD128, single-threaded)");
-    step.dependOn(&install.step);
+    return &install.step;
 }
 
 /// `zig build dist`: the release library for every platform package, stripped, each in its own

@@ -54,6 +54,15 @@ async function main(): Promise<void> {
   if (result.errors.length > 0) throw new Error(`esbuild failed: ${result.errors.length} errors`);
   const wasm = new URL("zig-out/wasm/graft.wasm", root);
   await Deno.copyFile(wasm, new URL("graft.wasm", outDir));
+  // The relaxed-SIMD build, which the loader prefers where the engine validates it, and the
+  // threaded builds (shared memory), which it loads for a backend of several threads.
+  const relaxed = new URL("zig-out/wasm/graft-relaxed.wasm", root);
+  for (const name of ["graft-relaxed", "graft-threads", "graft-relaxed-threads"]) {
+    await Deno.copyFile(
+      new URL(`zig-out/wasm/${name}.wasm`, root),
+      new URL(`${name}.wasm`, outDir),
+    );
+  }
   const js = await Deno.readFile(bundle);
   const module = await Deno.readFile(wasm);
   const map = await Deno.stat(new URL("graft.js.map", outDir));
@@ -67,6 +76,8 @@ async function main(): Promise<void> {
   );
   console.log(`${at}graft.js.map  ${kib(map.size)}`);
   console.log(`${at}graft.wasm    ${kib(module.length)} (gzip ${kib(await gzipSize(module))})`);
+  const relaxedModule = await Deno.readFile(relaxed);
+  console.log(`${at}graft-relaxed.wasm ${kib(relaxedModule.length)} (relaxed SIMD)`);
   const page = await Deno.readFile(new URL("web.js", outDir));
   console.log(`${at}web.js        ${kib(page.length)} (the web page: only what it uses)`);
 }

@@ -4,7 +4,11 @@
 //! an idle pool uses no CPU.
 //!
 //! Target-aware: a single-threaded build (wasm32 without shared memory) has `threads_max` 1 and
-//! no workers; `run` then runs the job on the calling thread, and the barrier is a no-op.
+//! no workers; `run` then runs the job on the calling thread, and the barrier is a no-op. The
+//! threaded wasm32 build (shared memory) cannot spawn threads: the JS loader starts Web Workers
+//! once per instance, each parks in `crew` (`graft_wasm_worker`), and every pool hands its jobs
+//! to that crew. There the calling thread (a page's main thread, which may not block) only
+//! spins; the workers park on `memory.atomic.wait32` (std.Thread.Futex).
 
 const std = @import("std");
 const assert = std.debug.assert;
@@ -13,8 +17,9 @@ const Futex = std.Thread.Futex;
 const target = @import("target.zig");
 
 pub const threads_max = if (target.threads_available) 64 else 1;
-/// A worker's thread; nothing in a build without threads (std.Thread does not compile there).
-const Worker = if (target.threads_available) std.Thread else void;
+/// A worker's thread; nothing in a build without threads of its own (std.Thread does not
+/// compile there; the threaded wasm build's workers belong to the JS loader).
+const Worker = if (target.native_threads) std.Thread else void;
 /// Spins before a parked worker sleeps: long enough to catch back-to-back graphs.
 const park_spins_max = 20_000;
 /// Spins in the barrier before yielding the core, for machines with more threads than cores.
@@ -50,7 +55,39 @@ pub const Barrier = struct {
 fn yield_core() void {
     // Unreachable without threads: the barrier of one thread returns before spinning.
     if (comptime !target.threads_available) unreachable;
+    // wasm has no yield: a worker that spins long is the engine's to schedule.
+    if (comptime target.wasm_workers) return;
     std.Thread.yield() catch {};
+}
+
+/// The threaded wasm build's workers: one pool whose workers are the JS loader's Web Workers
+/// (worker i runs `crew.worker_main(i)` for the instance's life). Every `Pool` of that build
+/// runs its jobs on it. Unused elsewhere.
+pub var crew: Pool = .{ .thread_count = 1 };
+
+/// Workers that have left `crew.worker_main` since the crew was sized.
+pub var crew_exited: Atomic(u32) = .init(0);
+
+/// Sizes the crew before the loader starts its `worker_count` workers; false when a crew runs.
+pub fn crew_init(worker_count: u32) bool {
+    if (comptime !target.wasm_workers) return worker_count == 0;
+    if (worker_count == 0 or worker_count + 1 > threads_max or crew.thread_count != 1) return false;
+    crew = .{ .thread_count = worker_count + 1 };
+    crew_exited.store(0, .release);
+    return true;
+}
+
+/// Stops the crew: wakes its workers, spins until each has left its loop (the caller may be a
+/// page's main thread, which cannot block), and leaves a crew of one thread, ready for
+/// `crew_init` again. False when no crew runs or it is running a job.
+pub fn crew_stop() bool {
+    if (comptime !target.wasm_workers) return false;
+    if (crew.thread_count == 1 or crew.busy.load(.acquire)) return false;
+    const workers = crew.thread_count - 1;
+    crew.stop();
+    while (crew_exited.load(.acquire) != workers) std.atomic.spinLoopHint();
+    crew = .{ .thread_count = 1 };
+    return true;
 }
 
 pub const Job = struct {
@@ -73,8 +110,13 @@ pub const Pool = struct {
     pub fn start(self: *Pool, thread_count: u32) std.Thread.SpawnError!void {
         assert(thread_count >= 1 and thread_count <= threads_max);
         self.* = .{ .thread_count = thread_count };
+        // The crew's workers run this pool's jobs: as many threads as it has, at most.
+        if (comptime target.wasm_workers) {
+            if (thread_count > crew.thread_count) return error.SystemResources;
+            return;
+        }
         errdefer self.stop();
-        if (comptime target.threads_available) {
+        if (comptime target.native_threads) {
             for (1..thread_count) |index| {
                 self.workers[index] = try std.Thread.spawn(.{}, worker_main, .{ self, @as(u32, @intCast(index)) });
                 self.worker_count += 1;
@@ -85,10 +127,14 @@ pub const Pool = struct {
     /// Wakes and joins every worker. The pool must not be running a job.
     pub fn stop(self: *Pool) void {
         assert(!self.busy.load(.acquire));
+        // The crew's workers outlive every pool; the crew itself stops (crew_stop).
+        if (comptime target.wasm_workers) {
+            if (self != &crew) return;
+        }
         self.shutdown.store(true, .release);
         _ = self.job_generation.fetchAdd(1, .release);
         Futex.wake(&self.job_generation, threads_max);
-        if (comptime target.threads_available) {
+        if (comptime target.native_threads) {
             for (1..self.worker_count + 1) |index| self.workers[index].join();
         }
         self.worker_count = 0;
@@ -98,6 +144,17 @@ pub const Pool = struct {
     /// have finished. Returns false, running nothing, when another job is in progress.
     pub fn run(self: *Pool, job: Job) bool {
         assert(job.thread_count >= 1 and job.thread_count <= self.thread_count);
+        if (comptime target.wasm_workers) {
+            if (self != &crew) {
+                // One thread needs no worker; more than the crew has (it was stopped) cannot run.
+                if (job.thread_count == 1) {
+                    job.run(job.context, 0, 1);
+                    return true;
+                }
+                if (job.thread_count > crew.thread_count) return false;
+                return crew.run(job);
+            }
+        }
         if (self.busy.swap(true, .acquire)) return false;
         defer self.busy.store(false, .release);
         self.job = job;
@@ -105,7 +162,9 @@ pub const Pool = struct {
         _ = self.job_generation.fetchAdd(1, .release);
         Futex.wake(&self.job_generation, threads_max);
         job.run(job.context, 0, job.thread_count);
-        if (comptime target.threads_available) self.wait_for_workers();
+        if (comptime target.threads_available) {
+            if (self.thread_count > 1) self.wait_for_workers();
+        }
         self.job = null;
         return true;
     }
@@ -117,7 +176,8 @@ pub const Pool = struct {
         while (true) {
             const finished = self.finished.load(.acquire);
             if (finished == expected) break;
-            if (spins < park_spins_max) {
+            // A page's main thread may not block (memory.atomic.wait32 traps there): spin.
+            if (spins < park_spins_max or target.wasm_workers) {
                 std.atomic.spinLoopHint();
                 spins += 1;
             } else {
@@ -126,7 +186,9 @@ pub const Pool = struct {
         }
     }
 
-    fn worker_main(self: *Pool, thread_index: u32) void {
+    /// A worker's loop: runs each job, until `stop`. The threaded wasm build's JS workers call
+    /// it on `crew` through `graft_wasm_worker`.
+    pub fn worker_main(self: *Pool, thread_index: u32) void {
         // Generation 0 is the state before the first job; reading the counter here instead could
         // skip a job that started before this thread did.
         var seen: u32 = 0;

@@ -38,7 +38,12 @@ pub const live_blocks_initial = 64;
 pub const buffer_bytes_max: u64 = 1 << 53;
 
 /// libc's allocator natively; the wasm build links no libc and grows the instance's memory.
-const gpa = if (target.is_wasm) std.heap.wasm_allocator else std.heap.c_allocator;
+const gpa = if (target.wasm_workers)
+    @import("wasm_allocator.zig").allocator
+else if (target.is_wasm)
+    std.heap.wasm_allocator
+else
+    std.heap.c_allocator;
 
 const Buffer = struct {
     memory: []align(buffer_alignment) u8,
@@ -781,6 +786,11 @@ comptime {
         @export(&wasm_scratch_alloc, .{ .name = "graft_wasm_alloc" });
         @export(&wasm_scratch_free, .{ .name = "graft_wasm_free" });
     }
+    if (target.wasm_workers) {
+        @export(&wasm_crew_init, .{ .name = "graft_wasm_crew_init" });
+        @export(&wasm_worker, .{ .name = "graft_wasm_worker" });
+        @export(&wasm_crew_stop, .{ .name = "graft_wasm_crew_stop" });
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -802,4 +812,41 @@ fn wasm_scratch_free(address: u32, size_bytes: u32) callconv(.c) void {
     assert(address != 0);
     const memory: [*]align(wasm_scratch_alignment) u8 = @ptrFromInt(address);
     gpa.free(memory[0..@max(size_bytes, 1)]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The threaded WebAssembly build only: its worker threads are the JS loader's Web Workers, each
+// an instance of the same module on the same shared memory.
+
+/// Sizes the pools' crew to `worker_count` workers, before the loader starts them: 0 ok, else
+/// invalid_argument (called twice, or more than threads_max - 1 workers).
+fn wasm_crew_init(worker_count: u32) callconv(.c) c_int {
+    if (!pool_module.crew_init(worker_count)) {
+        return status_code(fail(.invalid_argument, "crew of {d} workers (at most {d}, once)", .{ worker_count, pool_module.threads_max - 1 }));
+    }
+    return 0;
+}
+
+/// A worker's life: worker `index` (1 .. the crew's size) runs the pools' jobs until the page or
+/// process ends. Called by the loader's worker script once its instance has its own stack
+/// (`graft_wasm_set_stack`), never on the main thread.
+fn wasm_worker(index: u32) callconv(.c) c_int {
+    const crew = &pool_module.crew;
+    if (index == 0 or index >= crew.thread_count) {
+        return status_code(fail(.invalid_argument, "worker {d} of a crew of {d}", .{ index, crew.thread_count - 1 }));
+    }
+    crew.worker_main(index);
+    _ = pool_module.crew_exited.fetchAdd(1, .acq_rel);
+    return 0;
+}
+
+/// Stops the crew's workers (each returns from graft_wasm_worker): 0 ok, else invalid_argument
+/// (no crew, or it is computing).
+fn wasm_crew_stop() callconv(.c) c_int {
+    if (!pool_module.crew_stop()) return status_code(fail(.invalid_argument, "no idle crew to stop", .{}));
+    return 0;
+}
+
+comptime {
+    if (target.wasm_workers) _ = @import("wasm_stack.zig");
 }

@@ -10,13 +10,14 @@ import { encodeModel, type Initializer, type OnnxNode } from "./onnx_proto.ts";
 type Data = Record<keyof BlockWeights, Float32Array>;
 
 /** ggml stores a weight as M rows of K; ONNX MatMul wants [K, M]. */
-function transposed(w: Float32Array, k: number, m: number): Float32Array {
+export function transposed(w: Float32Array, k: number, m: number): Float32Array {
   const out = new Float32Array(k * m);
   for (let i = 0; i < m; i++) for (let c = 0; c < k; c++) out[c * m + i] = w[i * k + c]!;
   return out;
 }
 
-function buildModel(c: BlockConfig, w: Data): Uint8Array {
+/** The block as an ONNX model (opset 17): input `x` [seq, dim], output `out` [seq, dim]. */
+export function buildModel(c: BlockConfig, w: Data): Uint8Array {
   const { dim, heads, seq, ffn, eps } = c;
   const hd = dim / heads;
   const inits: Initializer[] = [

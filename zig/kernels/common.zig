@@ -267,12 +267,24 @@ pub fn store_chunk_f16(row: Strided, index: usize, count: usize, value: F32x) vo
 const has_fma = (builtin.cpu.arch.isX86() and builtin.cpu.has(.x86, .fma)) or
     builtin.cpu.arch.isAARCH64();
 
+/// The wasm build with relaxed SIMD (graft-relaxed.wasm): f32x4.relaxed_madd, which the engine
+/// runs as one fused multiply-add where its CPU has FMA (V8 on x86-64 with FMA3, ARM64), else as
+/// a multiply and an add. LLVM never forms it from `@mulAdd` or a contracted `a * b + c` (it
+/// keeps wasm's exact semantics), so the intrinsic is called by name.
+pub const has_relaxed_madd = builtin.cpu.arch.isWasm() and
+    builtin.cpu.has(.wasm, .relaxed_simd);
+
+extern fn @"llvm.wasm.relaxed.madd.v4f32"(a: @Vector(4, f32), b: @Vector(4, f32), c: @Vector(4, f32)) @Vector(4, f32);
+
 /// a * b + c for a float or vector type T: fused (one rounding) where the CPU has FMA (every
-/// native kernel build), else a multiply and an add. Never `@mulAdd` without FMA: that is a
-/// correctly rounded software fma per lane, which made the wasm sgemm 10 times slower. (A
-/// relaxed-SIMD build, f32x4.relaxed_madd, measured no faster in V8 here: not built.)
+/// native kernel build; relaxed_madd in graft-relaxed.wasm), else a multiply and an add. Never
+/// `@mulAdd` without FMA: that is a correctly rounded software fma per lane, which made the wasm
+/// sgemm 10 times slower.
 pub inline fn fma(comptime T: type, a: T, b: T, c: T) T {
     if (comptime has_fma) return @mulAdd(T, a, b, c);
+    if (comptime has_relaxed_madd and T == @Vector(4, f32)) {
+        return @"llvm.wasm.relaxed.madd.v4f32"(a, b, c);
+    }
     return a * b + c;
 }
 

@@ -11,6 +11,12 @@ import {
   wasmCoreIfLoaded,
   type WasmLoadOptions,
 } from "../../core/core.ts";
+import {
+  acquireWasmThreads,
+  releaseWasmThreads,
+  wasmCoreBuild,
+  wasmThreadsMax,
+} from "../../core/wasm.ts";
 import { type LiveAllocations, liveAllocationsOf } from "../../core/live.ts";
 import { CoreBackend, type CoreBackendOptions } from "../cpu/backend.ts";
 
@@ -30,8 +36,10 @@ export const WASM_MAX_BUFFER_SIZE: number = 2 ** 31;
 const WASM_SIMD_LEVEL = 4;
 
 /**
- * The WebAssembly backend. Single-threaded (`threads` is 1); buffers live in the instance's
- * memory, which grows as they are allocated. No file mappings: load GGUF weights with
+ * The WebAssembly backend. One thread by default; `threads: n` where the engine shares memory
+ * with workers (Deno; a cross-origin-isolated page) loads the threaded build, whose `n - 1` Web
+ * Workers start with the backend (elsewhere `threads` is 1: the fallback). Buffers live in the
+ * instance's memory, which grows as they are allocated. No file mappings: load GGUF weights with
  * `{ mmap: false }`, which the loader picks by itself for a backend without `mapFile`.
  *
  * Permissions in Deno: none for computing; reading `graft.wasm` from disk (a checkout, or a
@@ -63,8 +71,38 @@ export class WasmBackend extends CoreBackend {
    * @returns The backend; dispose it when done.
    */
   static async create(options: WasmBackendOptions = {}): Promise<WasmBackend> {
-    const core = await loadWasmCore(options.wasm);
-    return new WasmBackend(options, core);
+    const asked = options.threads ?? 1;
+    const core = await loadWasmCore({ threads: asked, ...options.wasm });
+    // The threaded build's workers start with the first backend that asks for threads. A
+    // single-threaded core grants none: the constructor then refuses more than one thread
+    // with an ArgumentError, as it refuses an invalid count.
+    const granted = Number.isInteger(asked) && asked > 1 ? await acquireWasmThreads(asked) : 1;
+    try {
+      return new WasmBackend(options, core, granted > 1);
+    } catch (error) {
+      if (granted > 1) releaseWasmThreads();
+      throw error;
+    }
+  }
+
+  /** Whether this backend holds the threaded core's workers (released on dispose). */
+  readonly #holdsWorkers: boolean;
+
+  /**
+   * Which build of the WebAssembly core is loaded: `"relaxed"` (graft-relaxed.wasm, fused
+   * multiply-adds through relaxed SIMD, where the engine has it), `"simd128"` (graft.wasm),
+   * `"given"` (a module passed as `wasm.source`), or null before the first `create`.
+   * `GRAFT_WASM=simd128` (Deno) forces the plain build.
+   *
+   * @example
+   * ```ts
+   * import { WasmBackend } from "../../../mod.ts";
+   * using _wasm = await WasmBackend.create();
+   * console.log(WasmBackend.coreBuild()); // "relaxed" in Deno 2 and Chromium
+   * ```
+   */
+  static coreBuild(): string | null {
+    return wasmCoreBuild();
   }
 
   /**
@@ -94,15 +132,22 @@ export class WasmBackend extends CoreBackend {
     };
   }
 
-  private constructor(options: WasmBackendOptions, core: NativeCore) {
+  private constructor(options: WasmBackendOptions, core: NativeCore, holdsWorkers: boolean) {
     super(options, {
       core,
       label: "WasmBackend",
       simdLevel: WASM_SIMD_LEVEL,
       memory: "wasm",
       defaultThreads: 1,
-      threadsMax: 1,
+      threadsMax: holdsWorkers ? wasmThreadsMax() : 1,
       maxBufferSize: WASM_MAX_BUFFER_SIZE,
     });
+    this.#holdsWorkers = holdsWorkers;
+  }
+
+  /** Disposes the backend; the last one holding the threaded core's workers stops them. */
+  override dispose(): void {
+    super.dispose();
+    if (this.#holdsWorkers) releaseWasmThreads();
   }
 }

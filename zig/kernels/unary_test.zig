@@ -244,3 +244,8 @@ test "binary ops refuse mixed f32 and f16 operands" {
     try testing.expectEqual(node.Status.unsupported, validate.validate_node(&t.make_node(.add, a.desc, &.{ a.desc, b.desc })).status);
     try testing.expectEqual(node.Status.unsupported, validate.validate_node(&t.make_node(.mul, b.desc, &.{ b.desc, a.desc })).status);
 }
+
+test {
+    // The vector math behind log, sin, cos and elu, checked against f64 in its own tests.
+    _ = @import("vec_math.zig");
+}

@@ -2,7 +2,7 @@
  * Bandwidth-bound ops against the memcpy bound (`deno task bench:ops`): each op on 16M f32
  * elements (64 MiB) on the CPU backend, alternated with two copies of 64 MiB so a noisy
  * neighbour slows all three: V8's TypedArray.set (one thread) and Graft's own contiguous f32
- * `cpy` node (glibc's memmove split over the same threads as the op). The bound is the faster
+ * `cont` node (the cpy kernel: glibc's memmove split over the same threads as the op). The bound is the faster
  * of the two copies (2 bytes moved per byte copied), so an op running on more threads than the
  * single-threaded V8 copy is not credited with their extra bandwidth. Bytes moved per op:
  * unary and row norms read and write each element (8 bytes), binary ops read two and write one
@@ -19,8 +19,8 @@ import {
   add,
   allocTensors,
   type BackendBuffer,
+  cont,
   Context,
-  cpy,
   exp,
   gelu,
   geluErf,
@@ -132,10 +132,9 @@ const filter = Deno.args[0];
 const threads = Deno.args[1] ? Number(Deno.args[1]) : undefined;
 using cpu = new CpuBackend(threads ? { threads } : {});
 console.log(`threads=${cpu.threads} kernels=${Deno.env.get("GRAFT_CPU") ?? "auto"}`);
-const copyContext = new Context();
-const copySource = copyContext.newTensor("f32", [ROW, N / ROW]);
-const copyTarget = copyContext.newTensor("f32", [ROW, N / ROW]);
-using threadedCopy = new Case(cpu, [copySource, copyTarget], cpy(copySource, copyTarget));
+// cont of a contiguous f32 tensor is the cpy kernel's contiguous path: memmove split by threads.
+const copySource = new Context().newTensor("f32", [ROW, N / ROW]);
+using threadedCopy = new Case(cpu, [copySource], cont(copySource));
 for (const [name, build] of Object.entries(CASES)) {
   if (filter && !name.includes(filter)) continue;
   const { inputs, out, bytes } = build(new Context());

@@ -26,15 +26,27 @@ const nan = std.math.nan(f32);
 /// sqrt(2)), ln(m) = f - f^2 / 2 + f^3 P(f) for f = m - 1, and e ln 2 added in two parts.
 /// Subnormal x are scaled by 2^23 first. log(0) = -inf, log(x < 0) = NaN, log(inf) = inf.
 pub fn log(x: F32x) F32x {
+    // Common case: every lane a positive normal number, no scaling and no special results.
+    if (@reduce(.And, (x >= splat(std.math.floatMin(f32))) & (x < splat(inf)))) {
+        return log_normal(x, splat(0));
+    }
     const subnormal = x < splat(std.math.floatMin(f32));
     const normal = @select(f32, subnormal, x * splat(0x1p23), x);
+    const result = log_normal(normal, @select(f32, subnormal, splat(23), splat(0)));
+    // Lanes outside (0, inf): every comparison with NaN is false, so NaN takes the last select.
+    const zero_or_inf = @select(f32, x == splat(0), splat(-inf), splat(inf));
+    const finite = @select(f32, (x == splat(0)) | (x == splat(inf)), zero_or_inf, result);
+    return @select(f32, x >= splat(0), finite, splat(nan));
+}
+
+/// ln(normal) - shift * ln 2 for positive normal lanes (shift 23 undoes a subnormal's scaling).
+fn log_normal(normal: F32x, shift: F32x) F32x {
     const bits: I32x = @bitCast(normal);
     // Subtracting sqrt(1/2)'s bits makes the exponent field floor(log2(x / sqrt(1/2))).
     const offset: I32x = @splat(0x3f3504f3);
     const exponent = (bits -% offset) >> @splat(23);
     const m: F32x = @bitCast(bits -% (exponent << @splat(23)));
-    const e = @as(F32x, @floatFromInt(exponent)) -
-        @select(f32, subnormal, splat(23), splat(0));
+    const e = @as(F32x, @floatFromInt(exponent)) - shift;
     const f = m - splat(1);
     const z = f * f;
     var p = splat(7.0376836292e-2);
@@ -49,11 +61,7 @@ pub fn log(x: F32x) F32x {
     var y = p * f * z;
     y = mul_add(e, splat(-2.12194440e-4), y);
     y = mul_add(z, splat(-0.5), y);
-    const result = mul_add(e, splat(0.693359375), f + y);
-    // Lanes outside (0, inf): every comparison with NaN is false, so NaN takes the last select.
-    const zero_or_inf = @select(f32, x == splat(0), splat(-inf), splat(inf));
-    const finite = @select(f32, (x == splat(0)) | (x == splat(inf)), zero_or_inf, result);
-    return @select(f32, x >= splat(0), finite, splat(nan));
+    return mul_add(e, splat(0.693359375), f + y);
 }
 
 /// |x| above this goes lane by lane through the f32 libm path: the four-part reduction by pi

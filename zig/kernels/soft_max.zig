@@ -12,6 +12,12 @@
 //! Deviation from ggml: a row whose every value is -inf (fully masked) becomes all zeros rather
 //! than NaN, so a fully masked attention row contributes nothing instead of poisoning the output.
 //! Each element of src0 is read before the same element of dst is written, so dst may alias src0.
+//!
+//! Rows up to `scratch_elements_max` long keep their logits and exps in a buffer on the stack
+//! (in L1/L2) and write dst once, in the last pass, with streaming stores when dst is past the
+//! cache size: writing the intermediate passes to dst would make each dst line be read from
+//! memory before it is written (12 bytes moved per element instead of 8). Longer rows work in
+//! dst itself. Both give the same bits.
 
 const std = @import("std");
 const common = @import("common.zig");
@@ -23,6 +29,9 @@ const Strided = common.Strided;
 const Tensor = common.Tensor;
 const lanes = common.lanes;
 const splat = common.splat;
+
+/// The longest row computed in the stack buffer (32 KiB, inside L1 or L2 next to the source row).
+const scratch_elements_max = 8192;
 
 const RowArgs = struct {
     dst: Strided,
@@ -46,6 +55,8 @@ pub fn soft_max(n: *const common.Node, work: *const common.Work) common.Status {
     const max_bias = n.param_f32(1);
     const range = common.thread_range(src.rows(), work);
     if (range.begin == range.end) return .ok;
+    const stream = common.use_stream_stores(dst);
+    var scratch: [scratch_elements_max]f32 align(64) = undefined;
     // Walk (i1, i2, i3) incrementally from the first row: one division per thread, not per row.
     var index = src.row_index(range.begin);
     // Mask dims 2 and 3 broadcast by modulo; those only change when i1 wraps.
@@ -63,7 +74,13 @@ pub fn soft_max(n: *const common.Node, work: *const common.Work) common.Status {
         };
         const contiguous = args.dst.stride == 4 and args.src.stride == 4 and
             (if (args.mask) |m| m.stride == 4 else true);
-        if (contiguous) soft_max_row(true, args) else soft_max_row(false, args);
+        if (args.count <= scratch_elements_max) {
+            // The logits and exps live in `scratch`; dst is written once, by the last pass.
+            const work_row: Strided = .{ .base = @intFromPtr(&scratch), .stride = 4 };
+            if (contiguous) soft_max_row(true, args, work_row, stream) else soft_max_row(false, args, work_row, false);
+        } else {
+            if (contiguous) soft_max_row(true, args, args.dst, false) else soft_max_row(false, args, args.dst, false);
+        }
         index.i1 += 1;
         if (index.i1 == src.ne[1]) {
             index.i1 = 0;
@@ -78,6 +95,7 @@ pub fn soft_max(n: *const common.Node, work: *const common.Work) common.Status {
             }
         }
     }
+    if (stream) common.stream_fence();
     return .ok;
 }
 
@@ -110,22 +128,25 @@ fn logits(comptime contiguous: bool, args: RowArgs, index: usize, chunk: usize) 
     return @select(f32, common.lane_mask(chunk), value, splat(-std.math.inf(f32)));
 }
 
-fn soft_max_row(comptime contiguous: bool, args: RowArgs) void {
+fn soft_max_row(comptime contiguous: bool, args: RowArgs, work_row: Strided, stream: bool) void {
     assert(args.count >= 1);
-    // Pass 1: the logits go to dst (each element of src is read before dst's is written).
+    assert(work_row.base == args.dst.base or work_row.stride == 4);
+    // Pass 1: the logits go to the work row (each element of src is read before dst's is
+    // written when the work row is dst).
     var maximum_lanes = splat(-std.math.inf(f32));
     var index: usize = 0;
     while (index < args.count) : (index += lanes) {
         const chunk = @min(lanes, args.count - index);
         const value = logits(contiguous, args, index, chunk);
         maximum_lanes = @max(maximum_lanes, value);
-        store(contiguous, args.dst, index, chunk, value);
+        store(contiguous, work_row, index, chunk, value);
     }
     const maximum = @reduce(.Max, maximum_lanes);
     if (maximum == -std.math.inf(f32)) {
         index = 0;
         while (index < args.count) : (index += lanes) {
-            store(contiguous, args.dst, index, @min(lanes, args.count - index), splat(0));
+            const chunk = @min(lanes, args.count - index);
+            common.store_chunk_maybe_stream(args.dst, index, chunk, splat(0), stream);
         }
         return;
     }
@@ -133,26 +154,31 @@ fn soft_max_row(comptime contiguous: bool, args: RowArgs) void {
     var total: f64 = 0;
     index = 0;
     while (index + lanes <= args.count) : (index += lanes) {
-        const shifted = load(contiguous, args.dst, index, lanes, 0) - splat(maximum);
+        const shifted = load(contiguous, work_row, index, lanes, 0) - splat(maximum);
         // A chunk below -104 everywhere (masked) is 0 in ggml_v_expf too: skip the exp.
         if (@reduce(.And, shifted < splat(-104.0))) {
-            store(contiguous, args.dst, index, lanes, splat(0));
+            store(contiguous, work_row, index, lanes, splat(0));
             continue;
         }
         const e = common.ggml_expf(shifted);
         total += @as(f64, common.ggml_reduce_add(e));
-        store(contiguous, args.dst, index, lanes, e);
+        store(contiguous, work_row, index, lanes, e);
     }
     while (index < args.count) : (index += 1) {
-        const e = common.expf(common.load_f32(args.dst.at(index)) - maximum);
+        const e = common.expf(common.load_f32(work_row.at(index)) - maximum);
         total += @as(f64, e);
-        common.store_f32(args.dst.at(index), e);
+        common.store_f32(work_row.at(index), e);
     }
     const inverse = splat(@floatCast(1.0 / total));
-    // Pass 3: normalize.
+    // Pass 3: normalize into dst.
     index = 0;
     while (index < args.count) : (index += lanes) {
         const chunk = @min(lanes, args.count - index);
-        store(contiguous, args.dst, index, chunk, load(contiguous, args.dst, index, chunk, 0) * inverse);
+        const value = load(contiguous, work_row, index, chunk, 0) * inverse;
+        if (stream) {
+            common.store_chunk_maybe_stream(args.dst, index, chunk, value, true);
+        } else {
+            store(contiguous, args.dst, index, chunk, value);
+        }
     }
 }

@@ -15,6 +15,7 @@
 
 const std = @import("std");
 const common = @import("common.zig");
+const vec_math = @import("vec_math.zig");
 
 const assert = common.assert;
 const F32x = common.F32x;
@@ -91,8 +92,8 @@ fn unary_row(
 const zero = splat(0);
 const one = splat(1);
 
-/// The vector path. Functions without a vector form here (expm1, log, sin, cos) run lane by
-/// lane through Zig's math library, inside the same chunked loop.
+/// The vector path: every op in vector arithmetic (expm1, log, sin and cos from vec_math.zig;
+/// sin and cos send only lanes beyond 8192 in magnitude through the scalar library).
 pub fn apply(comptime kind: Kind, x: F32x, params: Params) F32x {
     return switch (kind) {
         .abs => @abs(x),
@@ -101,7 +102,7 @@ pub fn apply(comptime kind: Kind, x: F32x, params: Params) F32x {
         .step => @select(f32, x > zero, one, zero),
         .tanh => tanh(x),
         // ggml: x > 0 ? x : expm1f(x).
-        .elu => @select(f32, x > zero, x, per_lane(x, expm1_scalar)),
+        .elu => @select(f32, x > zero, x, vec_math.expm1(x)),
         // ggml: ((x > 0) ? x : 0) + slope * ((x < 0) ? x : 0).
         .leaky_relu => @select(f32, x > zero, x, zero) +
             params.p0 * @select(f32, x < zero, x, zero),
@@ -112,9 +113,9 @@ pub fn apply(comptime kind: Kind, x: F32x, params: Params) F32x {
         // ggml: x * (1 / (1 + expf(-1.702 x))).
         .gelu_quick => x * (one / (one + common.exp(splat(-1.702) * x))),
         .exp => common.exp(x),
-        .log => per_lane(x, log_scalar),
-        .sin => per_lane(x, sin_scalar),
-        .cos => per_lane(x, cos_scalar),
+        .log => vec_math.log(x),
+        .sin => vec_math.sin(x),
+        .cos => vec_math.cos(x),
         // ggml: MAX(MIN(x, max), min) with the C macros (a < b ? a : b), so NaN gives max.
         .clamp => blk: {
             const low = @select(f32, x < params.p1, x, params.p1);
@@ -135,26 +136,29 @@ fn hard_sigmoid(x: F32x) F32x {
     return @select(f32, low < one, low, one);
 }
 
-fn per_lane(x: F32x, comptime f: fn (f32) f32) F32x {
-    var out: [lanes]f32 = x;
-    inline for (0..lanes) |lane| out[lane] = f(out[lane]);
-    return out;
-}
+/// The edge where `tanh`'s rational form rounds to exactly +-1 in f32 (Eigen's clamp).
+const tanh_clamp: f32 = 7.90531110763549805;
 
-/// tanh as Cephes' tanhf (about 2 ulp): an odd polynomial below |x| = 0.625, where
-/// 1 - 2 / (e^(2|x|) + 1) would cancel, and that form above (e^(2|x|) = inf gives exactly 1).
+/// tanh as Eigen's float `ptanh` (generic_fast_tanh_float): an odd degree-13 polynomial over an
+/// even degree-6 one on x clamped to +-7.905 (where the ratio rounds to +-1). Relative error
+/// below 3e-7 over the whole line (Cephes' two-branch tanhf was about 2 ulp too), with one
+/// division and no exp: half the arithmetic. -0 stays -0, +-inf give +-1, NaN stays NaN.
 fn tanh(x: F32x) F32x {
-    const a = @abs(x);
-    const z = x * x;
-    var p = splat(-5.70498872745e-3);
-    p = common.mul_add(p, z, splat(2.06390887954e-2));
-    p = common.mul_add(p, z, splat(-5.37397155531e-2));
-    p = common.mul_add(p, z, splat(1.33314422036e-1));
-    p = common.mul_add(p, z, splat(-3.33332819422e-1));
-    const small = common.mul_add(p * z, x, x);
-    const magnitude = one - splat(2) / (common.exp(a + a) + one);
-    const large = @select(f32, x < zero, -magnitude, magnitude);
-    return @select(f32, a < splat(0.625), small, large);
+    const c = @min(@max(x, splat(-tanh_clamp)), splat(tanh_clamp));
+    const z = c * c;
+    var p = splat(-2.76076847742355e-16);
+    p = common.mul_add(z, p, splat(2.00018790482477e-13));
+    p = common.mul_add(z, p, splat(-8.60467152213735e-11));
+    p = common.mul_add(z, p, splat(5.12229709037114e-08));
+    p = common.mul_add(z, p, splat(1.48572235717979e-05));
+    p = common.mul_add(z, p, splat(6.37261928875436e-04));
+    p = common.mul_add(z, p, splat(4.89352455891786e-03));
+    var q = splat(1.19825839466702e-06);
+    q = common.mul_add(z, q, splat(1.18534705686654e-04));
+    q = common.mul_add(z, q, splat(2.26843463243900e-03));
+    q = common.mul_add(z, q, splat(4.89352518554385e-03));
+    // @min and @max return the other operand for NaN: put NaN back.
+    return @select(f32, x != x, x, (c * p) / q);
 }
 
 /// gelu_erf in f32 vectors: 0.5 x erfc(-x / sqrt 2) with Numerical Recipes' erfc (see
@@ -178,22 +182,6 @@ fn gelu_erf(x: F32x) F32x {
     const complement = @select(f32, z >= zero, r, splat(2) - r);
     // NaN: every comparison is false, so `complement` is 2 - NaN = NaN and the product NaN.
     return splat(0.5) * x * complement;
-}
-
-fn expm1_scalar(x: f32) f32 {
-    return std.math.expm1(x);
-}
-
-fn log_scalar(x: f32) f32 {
-    return @log(x);
-}
-
-fn sin_scalar(x: f32) f32 {
-    return @sin(x);
-}
-
-fn cos_scalar(x: f32) f32 {
-    return @cos(x);
 }
 
 /// erfc(z) for any z, fractional error < 1.2e-7 (Numerical Recipes in C, 2nd ed., 6.2).

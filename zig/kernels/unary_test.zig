@@ -246,3 +246,8 @@ test "binary ops refuse an f32 src0 with an f16 src1 (ggml-cpu takes only f16 wi
     try testing.expectEqual(node.Status.ok, validate.validate_node(&t.make_node(.mul, b.desc, &.{ b.desc, a.desc })).status);
     try testing.expectEqual(node.Status.ok, validate.validate_node(&t.make_node(.sub, a.desc, &.{ b.desc, a.desc })).status);
 }
+
+test {
+    // The vector math behind log, sin, cos and elu, checked against f64 in its own tests.
+    _ = @import("vec_math.zig");
+}

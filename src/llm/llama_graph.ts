@@ -141,7 +141,8 @@ export interface LlamaGraph {
   readonly mask: Tensor;
   /**
    * i32 `[width * nTokens]` (llama.cpp's `v_idxs`): where each value element of token t goes in
-   * the transposed V cache, `c * nCtx + position[t]` for channel c (see {@link vCacheIndices}).
+   * the transposed V cache, `c * nCtx + position[t]` for channel c (see {@link vCacheIndices});
+   * read only by layers whose backend writes the V cache element by element.
    */
   readonly vIndices: Tensor;
   /** f32 `[nVocab, nTokens or 1]`. */
@@ -204,12 +205,19 @@ export function buildLlamaGraph(
     );
     const v = named(mulMat(w.wv, h), "Vcur"); // [width, T]
     const kWritten = setRows(layer.k, reshape(k, [width, T]), positions);
-    // The V cache is [nCtx, width]: a token's values land a row of nCtx apart, one per channel.
-    // As llama.cpp writes its transposed V: set_rows over one-element rows at per-element
-    // indices, so that every row written is contiguous (ggml's set_rows, and so an RPC server,
-    // takes nothing else).
-    const vFlat = reshape(layer.v, [1, nCtx * width]);
-    const vWritten = setRows(vFlat, reshape(v, [1, width * T]), vIndices);
+    // The V cache is [nCtx, width]; its transpose's rows are positions.
+    const vT = view(layer.v, [width, nCtx], {
+      nb: [nCtx * cacheBytes, cacheBytes, width * nCtx * cacheBytes, width * nCtx * cacheBytes],
+    });
+    let vWritten = setRows(vT, v, positions);
+    const vBackend = layer.v.placement?.buffer.backend;
+    if (vBackend && !vBackend.supportsOp(vWritten)) {
+      // A backend that writes contiguous rows only (ggml's set_rows: an RPC server) gets the
+      // write as llama.cpp makes it for its transposed V: one-element rows at per-element
+      // indices, `c * nCtx + position` (v_idxs). Same values; slower on the CPU, so not there.
+      const vFlat = reshape(layer.v, [1, nCtx * width]);
+      vWritten = setRows(vFlat, reshape(v, [1, width * T]), vIndices);
+    }
     // Keys of kv head j: [hd, nKv], rows a position apart.
     const keys = view(kWritten, [hd, nKv, g], {
       nb: [cacheBytes, width * cacheBytes, hd * cacheBytes, width * nCtx * cacheBytes],

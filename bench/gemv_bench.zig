@@ -7,6 +7,10 @@
 //! as bench/read_bound.zig's best pattern usually is). Alternating rounds makes the ratio less
 //! sensitive to the load of a shared machine than two separate processes are.
 //! Usage: gemv_bench TYPE [ROTATION_MIB] [ROUNDS] [THREADS]
+//! (via bench/gemv_bench.sh [avx2|avx512] TYPE ...). GEMV_ROWS (rows per dot_rows call, default
+//! 4) and GEMV_SPLIT (far-apart runs read side by side, default 4) pick the row order; the
+//! default is mul_mat_quant.zig's, GEMV_ROWS=8 GEMV_SPLIT=1 the groups of 8 adjacent rows it
+//! read before.
 //! Prints per round `round gemv=<GB/s> read=<GB/s> ratio=<r>` and a median line.
 
 const std = @import("std");

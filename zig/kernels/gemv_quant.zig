@@ -11,8 +11,9 @@
 //! The quantized src1 row is kept in a layout of its own (`Activation`): the 32 quants of every
 //! block in one aligned run, and the scales (and q8_1's sums) as f32 arrays beside it, so the
 //! inner loop loads quants with one aligned load and scales without an f16 conversion. Weight
-//! rows are read in place, `rows_max` at a time, so each activation block loaded serves several
-//! rows and several independent streams keep the memory system busy.
+//! rows are read in place, up to `rows_max` at a time, so each activation block loaded serves
+//! several rows and several independent streams keep the memory system busy (mul_mat_quant.zig
+//! takes them from far-apart runs of rows: see fused_streams there).
 //!
 //! The integer products use vpdpbusd (u8 x i8, groups of 4 summed into i32) in the AVX-512 build,
 //! which has VNNI, and vpmaddubsw + vpmaddwd (the same sums through i16) in the AVX2 build, as
@@ -272,6 +273,8 @@ inline fn permute(a: F32x8, index: @Vector(8, i32)) F32x8 {
 /// (4 per block); q8_0 takes one block per vector. Integer sums per block are ggml's.
 fn dot_chunks(comptime kind: DType, comptime R: usize, rows: *const [rows_max][*]const u8, y: Activation, blocks: usize, out: *[rows_max]f32) void {
     const bb = comptime block_bytes(kind);
+    // Prefetched R rows past each row: the next group's lines when the R rows are adjacent, and
+    // R rows further along each run when they come from far-apart runs (mul_mat_quant.zig).
     const ahead = R * blocks * bb;
     var acc: [R]F32x8 = @splat(@splat(0));
     var mins: [R]F32x8 = @splat(@splat(0));
@@ -371,6 +374,8 @@ inline fn hsum_float_8(v: F32x8) f32 {
 /// r), so the rows' summs chains run side by side in one vector.
 fn dot_q4_1(comptime R: usize, rows: *const [rows_max][*]const u8, y: Activation, blocks: usize, out: *[rows_max]f32) void {
     const bb = comptime block_bytes(.q4_1);
+    // Prefetched R rows past each row: the next group's lines when the R rows are adjacent, and
+    // R rows further along each run when they come from far-apart runs (mul_mat_quant.zig).
     const ahead = R * blocks * bb;
     const base = @intFromPtr(rows[0]);
     var index: I32x8 = @splat(0);

@@ -8,7 +8,8 @@
 //! - otherwise (bf16, strided src1 rows): each thread dequantizes a few rows of src0 (quant.zig's
 //!   dequantize_row, exactly what `dequantize` gives) into its slice of the work buffer and dots
 //!   them with every row of src1 in f32.
-//! Work items are (group of src0 rows, src1 batch) pairs, split evenly across threads; each dst
+//! Work items are (group of src0 rows, src1 batch) pairs (the fused path: (src0 row, src1 batch)
+//! pairs, see fused_streams), split evenly across threads; each dst
 //! element is written by one thread, from one dot product, so the result does not depend on the
 //! thread count. Shapes and batch broadcasting as in mul_mat.zig.
 
@@ -184,6 +185,19 @@ fn dot(x: [*]const f32, y: common.Strided, k: usize) f32 {
     return @reduce(.Add, sum0 + sum1);
 }
 
+/// Far-apart runs of its rows a thread reads side by side in the fused path: each dot_rows call
+/// takes one row from each run. Rows of one call that lie next to each other (a group of 8
+/// adjacent rows, as this path read them before) interleave their reads within the same 4 KiB
+/// pages, which the hardware stream prefetcher follows badly; one sequential stream per run
+/// is what it follows best, and 4 streams read faster than 1 (bench/read_bound.zig's patterns).
+/// Measured with bench/gemv_bench.sh (4096x4096, one thread, weights from DRAM, AVX-512
+/// build): 0.65-0.70 of the read bound with 8 adjacent rows, 0.85-1.0 with 4 runs.
+const fused_streams = 4;
+
+comptime {
+    assert(fused_streams <= gemv.rows_max);
+}
+
 fn mul_mat_fused(a: Tensor, b: Tensor, c: Tensor, work: *const common.Work) common.Status {
     const k = a.ne[0];
     const y_bytes = gemv.Activation.bytes(k);
@@ -194,23 +208,49 @@ fn mul_mat_fused(a: Tensor, b: Tensor, c: Tensor, work: *const common.Work) comm
         gemv.quantize_activation(a.dtype, values[0..k], @alignCast(scratch + row * y_bytes));
     }
     work.sync(); // every row of src1 is quantized before any thread reads one
-    const blocks = k / gemv.qk;
-    const range = common.thread_range(group_count(a, b), work);
-    for (range.begin..range.end) |item| {
-        const g = group_of(item, a, b);
-        var x_rows: [gemv.rows_max][*]const u8 = undefined;
-        for (0..g.count) |r| x_rows[r] = @ptrFromInt(g.weight_row(a, r).base);
-        for (0..b.ne[1]) |column| {
-            const index: common.RowIndex = .{ .i1 = column, .i2 = g.batch2, .i3 = g.batch3 };
-            const flat = column + b.ne[1] * (g.batch2 + b.ne[2] * g.batch3);
-            const y = gemv.Activation.at(@alignCast(scratch + flat * y_bytes), k);
-            var sums: [gemv.rows_max]f32 = undefined;
-            gemv.dot_rows(a.dtype, &x_rows, g.count, y, blocks, &sums);
-            const c_row = c.row_at(index);
-            for (0..g.count) |r| common.store_f32(c_row.at(g.m0 + r), sums[r]);
-        }
+    // Work items are (batch, src0 row) pairs, a contiguous share of them per thread; within one
+    // batch a share is read as fused_streams runs side by side.
+    const m = a.ne[1];
+    const range = common.thread_range(m * b.ne[2] * b.ne[3], work);
+    var item = range.begin;
+    while (item < range.end) {
+        const first = item % m;
+        const end = @min(m, first + (range.end - item));
+        fused_rows(a, b, c, item / m, first, end, scratch, y_bytes);
+        item += end - first;
     }
     return .ok;
+}
+
+/// Rows first..end of src0 batch `batch` (of src1's batches) times every column of src1.
+fn fused_rows(a: Tensor, b: Tensor, c: Tensor, batch: usize, first: usize, end: usize, scratch: [*]align(64) u8, y_bytes: usize) void {
+    const k = a.ne[0];
+    const blocks = k / gemv.qk;
+    const batch2 = batch % b.ne[2];
+    const batch3 = batch / b.ne[2];
+    const a2 = batch2 / (b.ne[2] / a.ne[2]);
+    const a3 = batch3 / (b.ne[3] / a.ne[3]);
+    const run = (end - first + fused_streams - 1) / fused_streams;
+    for (0..run) |j| {
+        var x_rows: [gemv.rows_max][*]const u8 = undefined;
+        var ms: [fused_streams]usize = undefined;
+        var count: usize = 0;
+        for (0..fused_streams) |s| {
+            const row = first + s * run + j;
+            if (row >= end) break;
+            ms[count] = row;
+            x_rows[count] = @ptrFromInt(a.row_at(.{ .i1 = row, .i2 = a2, .i3 = a3 }).base);
+            count += 1;
+        }
+        for (0..b.ne[1]) |column| {
+            const index: common.RowIndex = .{ .i1 = column, .i2 = batch2, .i3 = batch3 };
+            const y = gemv.Activation.at(@alignCast(scratch + (column + b.ne[1] * batch) * y_bytes), k);
+            var sums: [gemv.rows_max]f32 = undefined;
+            gemv.dot_rows(a.dtype, &x_rows, count, y, blocks, &sums);
+            const c_row = c.row_at(index);
+            for (0..count) |r| common.store_f32(c_row.at(ms[r]), sums[r]);
+        }
+    }
 }
 
 fn mul_mat_row_dots(a: Tensor, b: Tensor, c: Tensor, rd: RowDot, work: *const common.Work) common.Status {

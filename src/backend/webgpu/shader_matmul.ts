@@ -11,6 +11,7 @@
 import type { DType } from "../../dtype.ts";
 import {
   ACT_Q8_WGSL,
+  hasMinTerm,
   isWeightDType,
   quantizesActivations,
   weightBindings,
@@ -27,8 +28,10 @@ export function matmulShader(a: DType): string {
   const bindings = isWeightDType(a)
     ? weightBindings(a, ["f32"])
     : tensorBindings("f32", [a, "f32"]);
+  // q4_1 and q5_1 load d * q; each block's min times the activations' q8_1 s is added apart.
+  const minTerm = hasMinTerm(a);
   const load = isWeightDType(a)
-    ? weightLoad(a, "k", "m0 + rr, a2, a3")
+    ? weightLoad(a, "k", "m0 + rr, a2, a3").replace("W_value(", minTerm ? "W_scaled(" : "W_value(")
     : "S0_f32(at(1u, vec4<u32>(k, m0 + rr, a2, a3)))";
   // f16 weights multiply S1 rounded to f16, as ggml (and the CPU backend) do; q8_0, q4_*, q5_*
   // weights multiply S1 quantized to q8 blocks of 32 (the block's largest magnitude read here).
@@ -49,9 +52,50 @@ fn block_amax(kb: u32, n: u32, i2: u32, i3: u32) -> f32 {
   return amax;
 }`
     : "";
+  // Per 32-block (every other TK step): the tile rows' mins and the tile columns' q8_1 s.
+  const minDecl = minTerm
+    ? `var<workgroup> Ms: array<f32, ${MATMUL_TILE}>;
+var<workgroup> Ss: array<f32, ${MATMUL_TILE}>;
+fn block_s(kb: u32, n: u32, i2: u32, i3: u32) -> f32 {
+  let amax = block_amax(kb, n, i2, i3);
+  var sq = 0.0;
+  for (var t = 0u; t < 32u; t = t + 1u) {
+    sq = sq + act_q8_int(S1_f32(at(2u, vec4<u32>(kb + t, n, i2, i3))), amax);
+  }
+  return act_q8_s(amax, sq);
+}`
+    : "";
+  const minLoad = minTerm
+    ? `if (k0 % 32u == 0u) {
+      if (lid < ${MATMUL_TILE}u) {
+        var mv = 0.0;
+        if (m0 + lid < M) {
+          mv = W_min(at(1u, vec4<u32>(k0 / 32u, m0 + lid, a2, a3)));
+        }
+        Ms[lid] = mv;
+      } else if (lid < ${2 * MATMUL_TILE}u) {
+        let c = lid - ${MATMUL_TILE}u;
+        var sv = 0.0;
+        if (n0 + c < N) {
+          sv = block_s(k0, n0 + c, i2, i3);
+        }
+        Ss[c] = sv;
+      }
+    }`
+    : "";
+  const minAdd = minTerm
+    ? `if (k0 % 32u == 0u) {
+      for (var x = 0u; x < 4u; x = x + 1u) {
+        for (var y = 0u; y < 4u; y = y + 1u) {
+          acc[x * 4u + y] = acc[x * 4u + y] + Ms[lid3.x + 16u * x] * Ss[lid3.y + 16u * y];
+        }
+      }
+    }`
+    : "";
   return `${PARAMS_WGSL}
 ${bindings}
 ${amax}
+${minDecl}
 var<workgroup> As: array<f32, ${TK * MATMUL_TILE}>;
 var<workgroup> Bs: array<f32, ${TK * MATMUL_TILE}>;
 
@@ -93,6 +137,7 @@ fn main(
       }
       Bs[kk * ${MATMUL_TILE}u + rr] = vb;
     }
+    ${minLoad}
     workgroupBarrier();
     for (var kk = 0u; kk < ${TK}u; kk = kk + 1u) {
       var av: array<f32, 4>;
@@ -107,6 +152,7 @@ fn main(
         }
       }
     }
+    ${minAdd}
     workgroupBarrier();
   }
   for (var x = 0u; x < 4u; x = x + 1u) {

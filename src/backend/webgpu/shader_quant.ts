@@ -146,15 +146,23 @@ fn W_value(a: u32, j: u32) -> f32 {
   let v = select(q & 0xfu, q >> 4u, j >= 16u);
   return f32(v) * S0_f16(a) + S0_f16(a + 2u);
 }
+// The product d * q alone: the matmuls add the min times the activations' block sum as ggml.
+fn W_scaled(a: u32, j: u32) -> f32 {
+  let q = S0_u8(a + 4u + (j & 15u));
+  return f32(select(q & 0xfu, q >> 4u, j >= 16u)) * S0_f16(a);
+}
+fn W_min(a: u32) -> f32 {
+  return S0_f16(a + 2u);
+}
+// d * q without the min (see W_scaled).
 fn W_chunk(a: u32, c: u32, n: u32, w: ptr<function, array<f32, 32>>) {
   let d = S0_f16(a);
-  let m = S0_f16(a + 2u);
   for (var i = 0u; i < 4u; i = i + 1u) {
     let q = S0_u32(a + 4u + 4u * i);
     for (var t = 0u; t < 4u; t = t + 1u) {
       let b = (q >> (8u * t)) & 0xffu;
-      (*w)[4u * i + t] = f32(b & 0xfu) * d + m;
-      (*w)[16u + 4u * i + t] = f32(b >> 4u) * d + m;
+      (*w)[4u * i + t] = f32(b & 0xfu) * d;
+      (*w)[16u + 4u * i + t] = f32(b >> 4u) * d;
     }
   }
 }`,
@@ -185,9 +193,17 @@ fn W_value(a: u32, j: u32) -> f32 {
   let v = select(q & 0xfu, q >> 4u, j >= 16u) | (((S0_u32(a + 4u) >> j) & 1u) << 4u);
   return f32(v) * S0_f16(a) + S0_f16(a + 2u);
 }
+fn W_scaled(a: u32, j: u32) -> f32 {
+  let q = S0_u8(a + 8u + (j & 15u));
+  let v = select(q & 0xfu, q >> 4u, j >= 16u) | (((S0_u32(a + 4u) >> j) & 1u) << 4u);
+  return f32(v) * S0_f16(a);
+}
+fn W_min(a: u32) -> f32 {
+  return S0_f16(a + 2u);
+}
+// d * q without the min (see q4_1's W_scaled).
 fn W_chunk(a: u32, c: u32, n: u32, w: ptr<function, array<f32, 32>>) {
   let d = S0_f16(a);
-  let m = S0_f16(a + 2u);
   let qh = S0_u32(a + 4u);
   for (var i = 0u; i < 4u; i = i + 1u) {
     let q = S0_u32(a + 8u + 4u * i);
@@ -196,8 +212,8 @@ fn W_chunk(a: u32, c: u32, n: u32, w: ptr<function, array<f32, 32>>) {
       let b = (q >> (8u * t)) & 0xffu;
       let lo = (b & 0xfu) | (((qh >> j) & 1u) << 4u);
       let hi = (b >> 4u) | (((qh >> (j + 16u)) & 1u) << 4u);
-      (*w)[j] = f32(lo) * d + m;
-      (*w)[16u + j] = f32(hi) * d + m;
+      (*w)[j] = f32(lo) * d;
+      (*w)[16u + j] = f32(hi) * d;
     }
   }
 }`,
@@ -331,7 +347,27 @@ fn act_q8(x: f32, amax: f32) -> f32 {
     return 0.0;
   }
   return round(x * (127.0 / amax)) * f16_to_f32(f32_to_f16(amax / 127.0));
+}
+// q8_1's s of a block whose quants sum to \`sum\`: d (unrounded) times the sum, stored as f16
+// (zig/quant.zig quantize_activation_block, as ggml's quantize_row_q8_1).
+fn act_q8_s(amax: f32, sum: f32) -> f32 {
+  return f16_to_f32(f32_to_f16((amax / 127.0) * sum));
+}
+fn act_q8_int(x: f32, amax: f32) -> f32 {
+  if (amax == 0.0) {
+    return 0.0;
+  }
+  return round(x * (127.0 / amax));
 }`;
+
+/**
+ * Weight types with a min (q4_1, q5_1): their products take the activations as q8_1, and
+ * ggml adds the min times q8_1's f16 \`s\` (d times the block's sum of quants) per block, so
+ * the shaders decode d * q alone (\`W_scaled\`, \`W_chunk\`) and add \`W_min\` times that s.
+ */
+export function hasMinTerm(dtype: DType): boolean {
+  return dtype === "q4_1" || dtype === "q5_1";
+}
 
 export function matvecShader(dtype: WeightDType): string {
   const rows = MATVEC_ROWS, cols = MATVEC_COLS, threads = MATVEC_THREADS;
@@ -344,6 +380,7 @@ export function matvecShader(dtype: WeightDType): string {
     : `let a = rb + (k0 / ${size}u) * nb0;
       let c = (k0 % ${size}u) / 32u;`;
   const quantize = quantizesActivations(dtype);
+  const minTerm = hasMinTerm(dtype);
   return `${PARAMS_WGSL}
 ${weightBindings(dtype, ["f32"])}
 ${quantize ? ACT_Q8_WGSL : ""}
@@ -391,11 +428,14 @@ fn main(
       : ""
   }
         var s = 0.0;
+        ${minTerm ? "var sq = 0.0;" : ""}
         for (var l = 0u; l < n; l = l + 1u) {
           s = s + w[l] * ${
     quantize ? "act_q8(S1_f32(xb + l * xb0), amax)" : "S1_f32(xb + l * xb0)"
   };
+          ${minTerm ? "sq = sq + act_q8_int(S1_f32(xb + l * xb0), amax);" : ""}
         }
+        ${minTerm ? "s = s + W_min(a) * act_q8_s(amax, sq);" : ""}
         acc[r * ${cols}u + j] = acc[r * ${cols}u + j] + s;
       }
     }

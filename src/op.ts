@@ -36,6 +36,7 @@ export const CoreOp = {
   relu: 19,
   silu_mul: 20,
   rms_norm_mul: 21,
+  conv_2d: 22,
   rope: 23,
   set_rows: 24,
   abs: 25,

@@ -39,6 +39,10 @@ pub const Op = enum(u32) {
     // results are bitwise those of the two nodes.
     silu_mul = 20, // dst = silu(src0) * src1, one shape
     rms_norm_mul = 21, // params[0]: f32 eps; dst = rms_norm(src0) * src1, src1.ne[0] == ne[0]
+    // conv2d's planar im2col + mul_mat: params (f32) s0, s1, p0, p1, d0, d1, KW, KH; src0
+    // weights [IC*KH*KW, OC] f32|f16, src1 f32 image [IW, IH, IC, N]; dst f32 [OC, OW*OH, N, 1]
+    // (kernels/conv2d.zig)
+    conv_2d = 22,
     // params (f32): n_dims, mode (0 normal, 2 neox), freq_base, freq_scale; src0 f32
     // [ne0, heads, tokens, ne3], src1 i32 positions [tokens] (kernels/rope.zig)
     rope = 23,

@@ -239,9 +239,21 @@ fn compute_unit(
     }
 }
 
+/// A run of a unit's pixels inside one output row and one MR panel: the same for every tap,
+/// so `pack_a` lists them once per block and walks the list per tap.
+const Piece = struct {
+    out: usize, // floats from the block's start to the run's first pixel, tap 0
+    y_base: i64, // oh * s1
+    ow: usize, // the run's first output column
+    len: usize,
+};
+
+/// The most pieces of a unit: each holds at least one pixel.
+const pieces_max = unit_panels_max * mr;
+
 /// Packs taps [pc, pc + kc) of pixels [m_begin, m_end) into `dst` as the MR panels
-/// [panel][kc][MR] that the micro-kernel reads: im2col's values, one row piece at a time (a
-/// piece ends at an output row's end or a panel's), zeros in the padding and past m_end.
+/// [panel][kc][MR] that the micro-kernel reads: im2col's values, one piece at a time (a piece
+/// ends at an output row's end or a panel's), zeros in the padding and past m_end.
 fn pack_a(
     comptime T: type,
     n: *const common.Node,
@@ -253,13 +265,37 @@ fn pack_a(
     kc: usize,
     dst: [*]f32,
 ) void {
+    assert(m_end - m_begin <= pieces_max);
     const image = Tensor.from(&n.src[1]);
-    const taps_per_channel = shape.kh * shape.kw;
     const ip = (m_end - m_begin + mr - 1) / mr;
-    const oh_first = m_begin / shape.ow;
-    const ow_first = m_begin % shape.ow;
+    var pieces: [pieces_max]Piece = undefined;
+    var count: usize = 0;
+    {
+        var q = m_begin;
+        var oh = m_begin / shape.ow;
+        var ow = m_begin % shape.ow;
+        while (q < m_end) : (count += 1) {
+            const offset = q - m_begin;
+            const within = offset % mr;
+            const len = min(min(shape.ow - ow, mr - within), m_end - q);
+            pieces[count] = .{
+                .out = (offset / mr) * mr * kc + within,
+                .y_base = @as(i64, @intCast(oh)) * shape.stride[1],
+                .ow = ow,
+                .len = len,
+            };
+            q += len;
+            ow += len;
+            if (ow == shape.ow) {
+                ow = 0;
+                oh += 1;
+            }
+        }
+    }
+    const taps_per_channel = shape.kh * shape.kw;
     const ow_count: i64 = @intCast(shape.ow);
     const s0 = shape.stride[0];
+    const filled = m_end - m_begin;
     var channel = pc / taps_per_channel;
     var ky = (pc % taps_per_channel) / shape.kw;
     var kx = pc % shape.kw;
@@ -269,39 +305,26 @@ fn pack_a(
         const y_offset = @as(i64, @intCast(ky)) * shape.dilation[1] - shape.pad[1];
         // Output columns [first, last) read inside the image: x = ow * s0 + x_offset.
         // (Stride 1 without the divisions: two per tap would cost as much as its copies.)
-        const first = std.math.clamp(if (s0 == 1) -x_offset else @divFloor(-x_offset + s0 - 1, s0), 0, ow_count);
-        const last = std.math.clamp(if (s0 == 1) shape.iw - x_offset else @divFloor(shape.iw - 1 - x_offset, s0) + 1, first, ow_count);
-        var q = m_begin;
-        var oh = oh_first;
-        var ow = ow_first;
-        while (q < m_end) {
-            const offset = q - m_begin;
-            const within = offset % mr;
-            const seg = min(min(shape.ow - ow, mr - within), m_end - q);
-            const out = dst + (offset / mr) * mr * kc + kk * mr + within;
-            const y = @as(i64, @intCast(oh)) * shape.stride[1] + y_offset;
+        const first: usize = @intCast(std.math.clamp(if (s0 == 1) -x_offset else @divFloor(-x_offset + s0 - 1, s0), 0, ow_count));
+        const last: usize = @intCast(std.math.clamp(if (s0 == 1) shape.iw - x_offset else @divFloor(shape.iw - 1 - x_offset, s0) + 1, @as(i64, @intCast(first)), ow_count));
+        for (pieces[0..count]) |piece| {
+            const out = dst + piece.out + kk * mr;
+            const y = piece.y_base + y_offset;
             if (y < 0 or y >= shape.ih) {
-                zero(out, seg);
-            } else {
-                const lo: usize = @intCast(std.math.clamp(first, @as(i64, @intCast(ow)), @as(i64, @intCast(ow + seg))));
-                const hi: usize = @intCast(std.math.clamp(last, @as(i64, @intCast(lo)), @as(i64, @intCast(ow + seg))));
-                zero(out, lo - ow);
-                if (hi > lo) {
-                    const x: usize = @intCast(@as(i64, @intCast(lo)) * s0 + x_offset);
-                    const from = plane + @as(usize, @intCast(y)) * image.nb[1] + x * 4;
-                    copy(out + (lo - ow), @ptrFromInt(from), hi - lo, @intCast(s0));
-                }
-                zero(out + (hi - ow), ow + seg - hi);
+                zero(out, piece.len);
+                continue;
             }
-            q += seg;
-            ow += seg;
-            if (ow == shape.ow) {
-                ow = 0;
-                oh += 1;
+            const row = plane + @as(usize, @intCast(y)) * image.nb[1];
+            const lo = std.math.clamp(first, piece.ow, piece.ow + piece.len);
+            const hi = std.math.clamp(last, lo, piece.ow + piece.len);
+            if (lo > piece.ow) zero(out, lo - piece.ow);
+            if (hi > lo) {
+                const x: usize = @intCast(@as(i64, @intCast(lo)) * s0 + x_offset);
+                copy(out + (lo - piece.ow), @ptrFromInt(row + x * 4), hi - lo, @intCast(s0));
             }
+            if (piece.ow + piece.len > hi) zero(out + (hi - piece.ow), piece.ow + piece.len - hi);
         }
         // The last panel's rows past m_end.
-        const filled = m_end - m_begin;
         if (filled < ip * mr) zero(dst + (ip - 1) * mr * kc + kk * mr + filled % mr, ip * mr - filled);
         kx += 1;
         if (kx == shape.kw) {

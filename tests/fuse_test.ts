@@ -246,6 +246,11 @@ Deno.test("conv2d runs as one conv_2d node within f32 rounding of im2col + mulMa
         for (let i = 0; i < a.length; i++) {
           assert.ok(Math.abs(a[i]! - b[i]!) <= 1e-5 * scale, `${label}: element ${i}`);
         }
+        // A plan that prepacks weights leaves the fused product's to conv_2d, same result.
+        using prepacking = cpu.graphPlanCreate(graph, { prepackWeights: true });
+        assert.deepEqual(prepacking.prepacked, readUnfolded ? [out.src[0]!.src[0]!] : [], label);
+        cpu.graphPlanCompute(prepacking);
+        if (!readUnfolded) assert.deepEqual(bits(cpu.getTensor(out)), got, label);
       }
     }
   }

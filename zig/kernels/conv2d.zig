@@ -28,6 +28,8 @@ const Tensor = common.Tensor;
 const lanes = gemm.lanes;
 const mr = gemm.mr;
 const nr = gemm.nr;
+/// Taps per KC block at most: gemm.zig's. K is cut into blocks of equal size (`kc_block`), so
+/// that no thin last block pays a pass over C for few taps.
 const kc_max = gemm.kc_max;
 const V = @Vector(lanes, f32);
 
@@ -105,6 +107,12 @@ fn output_size(ins: i64, ks: i64, s: i64, p: i64, d: i64) i64 {
     return @divFloor(ins + 2 * p - d * (ks - 1) - 1, s) + 1;
 }
 
+/// Taps per KC block: K in equal blocks of at most kc_max.
+fn kc_block(k: usize) usize {
+    const blocks = (k + kc_max - 1) / kc_max;
+    return (k + blocks - 1) / blocks;
+}
+
 inline fn min(x: usize, y: usize) usize {
     return if (x < y) x else y;
 }
@@ -125,7 +133,7 @@ const Layout = struct {
         const b_panels = (shape.out_channels + nr - 1) / nr;
         const b_floats = round_up(shape.k * b_panels * nr, 16);
         // The largest unit whatever the thread count: a plan may run on fewer threads.
-        const a_floats = round_up(unit_panels_max * mr * min(shape.k, kc_max), 16);
+        const a_floats = round_up(unit_panels_max * mr * kc_block(shape.k), 16);
         return .{
             .b_panels = b_panels,
             .b_floats = b_floats,
@@ -190,8 +198,9 @@ fn run(comptime T: type, n: *const common.Node, shape: Shape, work: *const commo
 fn pack_weights(comptime T: type, n: *const common.Node, shape: Shape, np: usize, b_pack: [*]f32) void {
     const weights = Tensor.from(&n.src[0]);
     var pc: usize = 0;
-    while (pc < shape.k) : (pc += kc_max) {
-        const kc = min(kc_max, shape.k - pc);
+    const kc_step = kc_block(shape.k);
+    while (pc < shape.k) : (pc += kc_step) {
+        const kc = min(kc_step, shape.k - pc);
         for (0..np) |p| {
             const oc0 = p * nr;
             const base: [*]const u8 = @ptrFromInt(weights.base + oc0 * weights.nb[1] + pc * weights.nb[0]);
@@ -217,8 +226,9 @@ fn compute_unit(
     const dst = Tensor.from(&n.dst);
     const ip = (m_end - m_begin + mr - 1) / mr;
     var pc: usize = 0;
-    while (pc < shape.k) : (pc += kc_max) {
-        const kc = min(kc_max, shape.k - pc);
+    const kc_step = kc_block(shape.k);
+    while (pc < shape.k) : (pc += kc_step) {
+        const kc = min(kc_step, shape.k - pc);
         pack_a(T, n, shape, image_index, m_begin, m_end, pc, kc, a_pack);
         const b_block = b_pack + pc * np * nr;
         // A panel (MR x KC, 32 KiB at most with AVX-512) stays in L1 while the weight panels

@@ -39,10 +39,6 @@ pub const Op = enum(u32) {
     // results are bitwise those of the two nodes.
     silu_mul = 20, // dst = silu(src0) * src1, one shape
     rms_norm_mul = 21, // params[0]: f32 eps; dst = rms_norm(src0) * src1, src1.ne[0] == ne[0]
-    // conv2d's planar im2col + mul_mat: params (f32) s0, s1, p0, p1, d0, d1, KW, KH; src0
-    // weights [IC*KH*KW, OC] f32|f16, src1 f32 image [IW, IH, IC, N]; dst f32 [OC, OW*OH, N, 1]
-    // (kernels/conv2d.zig)
-    conv_2d = 22,
     // params (f32): n_dims, mode (0 normal, 2 neox), freq_base, freq_scale; src0 f32
     // [ne0, heads, tokens, ne3], src1 i32 positions [tokens] (kernels/rope.zig)
     rope = 23,
@@ -92,6 +88,11 @@ pub const Op = enum(u32) {
     diag_mask_inf = 78, // params[0]: n_past; column i of row j is -inf when i > n_past + j
     arange = 79, // no sources; params f32 start, stop, step; dst f32 [ceil((stop - start) / step)]
     fill = 80, // params[0]: f32 value; dst (shape of src0, f32 | f16) all that value
+    // Fused (src/backend/cpu/fuse.ts), never a graph op: conv2d's planar im2col + mul_mat.
+    // params (f32) s0, s1, p0, p1, d0, d1, KW, KH; src0 weights [IC*KH*KW, OC] f32|f16, src1
+    // f32 image [IW, IH, IC, N]; dst f32 [OC, OW*OH, N, 1] (kernels/conv2d.zig). Not 22: that
+    // is cont's graph code, which no core code reuses.
+    conv_2d = 108,
     // params (f32): scale, max_bias (ALiBi), logit_softcap (0: none); src0 q f32 [DK, T, Hq, B],
     // src1 k f32|f16 [DK, nKv, Hkv, B'], src2 v f32|f16 [DV, nKv, Hkv, B'], src3 (optional)
     // mask f32|f16 [nKv, >=T, Hq/m, B/m']; dst f32 [DV, Hq, T, B] (kernels/attention.zig)

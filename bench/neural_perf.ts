@@ -11,7 +11,8 @@
  * permute + cont to [D, heads, tokens]. Memory is the planner's size for the graph's
  * activations (inputs excluded), plus each plan's work buffer.
  *
- * conv2d: 3x3, 64 -> 64 channels, 56x56, padding 1 (ggml_conv_2d: im2col + mulMat) against
+ * conv2d: 3x3, 64 -> 64 channels, 56x56, padding 1 (ggml_conv_2d: im2col + mulMat, which the
+ * CPU plan runs as one fused conv_2d node, an implicit GEMM: zig/kernels/conv2d.zig) against
  * onnxruntime-node's Conv on the same data and thread count (bench/peers/onnx_conv.ts).
  * @module
  */

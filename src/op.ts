@@ -79,6 +79,7 @@ export const CoreOp = {
   pad_circular: 85,
   acc: 90,
   set: 91,
+  conv_2d: 108,
   flash_attn_ext: 110,
   im2col: 111,
   l2_norm: 112,

@@ -1,11 +1,13 @@
 // Node fusion in the CPU plan (src/backend/fuse.ts): mul(silu(x), y) and mul(rmsNorm(x), g)
 // run as one core node, bitwise equal to the unfused pair; pairs whose intermediate is read
-// elsewhere, or whose x is overwritten before the fused node runs, are left alone.
+// elsewhere, or whose x is overwritten before the fused node runs, are left alone. conv2d's
+// im2col + mulMat runs as one conv_2d node, within f32 rounding of the pair.
 import assert from "node:assert/strict";
 import {
   allocGraph,
   allocTensors,
   Context,
+  conv2d,
   CpuBackend,
   type CpuPlan,
   Graph,
@@ -45,8 +47,17 @@ function bits(data: ArrayBufferView): Uint8Array {
 /** The fused records of a plan, as "op+op" names. */
 function fusedPairs(plan: CpuPlan): string[] {
   return plan.entries.filter((e) => e.fused.length > 1).map((e) =>
-    e.fused.map((t) => t.op === Op.silu ? "silu" : t.op === Op.rmsNorm ? "rmsNorm" : "mul")
-      .join("+")
+    e.fused.map((t) =>
+      t.op === Op.silu
+        ? "silu"
+        : t.op === Op.rmsNorm
+        ? "rmsNorm"
+        : t.op === Op.im2col
+        ? "im2col"
+        : t.op === Op.mulMat
+        ? "mulMat"
+        : "mul"
+    ).join("+")
   );
 }
 
@@ -192,3 +203,56 @@ function overwrittenBetween(): void {
   }
   for (const tensor of [x, t, b, s, out]) tensor.unplace();
 }
+
+Deno.test("conv2d runs as one conv_2d node within f32 rounding of im2col + mulMat, not when the unfolding is read", () => {
+  const cases: {
+    kernel: Shape;
+    image: Shape;
+    dtype: "f32" | "f16";
+    options: Parameters<typeof conv2d>[2];
+  }[] = [
+    { kernel: [3, 3, 37, 13], image: [23, 19, 37, 2], dtype: "f32", options: { padding: 1 } },
+    {
+      kernel: [3, 3, 4, 5],
+      image: [13, 12, 4, 2],
+      dtype: "f16",
+      options: { stride: [1, 2], padding: [1, 2], dilation: 2 },
+    },
+  ];
+  for (const threads of THREADS) {
+    using cpu = new CpuBackend({ threads });
+    for (const c of cases) {
+      for (const readUnfolded of [false, true]) {
+        const ctx = new Context();
+        const kernel = ctx.newTensor(c.dtype, c.kernel);
+        const image = ctx.newTensor("f32", c.image);
+        const out = conv2d(kernel, image, c.options);
+        // out = reshape(transpose(mulMat(weights, transpose(reshape(im2col)))))
+        const cols = out.src[0]!.src[0]!.src[1]!.src[0]!.src[0]!;
+        assert.equal(cols.op, Op.im2col);
+        const graph = readUnfolded ? Graph.build(out, cols) : Graph.build(out);
+        using _leafs = allocTensors(cpu, ctx.tensors);
+        using _nodes = allocGraph(cpu, graph);
+        const count = (t: Tensor): number => t.ne.reduce((p, q) => p * q, 1);
+        const weights = random(count(kernel), 5);
+        cpu.setTensor(kernel, c.dtype === "f16" ? new Float16Array(weights) : weights);
+        cpu.setTensor(image, random(count(image), 6));
+        const label = `kernel ${c.kernel} threads ${threads} read ${readUnfolded}`;
+        const [want, got, pairs] = computeBoth(cpu, graph, out);
+        assert.deepEqual(pairs, readUnfolded ? [] : ["im2col+mulMat"], label);
+        const a = new Float32Array(want.buffer);
+        const b = new Float32Array(got.buffer);
+        const scale = a.reduce((m, x) => Math.max(m, Math.abs(x)), 0);
+        for (let i = 0; i < a.length; i++) {
+          assert.ok(Math.abs(a[i]! - b[i]!) <= 1e-5 * scale, `${label}: element ${i}`);
+        }
+        // A plan that prepacks weights leaves the fused product's to conv_2d, same result.
+        using prepacking = cpu.graphPlanCreate(graph, { prepackWeights: true });
+        assert.deepEqual(prepacking.prepacked, readUnfolded ? [out.src[0]!.src[0]!] : [], label);
+        cpu.graphPlanCompute(prepacking);
+        if (!readUnfolded) assert.deepEqual(bits(cpu.getTensor(out)), got, label);
+      }
+    }
+  }
+  assertNothingLive(baseline);
+});

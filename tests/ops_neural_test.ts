@@ -486,7 +486,7 @@ const geometry = (
 ): ConvGeometry => ({ stride, padding, dilation });
 
 for (
-  const [name, kne, ine, dtype, g] of [
+  const [name, kne, ine, dtype, g, permuted] of [
     [
       "3x3, 5 -> 7 channels, 2 images, stride 2, pad 1",
       [3, 3, 5, 7],
@@ -515,14 +515,46 @@ for (
       "f32",
       geometry([1, 1], [0, 0], [1, 1]),
     ],
-  ] as [string, Dims4, Dims4, "f32" | "f16", ConvGeometry][]
+    // The fused conv_2d kernel's edges: taps over one KC block (256), output channels and
+    // pixels off the micro-tile, rows longer than a panel or one pixel wide, a permuted image.
+    [
+      "37 -> 13 channels (333 taps), 23x19, pad 1, 2 images",
+      [3, 3, 37, 13],
+      [23, 19, 37, 2],
+      "f32",
+      geometry([1, 1], [1, 1], [1, 1]),
+    ],
+    [
+      "f16 kernel, 30 -> 20 channels, stride (3, 1), dilation (1, 2), permuted image",
+      [3, 3, 30, 20],
+      [9, 8, 30, 2],
+      "f16",
+      geometry([3, 1], [2, 1], [1, 2]),
+      true,
+    ],
+    [
+      "70 pixels wide, pad 1, permuted image",
+      [3, 3, 3, 4],
+      [70, 5, 3, 1],
+      "f32",
+      geometry([1, 1], [1, 1], [1, 1]),
+      true,
+    ],
+    [
+      "one pixel wide output, 5x5 kernel over 5 columns",
+      [5, 5, 2, 17],
+      [5, 30, 2, 3],
+      "f32",
+      geometry([1, 1], [0, 3], [1, 1]),
+    ],
+  ] as [string, Dims4, Dims4, "f32" | "f16", ConvGeometry, boolean?][]
 ) {
   Deno.test(`conv2d matches float64: ${name}`, () => {
     let reference: RefTensor | undefined;
     const results = compute(() => {
       const feed = new Feed(kne[0] * 100 + ine[0]);
       const kernel = feed.random(dtype, kne);
-      const image = feed.random("f32", ine);
+      const image = permuted ? feed.swapped12("f32", ine) : feed.random("f32", ine);
       reference ??= refConv2d(kernel, image, g);
       const output = conv2d(kernel.tensor, image.tensor, g);
       return { ctx: feed.ctx, inputs: feed.inputs, output };

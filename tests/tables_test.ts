@@ -28,11 +28,11 @@ Deno.test("a library whose tables differ is refused, naming each difference", ()
     .replace("op silu_mul 20\n", "op silu_mul 23\n")
     .replace("dtype f16 1 1 2 1 1\n", "dtype f16 1 1 4 1 1\n")
     .replace("status busy -9\n", "")
-    .concat("op conv_2d 30\n");
+    .concat("op conv_3d 30\n");
   const problems = compareTables(native);
   assert.deepEqual(problems.sort(), [
     "dtype f16: library 1 1 4 1 1, TypeScript 1 1 2 1 1",
-    "op conv_2d: only in the library (30)",
+    "op conv_3d: only in the library (30)",
     "op silu_mul: library 23, TypeScript 20",
     "status busy: missing in the library (TypeScript: -9)",
   ]);

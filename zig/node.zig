@@ -95,6 +95,11 @@ pub const Op = enum(u32) {
     // view's shape (kernels/view_write.zig).
     acc = 90, // f32 | f16
     set = 91, // f32 | f16 | i32, moved as bits
+    // Fused (src/backend/cpu/fuse.ts), never a graph op: conv2d's planar im2col + mul_mat.
+    // params (f32) s0, s1, p0, p1, d0, d1, KW, KH; src0 weights [IC*KH*KW, OC] f32|f16, src1
+    // f32 image [IW, IH, IC, N]; dst f32 [OC, OW*OH, N, 1] (kernels/conv2d.zig). Not 22: that
+    // is cont's graph code, which no core code reuses.
+    conv_2d = 108,
     // params (f32): scale, max_bias (ALiBi), logit_softcap (0: none); src0 q f32 [DK, T, Hq, B],
     // src1 k f32|f16 [DK, nKv, Hkv, B'], src2 v f32|f16 [DV, nKv, Hkv, B'], src3 (optional)
     // mask f32|f16 [nKv, >=T, Hq/m, B/m']; dst f32 [DV, Hq, T, B] (kernels/attention.zig)

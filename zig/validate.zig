@@ -91,6 +91,7 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
         .arange => check_arange(n),
         .flash_attn_ext => check_flash_attn_ext(n),
         .im2col => check_im2col(n),
+        .conv_2d => check_conv_2d(n),
         .l2_norm => check_l2_norm(n),
         .group_norm => check_group_norm(n),
         .pool_1d => check_pool(.one_d, n),
@@ -107,7 +108,7 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
 /// Inclusive bounds on src_count.
 fn source_counts(comptime op: Op) [2]u32 {
     return switch (op) {
-        .add, .sub, .mul, .div, .mul_mat, .get_rows, .im2col, .conv_transpose_1d, .conv_transpose_2d, .silu_mul, .rms_norm_mul, .rope, .set_rows, .concat, .count_equal, .acc, .set => .{ 2, 2 },
+        .add, .sub, .mul, .div, .mul_mat, .get_rows, .im2col, .conv_2d, .conv_transpose_1d, .conv_transpose_2d, .silu_mul, .rms_norm_mul, .rope, .set_rows, .concat, .count_equal, .acc, .set => .{ 2, 2 },
         .arange => .{ 0, 0 },
         .soft_max => .{ 1, 2 },
         .flash_attn_ext => .{ 3, 4 },
@@ -768,6 +769,42 @@ fn check_im2col(n: *const Node) Verdict {
             return fail(.shape_mismatch, "im2col: dst.ne != [IC*KW, OW, N, 1]");
         }
     }
+    return .ok;
+}
+
+/// conv_2d (kernels/conv2d.zig), conv2d's fused im2col + mul_mat: params s0, s1, p0, p1, d0,
+/// d1 as im2col's, KW and KH whole numbers >= 1; src0 f32 or f16 weights [IC*KH*KW, OC, 1, 1];
+/// src1 f32 image [IW, IH, IC, N] with contiguous rows; dst f32 [OC, OW*OH, N, 1].
+fn check_conv_2d(n: *const Node) Verdict {
+    for (0..8) |i| {
+        const value = n.param_f32(i);
+        const min: f32 = if (i == 2 or i == 3) 0 else 1;
+        if (!(value >= min and value <= conv_param_max) or @floor(value) != value) {
+            return fail(.invalid_argument, "conv_2d: params (s0, s1, p0, p1, d0, d1, KW, KH) out of range or not whole");
+        }
+    }
+    const weights = &n.src[0];
+    const image = &n.src[1];
+    const wt = dtype_of(weights);
+    if ((wt != .f32 and wt != .f16) or dtype_of(image) != .f32 or dtype_of(&n.dst) != .f32) {
+        return fail(.unsupported, "conv_2d: src0 must be f32 or f16, src1 and dst f32");
+    }
+    if (!node_rows_contiguous(image)) return fail(.unsupported, "conv_2d: src1 rows must be contiguous");
+    var p: [8]i64 = undefined;
+    for (0..8) |i| p[i] = @intFromFloat(n.param_f32(i));
+    if (weights.ne[2] != 1 or weights.ne[3] != 1) return fail(.shape_mismatch, "conv_2d: src0 must be 2D [IC*KH*KW, OC]");
+    // Params are at most 2^20 and extents at most ne_max: the products below cannot overflow.
+    const taps = p[6] * p[7];
+    if (@mod(weights.ne[0], taps) != 0 or @divTrunc(weights.ne[0], taps) != image.ne[2]) {
+        return fail(.shape_mismatch, "conv_2d: src0.ne[0] != IC*KH*KW");
+    }
+    const ow = conv_output(image.ne[0], p[6], p[0], p[2], p[4]);
+    const oh = conv_output(image.ne[1], p[7], p[1], p[3], p[5]);
+    if (ow < 1 or oh < 1) return fail(.shape_mismatch, "conv_2d: the image is smaller than the dilated kernel");
+    const pixels = @mulWithOverflow(ow, oh);
+    if (pixels[1] != 0) return fail(.shape_mismatch, "conv_2d: dst.ne != [OC, OW*OH, N, 1]");
+    const expected = [dims_max]i64{ weights.ne[1], pixels[0], image.ne[3], 1 };
+    if (!std.mem.eql(i64, &n.dst.ne, &expected)) return fail(.shape_mismatch, "conv_2d: dst.ne != [OC, OW*OH, N, 1]");
     return .ok;
 }
 

@@ -21,6 +21,7 @@ const indexing = @import("indexing.zig");
 const sort = @import("sort.zig");
 const attention = @import("attention.zig");
 const conv = @import("conv.zig");
+const conv2d = @import("conv2d.zig");
 const group_norm = @import("group_norm.zig");
 const pool = @import("pool.zig");
 const interpolate = @import("interpolate.zig");
@@ -96,6 +97,7 @@ fn dispatch(op: Op, n: *const Node, work: *const Work) Status {
         .top_k => sort.top_k(n, work),
         .flash_attn_ext => attention.flash_attn_ext(n, work),
         .im2col => conv.im2col(n, work),
+        .conv_2d => conv2d.conv_2d(n, work),
         .l2_norm => group_norm.l2_norm(n, work),
         .group_norm => group_norm.group_norm(n, work),
         .pool_1d => pool.pool(.one_d, n, work),
@@ -119,6 +121,7 @@ pub fn work_size(n: *const Node, thread_count: u32) u64 {
         .sum => reduce.sum_work_size_bytes,
         .count_equal => reduce_rows.count_work_size_bytes,
         .mul_mat => mul_mat.work_size(n, thread_count),
+        .conv_2d => conv2d.work_size(n, thread_count),
         .top_k => sort.top_k_work_size(n, thread_count),
         .flash_attn_ext => attention.work_size(n, thread_count),
         else => 0,
@@ -150,5 +153,6 @@ pub fn fails_on_data(op: Op) bool {
 
 /// Ops whose kernel calls `Work.sync`, so every thread must run it concurrently.
 pub fn uses_barrier(op: Op) bool {
-    return op == .sum or op == .mul_mat or op == .count_equal or op == .acc or op == .set;
+    return op == .sum or op == .mul_mat or op == .count_equal or op == .acc or op == .set or
+        op == .conv_2d;
 }

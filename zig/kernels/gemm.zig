@@ -310,6 +310,12 @@ fn microKernel(
     }
 }
 
+/// For conv2d.zig's implicit GEMM, which packs its own A panels (the image, unfolded on the fly)
+/// and runs the same micro-kernel on them.
+pub const pack_panel = packPanel;
+pub const micro_kernel = microKernelAny;
+pub const Tile = CTile;
+
 fn microKernelAny(cols: usize, kc: usize, a: [*]const f32, b: [*]const f32, c: CTile, m_valid: usize, accumulate: bool) void {
     switch (cols) {
         inline 1...nr => |n| microKernel(n, kc, a, b, c, m_valid, accumulate),

@@ -3,10 +3,14 @@
  * core node, which saves writing that result and reading it back (a full pass over memory) and
  * one barrier between the threads. Pairs fused:
  * - `mul(silu(x), y)` (either operand order, one shape) -> core `silu_mul(x, y)`;
- * - `mul(rmsNorm(x), g)` with `g` a row broadcast over `x`'s rows -> core `rms_norm_mul(x, g)`.
+ * - `mul(rmsNorm(x), g)` with `g` a row broadcast over `x`'s rows -> core `rms_norm_mul(x, g)`;
+ * - conv2d's `mulMat(weights, transpose(reshape(im2col(kernel, image, planar))))` -> core
+ *   `conv_2d(weights, image)`: an implicit GEMM that unfolds the image while it packs it, so
+ *   the unfolded image (9 times the image for a 3x3 kernel) is never written nor read back.
  *
  * The fused kernels do the two nodes' arithmetic with the same roundings, so results are bitwise
- * those of the unfused pair. The intermediate (the silu or rmsNorm result) is not written.
+ * those of the unfused pair (conv_2d: the same products, summed in another blocking, so within
+ * f32 rounding of the pair). The intermediate (the silu or rmsNorm result) is not written.
  * A pair is fused only when the intermediate is not a graph output and has exactly one consumer
  * (no view of it either), and when running the first node's work at the second node's place is
  * safe: no node in between writes the memory of `x`, and the result either does not overlap `x`
@@ -23,6 +27,7 @@ import { type TableEntry, tensorEntry } from "./node_table.ts";
 export const FusedOp = {
   siluMul: CoreOp.silu_mul,
   rmsNormMul: CoreOp.rms_norm_mul,
+  conv2d: CoreOp.conv_2d,
 } as const;
 
 /** What fusion needs to know about where tensors live. */
@@ -45,6 +50,36 @@ function sameLayout(a: Tensor, b: Tensor): boolean {
 function isRowGain(g: Tensor, x: Tensor): boolean {
   return g.dtype === "f32" && g.ne[0] === x.ne[0] &&
     [1, 2, 3].every((d) => x.ne[d]! % g.ne[d]! === 0);
+}
+
+/**
+ * conv2d's product (src/ops/conv.ts): `mulMat(weights, transpose(reshape(cols)))` with `cols` a
+ * planar 2D im2col into f32, each link read only by the next; returns the im2col and the
+ * fused node's params (im2col's stride, padding, dilation, then KW and KH).
+ */
+function convOf(
+  product: Tensor,
+  readOnce: (t: Tensor) => boolean,
+): { im2col: Tensor; params: number[] } | null {
+  if (product.op !== Op.mulMat || product.dtype !== "f32") return null;
+  const fields = product.src[1]!;
+  if (fields.op !== Op.transpose || !readOnce(fields)) return null;
+  const flat = fields.src[0]!;
+  if (flat.op !== Op.reshape || !readOnce(flat)) return null;
+  const cols = flat.src[0]!;
+  if (cols.op !== Op.im2col || cols.dtype !== "f32" || !readOnce(cols)) return null;
+  const [s0, s1, p0, p1, d0, d1, is2D, planar] = cols.params;
+  if (is2D !== 1 || planar !== 1) return null;
+  const kernel = cols.src[0]!;
+  const weights = product.src[0]!;
+  const taps = cols.ne[2];
+  // The weights are the kernel as [IC*KH*KW, OC], the fields [IC*KH*KW, OW*OH, N].
+  if (weights.ne[0] !== taps || weights.ne[2] !== 1 || weights.ne[3] !== 1) return null;
+  if (flat.ne[0] !== cols.ne[0] * cols.ne[1] || flat.ne[1] !== taps) return null;
+  return {
+    im2col: cols,
+    params: [s0!, s1!, p0!, p1!, d0!, d1!, kernel.ne[0], kernel.ne[1]],
+  };
 }
 
 /**
@@ -74,7 +109,25 @@ export function fuseNodes(graph: Graph, memory: FusionMemory): TableEntry[] {
     return sameLayout(consumer, x) && memory.addressOf(consumer) === memory.addressOf(x);
   };
 
+  // A view (or the im2col) read only by the next step of the chain, and no graph output.
+  const readOnce = (t: Tensor): boolean => !outputs.has(t) && uses.get(t) === 1;
   for (const consumer of order) {
+    const conv = convOf(consumer, readOnce);
+    if (conv && !absorbed.has(conv.im2col) && !fusedAt.has(conv.im2col)) {
+      const image = conv.im2col.src[1]!;
+      // The image is read at the product's place; the product never writes over it.
+      if (movable(conv.im2col, consumer, image) && !memory.overlaps(consumer, image)) {
+        fusedAt.set(consumer, {
+          tensor: consumer,
+          coreOp: FusedOp.conv2d,
+          src: [consumer.src[0]!, image],
+          params: conv.params,
+          fused: [conv.im2col, consumer],
+        });
+        absorbed.add(conv.im2col);
+        continue;
+      }
+    }
     // The fused kernels are f32 only; a mul may also take an f16 src0 (ggml's f16 x f32).
     if (consumer.op !== Op.mul || consumer.src.some((s) => s.dtype !== "f32")) continue;
     if (consumer.dtype !== "f32") continue;

@@ -6,7 +6,7 @@
 import { DisposedError } from "../../errors.ts";
 import { check, type NativeCore } from "../../core/core.ts";
 import type { Graph } from "../../graph.ts";
-import { Op } from "../../op.ts";
+import { CoreOp, Op } from "../../op.ts";
 import type { Tensor } from "../../tensor.ts";
 import type { GraphPlan } from "../backend.ts";
 import { writesLeaf } from "../checks.ts";
@@ -130,11 +130,17 @@ export class CpuPlan implements GraphPlan {
         node,
       );
     }
-    const prepacked = options.prepackWeights ? prepackedProducts(backend, nodes) : [];
     const entries = options.fuse === false ? nodes.map(tensorEntry) : fuseNodes(graph, {
       overlaps: (a, b) => overlaps(ownerRange(backend, a), ownerRange(backend, b)),
       addressOf: (t) => backend.addressOf(t),
     });
+    // A product fused into another core op (conv_2d) packs its weight itself.
+    const fusedProducts = new Set(
+      entries.filter((e) => e.coreOp !== CoreOp.mul_mat).map((e) => e.tensor),
+    );
+    const prepacked = options.prepackWeights
+      ? prepackedProducts(backend, nodes).filter((t) => !fusedProducts.has(t))
+      : [];
     // Reads of an intermediate fused away are refused until a plan computes it again.
     for (const entry of entries) {
       entry.fused.forEach((t, i) => markFused(t, i < entry.fused.length - 1 ? entry.tensor : null));

@@ -21,6 +21,7 @@ import { LLM } from "../src/llm/llm.ts";
 import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
 import { GgmlRpcServer, llamaBinDir } from "../tests/rpc_server.ts";
 import { PerfReport } from "./perf_line.ts";
+import { runLlamaBench } from "./peers/llama_bench_cli.ts";
 
 const THREADS = 2;
 const N_GEN = 32;
@@ -71,29 +72,19 @@ async function graft(rpc: string[]): Promise<{ tg: number; pp: number }> {
   return { tg: await measure(tgRun, N_GEN), pp: await measure(ppRun, N_PROMPT) };
 }
 
-/** llama-bench --rpc against `endpoint`: tg and pp tokens/s. */
+/** llama-bench --rpc against `endpoint`: tg and pp tokens/s (the mean of its runs, its avg_ts). */
 async function llamaBench(endpoint: string): Promise<{ tg: number; pp: number }> {
-  const out = await new Deno.Command(`${binDir}/llama-bench`, {
-    args: [
-      ...["-m", SMOLLM2_PATH, "--rpc", endpoint, "-ngl", "99", "-t", String(THREADS)],
-      ...["-p", String(N_PROMPT), "-n", String(N_GEN), "-r", String(REPS), "-fa", "0"],
-      ...["-ctk", "f16", "-ctv", "f16", "-o", "json"],
-    ],
-    env: { LD_LIBRARY_PATH: binDir },
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  if (!out.success) {
-    throw new Error(`llama-bench failed: ${new TextDecoder().decode(out.stderr).slice(-400)}`);
-  }
-  const tests = JSON.parse(new TextDecoder().decode(out.stdout)) as {
-    n_prompt: number;
-    n_gen: number;
-    avg_ts: number;
-  }[];
-  const tg = tests.find((t) => t.n_gen > 0)?.avg_ts ?? NaN;
-  const pp = tests.find((t) => t.n_prompt > 0)?.avg_ts ?? NaN;
-  return { tg, pp };
+  const run = await runLlamaBench(`${binDir}/llama-bench`, {
+    model: SMOLLM2_PATH,
+    threads: THREADS,
+    nPrompt: N_PROMPT,
+    nGen: N_GEN,
+    reps: REPS,
+    flashAttn: "0",
+    repack: 1,
+    rpc: endpoint,
+  });
+  return { tg: mean(run.tg ?? [NaN]), pp: mean(run.pp ?? [NaN]) };
 }
 
 const report = new PerfReport();

@@ -22,6 +22,7 @@ import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
 import { GgmlRpcServer, llamaBinDir } from "../tests/rpc_server.ts";
 import { RpcServer } from "../src/rpc/server/server.ts";
 import { PerfReport } from "./perf_line.ts";
+import { runLlamaBench } from "./peers/llama_bench_cli.ts";
 
 const threadsAt = Deno.args.indexOf("--threads");
 const THREADS = threadsAt >= 0 ? Number(Deno.args[threadsAt + 1]) : 2;
@@ -41,29 +42,21 @@ if (!smolLM2Cached()) {
   Deno.exit(0);
 }
 
-/** llama-bench --rpc against `endpoint`: tg and pp tokens/s. */
+/** llama-bench --rpc against `endpoint`: tg and pp tokens/s (the mean of its runs, its avg_ts). */
 async function llamaBench(endpoint: string, fa: 0 | 1): Promise<{ tg: number; pp: number }> {
-  const out = await new Deno.Command(`${binDir}/llama-bench`, {
-    args: [
-      ...["-m", SMOLLM2_PATH, "--rpc", endpoint, "-ngl", "99", "-t", String(THREADS)],
-      ...["-p", String(N_PROMPT), "-n", String(N_GEN), "-r", String(REPS), "-fa", String(fa)],
-      ...["-ctk", "f16", "-ctv", "f16", "-o", "json"],
-    ],
-    env: { LD_LIBRARY_PATH: binDir },
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  if (!out.success) {
-    throw new Error(`llama-bench failed: ${new TextDecoder().decode(out.stderr).slice(-400)}`);
-  }
-  const tests = JSON.parse(new TextDecoder().decode(out.stdout)) as {
-    n_prompt: number;
-    n_gen: number;
-    avg_ts: number;
-  }[];
-  const tg = tests.find((t) => t.n_gen > 0)?.avg_ts ?? NaN;
-  const pp = tests.find((t) => t.n_prompt > 0)?.avg_ts ?? NaN;
-  return { tg, pp };
+  const run = await runLlamaBench(`${binDir}/llama-bench`, {
+    model: SMOLLM2_PATH,
+    threads: THREADS,
+    nPrompt: N_PROMPT,
+    nGen: N_GEN,
+    reps: REPS,
+    flashAttn: String(fa) as "0" | "1",
+    repack: 1,
+    rpc: endpoint,
+  });
+  const mean = (xs: number[] | undefined): number =>
+    xs && xs.length > 0 ? xs.reduce((s, x) => s + x, 0) / xs.length : NaN;
+  return { tg: mean(run.tg), pp: mean(run.pp) };
 }
 
 const report = new PerfReport();

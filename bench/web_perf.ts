@@ -21,6 +21,7 @@ import puppeteer from "npm:puppeteer-core@25.16.0";
 import { serveFile } from "../tools/web_serve.ts";
 import { PerfReport } from "./perf_line.ts";
 import type { BenchState } from "../web/bench/bench.ts";
+import { chromiumPath } from "../tools/chromium.ts";
 
 const root = new URL("../", import.meta.url);
 const peers = new URL("bench/web/node_modules/", root);
@@ -75,18 +76,6 @@ async function bundle(): Promise<void> {
       await Deno.copyFile(new URL(`zig-out/wasm/${entry.name}`, root), new URL(entry.name, dist));
     }
   }
-}
-
-function chromiumPath(): string {
-  const path = Deno.env.get("CHROMIUM") ?? "/usr/bin/chromium";
-  try {
-    Deno.statSync(path);
-  } catch {
-    throw new Error(
-      `no Chromium at ${path}: install it (apt-get install chromium) or set CHROMIUM`,
-    );
-  }
-  return path;
 }
 
 function loadAverage(): string {

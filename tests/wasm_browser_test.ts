@@ -26,6 +26,7 @@ import { PAGE_BLOCK } from "../web/page_block.ts";
 import type { LLMPageState } from "../web/llm_page.ts";
 import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
 import { WEBGPU_LLM_NEAR_TIE } from "./gpu.ts";
+import { chromiumPath } from "../tools/chromium.ts";
 
 /** The page's model run: a short prompt, a few greedy tokens. */
 const LLM_PROMPT = "The capital of France is";
@@ -175,18 +176,6 @@ async function checkModel(page: Page, logs: string[]): Promise<void> {
   console.log(`  the page's ids: ${verdict}`);
   const svg = await page.$eval("#llm-plan", (e) => e.innerHTML.length);
   assert.ok(svg > 1000, "the page shows the memory plan's SVG timeline");
-}
-
-function chromiumPath(): string {
-  const path = Deno.env.get("CHROMIUM") ?? "/usr/bin/chromium";
-  try {
-    Deno.statSync(path);
-  } catch {
-    throw new Error(
-      `no Chromium at ${path}: install it (apt-get install chromium) or set CHROMIUM`,
-    );
-  }
-  return path;
 }
 
 Deno.test({

@@ -122,29 +122,51 @@ interface Ort {
  */
 const ONNXRUNTIME_SPECIFIER = "onnxruntime-node";
 
+/** A session of onnxruntime-node over one model, and the package's Tensor constructor. */
+export interface OrtSession {
+  Tensor: Ort["Tensor"];
+  session: Awaited<ReturnType<Ort["InferenceSession"]["create"]>>;
+}
+
+/**
+ * Loads onnxruntime-node and creates a session of `model()` on `threads` intra-op threads
+ * (sequential, all graph optimizations), or returns null, printing why and that `task` runs it
+ * under bench/deno.json, when the package cannot load. The peers of bench/ share it.
+ */
+export async function ortSession(
+  model: () => Uint8Array,
+  threads: number,
+  task: string,
+): Promise<OrtSession | null> {
+  let ort: Ort;
+  try {
+    ort = await import(ONNXRUNTIME_SPECIFIER) as Ort;
+  } catch (error) {
+    console.warn(
+      `onnxruntime-node ${ONNXRUNTIME_VERSION} unavailable (run with --config bench/deno.json, ` +
+        `as \`${task}\` does): ${String(error)}`,
+    );
+    return null;
+  }
+  const session = await ort.InferenceSession.create(model(), {
+    intraOpNumThreads: threads,
+    interOpNumThreads: 1,
+    executionMode: "sequential",
+    graphOptimizationLevel: "all",
+  });
+  return { Tensor: ort.Tensor, session };
+}
+
 /** Builds the session, or returns null (printing why) if onnxruntime-node cannot load. */
 export async function onnxBlock(
   c: BlockConfig,
   w: Data,
   threads: number,
 ): Promise<OnnxBlock | null> {
-  let ort: Ort;
-  try {
-    ort = await import(ONNXRUNTIME_SPECIFIER) as Ort;
-  } catch (error) {
-    console.warn(
-      `onnxruntime-node unavailable (run with --config bench/deno.json, as \`deno task bench\` ` +
-        `does): ${String(error)}`,
-    );
-    return null;
-  }
-  const session = await ort.InferenceSession.create(buildModel(c, w), {
-    intraOpNumThreads: threads,
-    interOpNumThreads: 1,
-    executionMode: "sequential",
-    graphOptimizationLevel: "all",
-  });
-  const feeds = { x: new ort.Tensor("float32", w.x, [c.seq, c.dim]) };
+  const opened = await ortSession(() => buildModel(c, w), threads, "deno task bench");
+  if (!opened) return null;
+  const { Tensor, session } = opened;
+  const feeds = { x: new Tensor("float32", w.x, [c.seq, c.dim]) };
   return {
     run: async () => (await session.run(feeds)).out!.data as Float32Array,
     close: () => session.release(),

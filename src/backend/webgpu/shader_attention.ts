@@ -15,6 +15,7 @@
 
 import type { DType } from "../../dtype.ts";
 import { PARAMS_WGSL, tensorBindings, WORKGROUP_SIZE } from "./wgsl_common.ts";
+import { workgroupRowEntry } from "./shader_rows.ts";
 
 /** Output dims each thread accumulates: head dims up to this times the workgroup size. */
 export const ATTENTION_DV_PER_THREAD = 4;
@@ -51,16 +52,8 @@ fn is_neg_inf(x: f32) -> bool {
   return bitcast<u32>(x) == 0xff800000u;
 }
 
-@compute @workgroup_size(${WORKGROUP_SIZE})
-fn main(
-  @builtin(workgroup_id) wid: vec3<u32>,
-  @builtin(num_workgroups) nwg: vec3<u32>,
-  @builtin(local_invocation_index) lid: u32,
-) {
-  let r = wid.y * nwg.x + wid.x;
-  if (r >= P.u.x) {
-    return;
-  }
+${
+    workgroupRowEntry(`
   let qn = P.t[0].ne;
   let h = r % qn.z;
   let t = (r / qn.z) % qn.y;
@@ -124,5 +117,6 @@ fn main(
       D_set_f32(P.u.y + (e + dv * r) * 4u, acc[i] * inverse);
     }
   }
-}`;
+`)
+  }`;
 }

@@ -6,28 +6,15 @@
  */
 
 import { PARAMS_WGSL, tensorBindings, WORKGROUP_SIZE } from "./wgsl_common.ts";
-import { REDUCE_WGSL } from "./shader_rows.ts";
-
-const ENTRY = `
-@compute @workgroup_size(${WORKGROUP_SIZE})
-fn main(
-  @builtin(workgroup_id) wid: vec3<u32>,
-  @builtin(num_workgroups) nwg: vec3<u32>,
-  @builtin(local_invocation_index) lid: u32,
-) {
-  let r = wid.y * nwg.x + wid.x;
-  if (r >= P.u.x) {
-    return;
-  }`;
+import { REDUCE_WGSL, rowEntry, workgroupRowEntry } from "./shader_rows.ts";
 
 /** One workgroup per row of S0 (`P.u.x` rows); `P.f.x` = eps. */
 export function l2NormShader(): string {
   return `${PARAMS_WGSL}
 ${tensorBindings("f32", ["f32"])}
 ${REDUCE_WGSL}
-${ENTRY}
-  let rc = row_coords(1u, r);
-  let n = P.t[1].ne.x;
+${
+    rowEntry(`
   var sum = 0.0;
   var carry = 0.0;
   for (var j = lid; j < n; j = j + ${WORKGROUP_SIZE}u) {
@@ -42,7 +29,8 @@ ${ENTRY}
     let e = rc + vec4<u32>(j, 0u, 0u, 0u);
     D_set_f32(at(0u, e), S0_f32(at(1u, e)) * scale);
   }
-}`;
+`)
+  }`;
 }
 
 /**
@@ -59,7 +47,8 @@ fn group_coords(j: u32, begin: u32, image: u32) -> vec4<u32> {
   let ne = P.t[1].ne;
   return vec4<u32>(j % ne.x, (j / ne.x) % ne.y, begin + j / (ne.x * ne.y), image);
 }
-${ENTRY}
+${
+    workgroupRowEntry(`
   let ne = P.t[1].ne;
   let group = r % P.u.z;
   let image = r / P.u.z;
@@ -90,5 +79,6 @@ ${ENTRY}
     let c = group_coords(j, begin, image);
     D_set_f32(at(0u, c), (S0_f32(at(1u, c)) - mean) * scale);
   }
-}`;
+`)
+  }`;
 }

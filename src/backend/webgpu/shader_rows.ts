@@ -44,8 +44,8 @@ fn reduce_max(lid: u32, value: f32) -> f32 {
 }
 `;
 
-/** The entry of a one-workgroup-per-row kernel: `r`, its coordinates `rc` and length `n`. */
-export function rowEntry(body: string): string {
+/** The entry of a kernel of one workgroup per row (`P.u.x` rows): the row `r`, the thread `lid`. */
+export function workgroupRowEntry(body: string): string {
   return `
 @compute @workgroup_size(${WORKGROUP_SIZE})
 fn main(
@@ -57,10 +57,15 @@ fn main(
   if (r >= P.u.x) {
     return;
   }
-  let rc = row_coords(1u, r);
-  let n = P.t[1].ne.x;
 ${body}
 }`;
+}
+
+/** The entry of a one-workgroup-per-row kernel: `r`, its coordinates `rc` and length `n`. */
+export function rowEntry(body: string): string {
+  return workgroupRowEntry(`  let rc = row_coords(1u, r);
+  let n = P.t[1].ne.x;
+${body}`);
 }
 
 // Compensated sum over the row of S0, optionally centred: (x - centre)^2 when squared.

@@ -36,6 +36,7 @@ import {
 import { secondsPerCall } from "./timing.ts";
 import { Progress } from "./progress.ts";
 import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
+import { llamaBuildBin } from "./peers/llama_bench_cli.ts";
 
 const THREADS = 2;
 const K = 4096;
@@ -119,10 +120,9 @@ function readBound(bytes: number, seconds: number): number {
 function ggmlGemv(type: QuantDType, n: number): { gbps: number; gflops: number } | string {
   const script = `${root}bench/peers/ggml_gemv.sh`;
   // The harness would start the (minutes-long) llama.cpp build itself: only a cached build runs.
-  const cache = Deno.env.get("GRAFT_CACHE") ?? `${Deno.env.get("HOME")}/.cache/graft`;
   const built = ["avx512", "avx2", "generic"].some((level) => {
     try {
-      Deno.statSync(`${cache}/llama.cpp-0.3.36/build-${level}/bin/test-backend-ops`);
+      Deno.statSync(`${llamaBuildBin(level)}/test-backend-ops`);
       return true;
     } catch {
       return false;

@@ -6,17 +6,16 @@
  * @module
  */
 
-import { simdLevel } from "../bench/peers/llama_bench_cli.ts";
+import { llamaBuildBin } from "../bench/peers/llama_bench_cli.ts";
 
 /** The pinned build's bin directory for this CPU (or the reason it is missing). */
 export function llamaBinDir(): { dir: string } | { skip: string } {
-  let cache: string;
+  let dir: string;
   try {
-    cache = Deno.env.get("GRAFT_CACHE") ?? `${Deno.env.get("HOME")}/.cache/graft`;
+    dir = llamaBuildBin();
   } catch {
     return { skip: "no --allow-env to find the llama.cpp build cache" };
   }
-  const dir = `${cache}/llama.cpp-0.3.36/build-${simdLevel()}/bin`;
   try {
     if (Deno.statSync(`${dir}/ggml-rpc-server`).isFile) return { dir };
   } catch {

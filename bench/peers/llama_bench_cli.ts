@@ -48,10 +48,18 @@ function cpuinfo(): string {
   }
 }
 
+/**
+ * The bin directory of tools/llama_build.sh's build for SIMD `level` (this CPU's by default):
+ * $GRAFT_CACHE or ~/.cache/graft, llama.cpp-0.3.36/build-<level>/bin. Needs --allow-env.
+ */
+export function llamaBuildBin(level: string = simdLevel()): string {
+  const cache = Deno.env.get("GRAFT_CACHE") ?? `${Deno.env.get("HOME")}/.cache/graft`;
+  return `${cache}/llama.cpp-0.3.36/build-${level}/bin`;
+}
+
 /** llama-bench's path in the pinned build, or the reason it is not there (and how to get it). */
 export function llamaBenchPath(): { path: string } | { skip: string } {
-  const cache = Deno.env.get("GRAFT_CACHE") ?? `${Deno.env.get("HOME")}/.cache/graft`;
-  const path = `${cache}/llama.cpp-0.3.36/build-${simdLevel()}/bin/llama-bench`;
+  const path = `${llamaBuildBin()}/llama-bench`;
   try {
     Deno.statSync(path);
     return { path };

@@ -3,10 +3,11 @@
 //! block of 32 (q8_0 for q8_0/q4_0 weights, q8_1 for q4_1: quant.zig's quantize_row, so the same
 //! integers and f16 scales as ggml's quantize_row_q8_*_ref), and each weight block's dot with it
 //! is an integer dot scaled by both blocks' scales, as ggml_vec_dot_q4_0_q8_0,
-//! ggml_vec_dot_q8_0_q8_0 and ggml_vec_dot_q4_1_q8_1 compute it. q4_1 and q8_0 give ggml's x86
+//! ggml_vec_dot_q8_0_q8_0 and ggml_vec_dot_q4_1_q8_1 compute it. All three give ggml's x86
 //! results bit for bit (the same 8 integer lanes per block, the same scale products, fma chain
-//! and horizontal sum: see dot_q4_1 and hsum_float_8; tests/ggml_exact_dots_test.ts checks it
-//! against the pinned llama.cpp build); q4_0 sums pairs of blocks per vector, another f32 order.
+//! and horizontal sum: see dot_q4 and hsum_float_8; tests/ggml_exact_dots_test.ts checks q4_1
+//! and q8_0 against the pinned llama.cpp build, and this file's tests all three against
+//! ggml_dot_ref).
 //!
 //! The quantized src1 row is kept in a layout of its own (`Activation`): the 32 quants of every
 //! block in one aligned run, and the scales (and q8_1's sums) as f32 arrays beside it, so the
@@ -17,9 +18,11 @@
 //!
 //! The integer products use vpdpbusd (u8 x i8, groups of 4 summed into i32) in the AVX-512 build,
 //! which has VNNI, and vpmaddubsw + vpmaddwd (the same sums through i16) in the AVX2 build, as
-//! ggml's AVX2 code does. Both run 256-bit vectors (a q8_0 or q4_1 block, or a pair of q4_0
-//! blocks, per vector; see dot_chunks): 512-bit ones measured no faster, their shuffles crowding
-//! one port.
+//! ggml's AVX2 code does. Both run 256-bit vectors, a block per vector: ggml's lanes, and
+//! 512-bit ones measured no faster, their shuffles crowding one port.
+//!
+//! The scales are read without gathers: vpgatherdd is microcoded on Intel since the GDS fix,
+//! and a load per row and block measured faster on both builds (see head_at).
 
 const std = @import("std");
 const builtin = @import("builtin");
@@ -96,18 +99,6 @@ pub fn quantize_activation(weight: DType, values: []align(1) const f32, out: [*]
             qs[b * qk ..][0..qk].* = block[2..34].*;
         }
     }
-    // The q4_0 kernel reads a pair of blocks as one vector: the low nibbles (elements 0-15) of
-    // both blocks, then the high ones (16-31); the activation of each whole pair (pairs of
-    // blocks counted from the row's start: chunks hold an even number) is laid out to match.
-    // q4_1 (dot_q4_1, ggml's block-at-a-time order) and q8_0 keep each block's 32 quants in order.
-    if (weight == .q4_0) {
-        for (0..blocks / 2) |pair| {
-            const run = qs[pair * 2 * qk ..][0 .. 2 * qk];
-            const original = run[0 .. 2 * qk].*;
-            run[16..32].* = original[32..48].*;
-            run[32..48].* = original[16..32].*;
-        }
-    }
 }
 
 /// quant.zig's quantize_row_activation of one block in vectors, the same f32 operations as
@@ -178,10 +169,18 @@ inline fn sign(b: I8x32, a: I8x32) I8x32 {
 
 /// The 32 nibbles of a q4 block as bytes: low nibbles are elements 0-15, high ones 16-31.
 inline fn nibbles(qs: *const [16]u8) U8x32 {
+    // Both halves hold the 16 bytes; shifting the upper half's dwords by 4 (vpsrlvd) brings
+    // its high nibbles down, and the mask drops what crossed over. Measured faster than
+    // masking and shifting 16 bytes and joining them (a vinserti128 per block).
+    const both: @Vector(8, u32) = @bitCast(broadcast16(qs));
+    const shifted = both >> @Vector(8, u5){ 0, 0, 0, 0, 4, 4, 4, 4 };
+    return @as(U8x32, @bitCast(shifted)) & @as(U8x32, @splat(0x0f));
+}
+
+/// 16 bytes in both halves of a vector: one vbroadcasti128 load.
+inline fn broadcast16(qs: *const [16]u8) U8x32 {
     const packed_bytes: @Vector(16, u8) = qs.*;
-    const low = packed_bytes & @as(@Vector(16, u8), @splat(0x0f));
-    const high = packed_bytes >> @as(@Vector(16, u3), @splat(4));
-    return std.simd.join(low, high);
+    return std.simd.join(packed_bytes, packed_bytes);
 }
 
 /// out[r] = dot(row r of weights, activation) for `count` (<= rows_max) rows of `blocks` blocks
@@ -196,12 +195,12 @@ pub fn dot_rows(
 ) void {
     assert(count >= 1 and count <= rows_max);
     switch (dtype) {
-        .q4_1 => switch (count) {
-            inline 1...rows_max => |r| return dot_q4_1(r, rows, y, blocks, out),
+        inline .q4_0, .q4_1 => |kind| switch (count) {
+            inline 1...rows_max => |r| return dot_q4(kind, r, rows, y, blocks, out),
             else => unreachable,
         },
-        inline .q4_0, .q8_0 => |kind| switch (count) {
-            inline 1...rows_max => |r| return dot_chunks(kind, r, rows, y, blocks, out),
+        .q8_0 => switch (count) {
+            inline 1...rows_max => |r| return dot_q8_0(r, rows, y, blocks, out),
             else => unreachable,
         },
         else => unreachable,
@@ -218,26 +217,36 @@ fn block_bytes(comptime kind: DType) usize {
     };
 }
 
-/// Blocks whose scales are read and converted together: one 8-lane gather.
+/// Blocks whose scales are read and converted together.
 const chunk = 8;
 
-extern fn @"llvm.x86.avx2.gather.d.d.256"(src: I32x8, base: [*]const u8, index: I32x8, mask: I32x8, scale: i8) I32x8;
+/// How far ahead of each block a row's bytes are prefetched (into L2). Each row is one of
+/// mul_mat_quant.zig's far-apart sequential streams; 768-1024 bytes measured best (2 threads,
+/// 4096x4096 weights from DRAM, AVX-512 build: q4_0 27-29 GB/s, against 25-26.5 at 4 rows
+/// ahead and 21-22 with no prefetch).
+const prefetch_bytes = 1024;
 
 /// The first 4 bytes of each of `count` (<= chunk) consecutive blocks of `bb` bytes from `row`
 /// as i32 lanes (lanes past `count` are 0): f16 d in the low half, and for q4_1 f16 m in the
-/// high half. One vpgatherdd instead of a load and an insert per block.
-inline fn gather_heads(comptime bb: usize, row: [*]const u8, count: usize) I32x8 {
-    const index: I32x8 = comptime blk: {
-        var lanes: [8]i32 = undefined;
-        for (0..8) |i| lanes[i] = @intCast(i * bb);
-        break :blk lanes;
-    };
-    const lane: I32x8 = comptime std.simd.iota(i32, 8);
-    const mask: I32x8 = @select(i32, lane < @as(I32x8, @splat(@intCast(count))), @as(I32x8, @splat(-1)), @as(I32x8, @splat(0)));
-    if (comptime has_avx2) return @"llvm.x86.avx2.gather.d.d.256"(@splat(0), row, index, mask, 1);
+/// high half.
+inline fn chunk_heads(comptime bb: usize, row: [*]const u8, count: usize) I32x8 {
     var out: I32x8 = @splat(0);
-    for (0..count) |i| out[i] = std.mem.readInt(i32, row[i * bb ..][0..4], .little);
+    if (count == chunk) {
+        inline for (0..chunk) |i| out[i] = head_at(row + i * bb);
+        return out;
+    }
+    for (0..count) |i| out[i] = head_at(row + i * bb);
     return out;
+}
+
+/// A block's first 4 bytes as an i32 (x86 is little-endian). The load is volatile so that LLVM
+/// keeps it a scalar load (vmovd/vpinsrd) instead of vectorizing neighbours into a vpgatherdd,
+/// which the AVX-512 target thinks cheap and which is several times slower here (Intel's gather
+/// microcode since the GDS fix; measured 19 vs 11 GB/s for q4_0 in cache).
+inline fn head_at(p: [*]const u8) i32 {
+    comptime assert(builtin.cpu.arch.endian() == .little);
+    const word: *align(1) const volatile i32 = @ptrCast(p);
+    return word.*;
 }
 
 /// The low (or high) f16 halves of 8 i32 lanes as f32.
@@ -246,13 +255,6 @@ inline fn halves_to_f32(heads: I32x8, comptime high: bool) F32x8 {
     const shifted = if (high) bits >> @splat(16) else bits;
     const h: @Vector(8, f16) = @bitCast(@as(@Vector(8, u16), @truncate(shifted)));
     return common.widen_f16(8, h);
-}
-
-/// Lanes [s[2p] x 4, s[2p+1] x 4]: the scales of pair p for its 8 i32 lanes of sums.
-inline fn pair_lanes(scales: F32x8, p: usize) F32x8 {
-    const base: @Vector(8, i32) = .{ 0, 0, 0, 0, 1, 1, 1, 1 };
-    const index = base + @as(@Vector(8, i32), @splat(@intCast(2 * p)));
-    return permute(scales, index);
 }
 
 extern fn @"llvm.x86.avx2.permps"(a: F32x8, index: @Vector(8, i32)) F32x8;
@@ -265,93 +267,41 @@ inline fn permute(a: F32x8, index: @Vector(8, i32)) F32x8 {
     return out;
 }
 
-/// The weight rows' dots, a chunk of 8 blocks at a time: per row, one gather reads the chunk's
-/// 8 scales (and q4_1's mins), converted and multiplied by the activation's scales in one
-/// vector; then each block's (q8_0) or pair's (q4) integer sums take their scale lanes by one
-/// vpermps. Per pair, a q4 row is one 32-byte vector of both blocks' packed nibbles (low
-/// nibbles, then high ones, against the activation's pair layout), its sums in 8 i32 lanes
-/// (4 per block); q8_0 takes one block per vector. Integer sums per block are ggml's.
-fn dot_chunks(comptime kind: DType, comptime R: usize, rows: *const [rows_max][*]const u8, y: Activation, blocks: usize, out: *[rows_max]f32) void {
-    const bb = comptime block_bytes(kind);
-    // Prefetched R rows past each row: the next group's lines when the R rows are adjacent, and
-    // R rows further along each run when they come from far-apart runs (mul_mat_quant.zig).
-    const ahead = R * blocks * bb;
+/// q8_0 rows' dots, a chunk of 8 blocks at a time: per row, the chunk's 8 scales are read,
+/// converted and multiplied by the activation's scales in one vector; then each block's integer
+/// sums (ggml's, in 8 i32 lanes) take their scale lane by one vpermps.
+fn dot_q8_0(comptime R: usize, rows: *const [rows_max][*]const u8, y: Activation, blocks: usize, out: *[rows_max]f32) void {
+    const bb = comptime block_bytes(.q8_0);
     var acc: [R]F32x8 = @splat(@splat(0));
-    var mins: [R]F32x8 = @splat(@splat(0));
     const y_bytes: [*]align(32) const u8 = @ptrCast(y.qs);
     var first: usize = 0;
     while (first < blocks) : (first += chunk) {
         const count = @min(chunk, blocks - first);
         var dy: F32x8 = @splat(0);
-        var sy: F32x8 = @splat(0);
-        for (0..count) |i| {
-            dy[i] = y.d[first + i];
-            if (kind == .q4_1) sy[i] = y.s[first + i];
-        }
+        for (0..count) |i| dy[i] = y.d[first + i];
         var scales: [R]F32x8 = undefined;
-        inline for (0..R) |r| {
-            const heads = gather_heads(bb, rows[r] + first * bb, count);
-            scales[r] = halves_to_f32(heads, false) * dy;
-            if (kind == .q4_1) mins[r] = common.fma(F32x8, halves_to_f32(heads, true), sy, mins[r]);
-        }
-        if (kind == .q8_0) {
-            for (0..count) |i| {
-                const b = first + i;
-                const yq: I8x32 = @bitCast(y_bytes[b * qk ..][0..32].*);
-                const zero: I32x8 = @splat(0);
-                // x + 128 is unsigned; its products overshoot by 128 * sum(y), taken off first
-                // (VNNI); without VNNI ggml's sign trick keeps vpmaddubsw from saturating.
-                const offset = if (has_vnni) zero - dot_add(zero, @splat(128), yq) else zero;
-                const index: @Vector(8, i32) = @splat(@intCast(i));
-                inline for (0..R) |r| {
-                    const block = rows[r] + b * bb;
-                    @prefetch(block + ahead, .{ .locality = 2 });
-                    const xq: I8x32 = @bitCast(block[2..34].*);
-                    const dot = if (has_vnni)
-                        dot_add(offset, @as(U8x32, @bitCast(xq)) ^ @as(U8x32, @splat(0x80)), yq)
-                    else
-                        dot_add(zero, @bitCast(@abs(xq)), sign(yq, xq));
-                    acc[r] = common.fma(F32x8, @floatFromInt(dot), permute(scales[r], index), acc[r]);
-                }
-            }
-        } else {
-            const at: usize = if (kind == .q4_1) 4 else 2;
-            for (0..count / 2) |p| {
-                const b = first + 2 * p;
-                const ylo: I8x32 = @bitCast(y_bytes[b * qk ..][0..32].*);
-                const yhi: I8x32 = @bitCast(y_bytes[b * qk + 32 ..][0..32].*);
-                const zero: I32x8 = @splat(0);
-                const eights: U8x32 = @splat(8);
-                const offset = if (kind == .q4_0) zero - dot_add(dot_add(zero, eights, ylo), eights, yhi) else zero;
-                inline for (0..R) |r| {
-                    const b0 = rows[r] + b * bb;
-                    @prefetch(b0 + ahead, .{ .locality = 2 });
-                    const packed_bytes: U8x32 = std.simd.join(@as(@Vector(16, u8), b0[at..][0..16].*), @as(@Vector(16, u8), b0[bb + at ..][0..16].*));
-                    const mask: U8x32 = @splat(0x0f);
-                    const low = packed_bytes & mask;
-                    // Shifting 16-bit lanes moves each byte's high nibble down; the mask drops
-                    // the bits that crossed over from the next byte.
-                    const high = @as(U8x32, @bitCast(@as(@Vector(16, u16), @bitCast(packed_bytes)) >> @splat(4))) & mask;
-                    const dot = dot_add(dot_add(offset, low, ylo), high, yhi);
-                    acc[r] = common.fma(F32x8, @floatFromInt(dot), pair_lanes(scales[r], p), acc[r]);
-                }
-            }
-            if (count % 2 == 1) {
-                // A last block without a partner: laid out as one block (elements 0-31).
-                const b = first + count - 1;
-                const yq: I8x32 = @bitCast(y_bytes[b * qk ..][0..32].*);
-                const zero: I32x8 = @splat(0);
-                const offset = if (kind == .q4_0) zero - dot_add(zero, @splat(8), yq) else zero;
-                const index: @Vector(8, i32) = @splat(@intCast(count - 1));
-                inline for (0..R) |r| {
-                    const block = rows[r] + b * bb;
-                    const dot = dot_add(offset, nibbles(block[at..][0..16]), yq);
-                    acc[r] = common.fma(F32x8, @floatFromInt(dot), permute(scales[r], index), acc[r]);
-                }
+        inline for (0..R) |r| scales[r] = halves_to_f32(chunk_heads(bb, rows[r] + first * bb, count), false) * dy;
+        for (0..count) |i| {
+            const b = first + i;
+            const yq: I8x32 = @bitCast(y_bytes[b * qk ..][0..32].*);
+            const zero: I32x8 = @splat(0);
+            // x + 128 is unsigned; its products overshoot by 128 * sum(y), taken off first
+            // (VNNI); without VNNI ggml's sign trick keeps vpmaddubsw from saturating.
+            const offset = if (has_vnni) zero - dot_add(zero, @splat(128), yq) else zero;
+            const index: @Vector(8, i32) = @splat(@intCast(i));
+            inline for (0..R) |r| {
+                const block = rows[r] + b * bb;
+                @prefetch(block + prefetch_bytes, .{ .locality = 2 });
+                const xq: I8x32 = @bitCast(block[2..34].*);
+                const dot = if (has_vnni)
+                    dot_add(offset, @as(U8x32, @bitCast(xq)) ^ @as(U8x32, @splat(0x80)), yq)
+                else
+                    dot_add(zero, @bitCast(@abs(xq)), sign(yq, xq));
+                acc[r] = common.fma(F32x8, @floatFromInt(dot), permute(scales[r], index), acc[r]);
             }
         }
     }
-    inline for (0..R) |r| out[r] = if (kind == .q4_1) hsum_float_8(acc[r]) + @reduce(.Add, mins[r]) else hsum_float_8(acc[r]);
+    inline for (0..R) |r| out[r] = hsum_float_8(acc[r]);
 }
 
 /// ggml's hsum_float_8 (x86 quants.c): the high half added to the low one, then lanes 2-3 to
@@ -363,50 +313,68 @@ inline fn hsum_float_8(v: F32x8) f32 {
     return (a[0] + a[2]) + (a[1] + a[3]);
 }
 
-/// q4_1 rows times a q8_1 activation with ggml_vec_dot_q4_1_q8_1's f32 operations (x86, AVX2
-/// branch), so each row's result has its bits: per block, the 32 nibbles as [low nibbles
-/// (elements 0-15), high ones (16-31)] dotted with the block's quants into 8 i32 lanes (lane j:
-/// elements 4j..4j+3; exact integers, vpdpbusd or vpmaddubsw + vpmaddwd alike), converted to
-/// f32 and accumulated as acc = fma(d_x * d_y, lanes, acc), blocks in order; beside it
-/// summs = fma(m_x, s_y, summs) per block in order (GCC contracts ggml's `summs += m*s`: its
-/// build has vfmadd231ss there); the result hsum_float_8(acc) + summs. Several rows at once only
-/// interleave independent chains: one gather per block reads every row's d and m (lane r: row
-/// r), so the rows' summs chains run side by side in one vector.
-fn dot_q4_1(comptime R: usize, rows: *const [rows_max][*]const u8, y: Activation, blocks: usize, out: *[rows_max]f32) void {
-    const bb = comptime block_bytes(.q4_1);
-    // Prefetched R rows past each row: the next group's lines when the R rows are adjacent, and
-    // R rows further along each run when they come from far-apart runs (mul_mat_quant.zig).
-    const ahead = R * blocks * bb;
-    const base = @intFromPtr(rows[0]);
-    var index: I32x8 = @splat(0);
-    var gather_ok = has_avx2;
-    inline for (0..R) |r| {
-        const offset: isize = @bitCast(@intFromPtr(rows[r]) -% base);
-        if (offset < std.math.minInt(i32) or offset > std.math.maxInt(i32)) gather_ok = false else index[r] = @intCast(offset);
-    }
-    const lane: I32x8 = comptime std.simd.iota(i32, 8);
-    const mask: I32x8 = @select(i32, lane < @as(I32x8, @splat(R)), @as(I32x8, @splat(-1)), @as(I32x8, @splat(0)));
+/// q4_1 rows times a q8_1 activation, or q4_0 rows times a q8_0 one, with
+/// ggml_vec_dot_q4_1_q8_1's and ggml_vec_dot_q4_0_q8_0's f32 operations (x86, AVX2 branch), so
+/// each row's result has their bits: per block, the 32 nibbles (less 8 for q4_0) as [low
+/// nibbles (elements 0-15), high ones (16-31)] dotted with the block's quants into 8 i32 lanes
+/// (lane j: elements 4j..4j+3; exact integers, vpdpbusd or vpmaddubsw + vpmaddwd alike),
+/// converted to f32 and accumulated as acc = fma(d_x * d_y, lanes, acc), blocks in order; for
+/// q4_1, beside it summs = fma(m_x, s_y, summs) per block in order (GCC contracts ggml's
+/// `summs += m*s`: its build has vfmadd231ss there); the result hsum_float_8(acc) (+ summs).
+/// Several rows at once only interleave independent chains.
+fn dot_q4(comptime kind: DType, comptime R: usize, rows: *const [rows_max][*]const u8, y: Activation, blocks: usize, out: *[rows_max]f32) void {
+    comptime assert(R <= rows_max and (kind == .q4_0 or kind == .q4_1));
+    // Rows 0-3 and 4-7 each have their vector of heads.
+    const H = comptime (R + 3) / 4;
+    const bb = comptime block_bytes(kind);
+    const at = comptime if (kind == .q4_1) 4 else 2;
+    // Each row's first 4 bytes (f16 d, then q4_1's f16 m or q4_0's first quants) go to one
+    // i32 lane, and one vcvtph2ps makes `dm` = [d_0, m_0, d_1, m_1, ...] in f32: lane 2r
+    // times d_y is row r's d_x * d_y, and for q4_1 lane 2r + 1 carries row r's summs chain
+    // (the chains in the other lanes are unused).
+    //
+    // With VNNI the high nibbles are taken in place (byte & 0xf0, 16 times their value)
+    // instead of shifted down: lanes 4-7 of the integer sums are 16 times ggml's, exact in f32
+    // (|16 s| < 2^24), so those lanes of the accumulator are exactly 16 times ggml's at every
+    // step (fma(16 a, b, 16 c) = 16 fma(a, b, c): scaling by a power of two is exact, and the
+    // values are far from f32's range limits), and one exact multiply by 1/16 at the end gives
+    // ggml's bits.
+    //
+    // q4_0's quants are nibbles - 8: the nibbles' sums are offset by -8 * sum(y) per lane
+    // (-128 * sum(y) in the high lanes taken in place), one dot per block for all rows.
+    const in_place = comptime has_vnni;
+    const nibble_mask: U8x32 = comptime if (in_place) std.simd.join(@as(@Vector(16, u8), @splat(0x0f)), @as(@Vector(16, u8), @splat(0xf0))) else @splat(0x0f);
+    const eights: U8x32 = comptime if (in_place) std.simd.join(@as(@Vector(16, u8), @splat(8)), @as(@Vector(16, u8), @splat(128))) else @splat(8);
     var acc: [R]F32x8 = @splat(@splat(0));
-    var summs: F32x8 = @splat(0);
+    var summs: [H]F32x8 = @splat(@splat(0));
     const y_bytes: [*]align(32) const u8 = @ptrCast(y.qs);
     for (0..blocks) |b| {
-        var heads: I32x8 = @splat(0);
-        if (has_avx2 and gather_ok) {
-            heads = @"llvm.x86.avx2.gather.d.d.256"(@splat(0), rows[0] + b * bb, index, mask, 1);
-        } else {
-            inline for (0..R) |r| heads[r] = std.mem.readInt(i32, rows[r][b * bb ..][0..4], .little);
+        var dxy: [H]F32x8 = undefined;
+        inline for (0..H) |h| {
+            var heads: @Vector(4, i32) = @splat(0);
+            inline for (4 * h..@min(R, 4 * h + 4)) |r| heads[r - 4 * h] = head_at(rows[r] + b * bb);
+            const dm: F32x8 = @floatCast(@as(@Vector(8, f16), @bitCast(heads)));
+            dxy[h] = dm * @as(F32x8, @splat(y.d[b]));
+            if (kind == .q4_1) summs[h] = common.fma(F32x8, dm, @as(F32x8, @splat(y.s[b])), summs[h]);
         }
-        const dxy = halves_to_f32(heads, false) * @as(F32x8, @splat(y.d[b]));
-        summs = common.fma(F32x8, halves_to_f32(heads, true), @as(F32x8, @splat(y.s[b])), summs);
         const yq: I8x32 = @bitCast(y_bytes[b * qk ..][0..32].*);
+        const zero: I32x8 = @splat(0);
+        const offset = if (kind == .q4_0) zero - dot_add(zero, eights, yq) else zero;
         inline for (0..R) |r| {
             const block = rows[r] + b * bb;
-            @prefetch(block + ahead, .{ .locality = 2 });
-            const dot = dot_add(@splat(0), nibbles(block[4..][0..16]), yq);
-            acc[r] = common.fma(F32x8, @floatFromInt(dot), @as(F32x8, @splat(dxy[r])), acc[r]);
+            @prefetch(block + prefetch_bytes, .{ .locality = 2 });
+            const dot = if (in_place)
+                dot_add(offset, broadcast16(block[at..][0..16]) & nibble_mask, yq)
+            else
+                offset + pairs(maddubs(nibbles(block[at..][0..16]), yq));
+            acc[r] = common.fma(F32x8, @floatFromInt(dot), @as(F32x8, @splat(dxy[r / 4][2 * (r % 4)])), acc[r]);
         }
     }
-    inline for (0..R) |r| out[r] = hsum_float_8(acc[r]) + summs[r];
+    const unscale: F32x8 = if (in_place) .{ 1, 1, 1, 1, 1.0 / 16.0, 1.0 / 16.0, 1.0 / 16.0, 1.0 / 16.0 } else @splat(1);
+    inline for (0..R) |r| {
+        const sum = hsum_float_8(acc[r] * unscale);
+        out[r] = if (kind == .q4_1) sum + summs[r / 4][2 * (r % 4) + 1] else sum;
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -493,31 +461,24 @@ test "the activation layout holds quant.zig's q8_0 / q8_1 activation bytes exact
             var block: [36]u8 = undefined;
             quant.quantize_row_activation(act_type, values[b * qk ..][0..qk], block[0..size]);
             const at: usize = if (weight == .q4_1) 4 else 2;
-            // Whole pairs of a q4_0 activation swap their middle halves (see quantize_activation).
             const qs: [*]const u8 = @ptrCast(y.qs);
-            var got: [qk]u8 = undefined;
-            for (0..qk) |j| {
-                var index = b * qk + j;
-                if (weight == .q4_0 and b / 2 < k / qk / 2) {
-                    const in_pair = (b % 2) * qk + j;
-                    const swapped = if (in_pair >= 16 and in_pair < 48) (if (in_pair < 32) in_pair + 16 else in_pair - 16) else in_pair;
-                    index = (b / 2) * 2 * qk + swapped;
-                }
-                got[j] = qs[index];
-            }
-            try std.testing.expectEqualSlices(u8, block[at..][0..qk], &got);
+            try std.testing.expectEqualSlices(u8, block[at..][0..qk], qs[b * qk ..][0..qk]);
             try std.testing.expectEqual(@as(u32, @bitCast(f16_at(block[0..2]))), @as(u32, @bitCast(y.d[b])));
             if (weight == .q4_1) try std.testing.expectEqual(@as(u32, @bitCast(f16_at(block[2..4]))), @as(u32, @bitCast(y.s[b])));
         }
     }
 }
 
-/// ggml_vec_dot_q4_1_q8_1 / ggml_vec_dot_q8_0_q8_0 (x86, AVX2 branch) in scalar f32 steps, lane
-/// by lane: the reference dot_rows must match bit for bit.
+/// ggml_vec_dot_q4_1_q8_1 / ggml_vec_dot_q4_0_q8_0 / ggml_vec_dot_q8_0_q8_0 (x86, AVX2 branch)
+/// in scalar f32 steps, lane by lane: the reference dot_rows must match bit for bit.
 fn ggml_dot_ref(dtype: DType, x: []const u8, y: []const u8, blocks: usize) f32 {
     var acc: [8]f32 = @splat(0);
     var summs: f32 = 0;
-    const xb: usize = if (dtype == .q4_1) 20 else 34;
+    const xb: usize = switch (dtype) {
+        .q4_1 => 20,
+        .q4_0 => 18,
+        else => 34,
+    };
     const yb: usize = if (dtype == .q4_1) 36 else 34;
     for (0..blocks) |b| {
         const xs = x[b * xb ..][0..xb];
@@ -530,10 +491,11 @@ fn ggml_dot_ref(dtype: DType, x: []const u8, y: []const u8, blocks: usize) f32 {
         for (0..8) |j| {
             var lane: i32 = 0;
             for (4 * j..4 * j + 4) |e| {
-                const q: i32 = if (dtype == .q4_1)
-                    (if (e < 16) xs[4 + e] & 15 else xs[4 + e - 16] >> 4)
-                else
-                    @as(i8, @bitCast(xs[2 + e]));
+                const q: i32 = switch (dtype) {
+                    .q4_1 => if (e < 16) xs[4 + e] & 15 else xs[4 + e - 16] >> 4,
+                    .q4_0 => @as(i32, if (e < 16) xs[2 + e] & 15 else xs[2 + e - 16] >> 4) - 8,
+                    else => @as(i8, @bitCast(xs[2 + e])),
+                };
                 lane += q * @as(i8, @bitCast(yq[e]));
             }
             acc[j] = common.fma(f32, dd, @floatFromInt(lane), acc[j]);
@@ -542,9 +504,9 @@ fn ggml_dot_ref(dtype: DType, x: []const u8, y: []const u8, blocks: usize) f32 {
     return hsum_float_8(acc) + if (dtype == .q4_1) summs else 0;
 }
 
-test "q4_1 and q8_0 dots are bitwise ggml's x86 vec_dot for every row count" {
+test "q4_1, q4_0 and q8_0 dots are bitwise ggml's x86 vec_dot for every row count" {
     const allocator = std.testing.allocator;
-    for ([_]DType{ .q4_1, .q8_0 }) |dtype| {
+    for ([_]DType{ .q4_1, .q4_0, .q8_0 }) |dtype| {
         for ([_]usize{ 32, 64, 96, 576, 1056, 1536 }) |k| {
             var prng = std.Random.DefaultPrng.init(k + 5);
             const random = prng.random();

@@ -353,7 +353,7 @@ fn dot_q4(comptime kind: DType, comptime R: usize, rows: *const [rows_max][*]con
         inline for (0..H) |h| {
             var heads: @Vector(4, i32) = @splat(0);
             inline for (4 * h..@min(R, 4 * h + 4)) |r| heads[r - 4 * h] = head_at(rows[r] + b * bb);
-            const dm: F32x8 = @floatCast(@as(@Vector(8, f16), @bitCast(heads)));
+            const dm: F32x8 = common.widen_f16(8, @bitCast(heads));
             dxy[h] = dm * @as(F32x8, @splat(y.d[b]));
             if (kind == .q4_1) summs[h] = common.fma(F32x8, dm, @as(F32x8, @splat(y.s[b])), summs[h]);
         }

@@ -239,7 +239,7 @@ inline fn chunk_heads(comptime bb: usize, row: [*]const u8, count: usize) I32x8 
     return out;
 }
 
-/// A block's first 4 bytes as an i32 (x86 is little-endian). The load is volatile so that LLVM
+/// A block's first 4 bytes as a little-endian i32 (every target Graft builds is little-endian). The load is volatile so that LLVM
 /// keeps it a scalar load (vmovd/vpinsrd) instead of vectorizing neighbours into a vpgatherdd,
 /// which the AVX-512 target thinks cheap and which is several times slower here (Intel's gather
 /// microcode since the GDS fix; measured 19 vs 11 GB/s for q4_0 in cache).
@@ -249,11 +249,10 @@ inline fn head_at(p: [*]const u8) i32 {
     return word.*;
 }
 
-/// The low (or high) f16 halves of 8 i32 lanes as f32.
-inline fn halves_to_f32(heads: I32x8, comptime high: bool) F32x8 {
+/// The low f16 halves of 8 i32 lanes (the blocks' d) as f32.
+inline fn low_halves_to_f32(heads: I32x8) F32x8 {
     const bits: @Vector(8, u32) = @bitCast(heads);
-    const shifted = if (high) bits >> @splat(16) else bits;
-    const h: @Vector(8, f16) = @bitCast(@as(@Vector(8, u16), @truncate(shifted)));
+    const h: @Vector(8, f16) = @bitCast(@as(@Vector(8, u16), @truncate(bits)));
     return common.widen_f16(8, h);
 }
 
@@ -280,7 +279,7 @@ fn dot_q8_0(comptime R: usize, rows: *const [rows_max][*]const u8, y: Activation
         var dy: F32x8 = @splat(0);
         for (0..count) |i| dy[i] = y.d[first + i];
         var scales: [R]F32x8 = undefined;
-        inline for (0..R) |r| scales[r] = halves_to_f32(chunk_heads(bb, rows[r] + first * bb, count), false) * dy;
+        inline for (0..R) |r| scales[r] = low_halves_to_f32(chunk_heads(bb, rows[r] + first * bb, count)) * dy;
         for (0..count) |i| {
             const b = first + i;
             const yq: I8x32 = @bitCast(y_bytes[b * qk ..][0..32].*);
@@ -343,7 +342,7 @@ fn dot_q4(comptime kind: DType, comptime R: usize, rows: *const [rows_max][*]con
     // q4_0's quants are nibbles - 8: the nibbles' sums are offset by -8 * sum(y) per lane
     // (-128 * sum(y) in the high lanes taken in place), one dot per block for all rows.
     const in_place = comptime has_vnni;
-    const nibble_mask: U8x32 = comptime if (in_place) std.simd.join(@as(@Vector(16, u8), @splat(0x0f)), @as(@Vector(16, u8), @splat(0xf0))) else @splat(0x0f);
+    const nibble_mask: U8x32 = comptime std.simd.join(@as(@Vector(16, u8), @splat(0x0f)), @as(@Vector(16, u8), @splat(0xf0)));
     const eights: U8x32 = comptime if (in_place) std.simd.join(@as(@Vector(16, u8), @splat(8)), @as(@Vector(16, u8), @splat(128))) else @splat(8);
     var acc: [R]F32x8 = @splat(@splat(0));
     var summs: [H]F32x8 = @splat(@splat(0));
@@ -363,10 +362,8 @@ fn dot_q4(comptime kind: DType, comptime R: usize, rows: *const [rows_max][*]con
         inline for (0..R) |r| {
             const block = rows[r] + b * bb;
             @prefetch(block + prefetch_bytes, .{ .locality = 2 });
-            const dot = if (in_place)
-                dot_add(offset, broadcast16(block[at..][0..16]) & nibble_mask, yq)
-            else
-                offset + pairs(maddubs(nibbles(block[at..][0..16]), yq));
+            const quants = if (in_place) broadcast16(block[at..][0..16]) & nibble_mask else nibbles(block[at..][0..16]);
+            const dot = dot_add(offset, quants, yq);
             acc[r] = common.fma(F32x8, @floatFromInt(dot), @as(F32x8, @splat(dxy[r / 4][2 * (r % 4)])), acc[r]);
         }
     }
@@ -474,11 +471,7 @@ test "the activation layout holds quant.zig's q8_0 / q8_1 activation bytes exact
 fn ggml_dot_ref(dtype: DType, x: []const u8, y: []const u8, blocks: usize) f32 {
     var acc: [8]f32 = @splat(0);
     var summs: f32 = 0;
-    const xb: usize = switch (dtype) {
-        .q4_1 => 20,
-        .q4_0 => 18,
-        else => 34,
-    };
+    const xb: usize = @intCast(quant.row_bytes(dtype, qk));
     const yb: usize = if (dtype == .q4_1) 36 else 34;
     for (0..blocks) |b| {
         const xs = x[b * xb ..][0..xb];

@@ -32,6 +32,7 @@ Deno.test({
         "--allow-net",
         new URL("../tools/rpc_server.ts", import.meta.url).pathname,
         ...["-H", "127.0.0.1", "-p", String(port), "-t", "1", "-m", "64"],
+        ...["--idle-timeout", "30"],
       ],
       stdout: "piped",
       stderr: "piped",
@@ -53,6 +54,7 @@ Deno.test({
         err += chunk.value;
       }
       assert.match(err, /64 MiB/);
+      assert.match(err, /idle time-out 30 s/);
       assert.match(err, /WARNING: the RPC protocol has no authentication/);
       const conn = await Deno.connect({ hostname: "127.0.0.1", port });
       await conn.write(encodeRequest(RpcCmd.HELLO, packHelloRequest()));

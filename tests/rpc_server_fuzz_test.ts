@@ -498,3 +498,43 @@ Deno.test({
     bystander.client.close();
   },
 });
+
+Deno.test({
+  name: "idleTimeout closes a connection that sends nothing, and only that one",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn(): Promise<void> {
+    const lines: string[] = [];
+    await using server = RpcServer.listen({
+      port: 0,
+      threads: 1,
+      idleTimeout: 0.4,
+      log: (l) => lines.push(l),
+    });
+    // Silent after its opening: closed within the time-out (and well before 5 s).
+    const silent = await open(server.port);
+    // Silent halfway through a message: closed too (a stalled client).
+    const halfway = await open(server.port);
+    const frame = encodeRequest(RpcCmd.GET_DEVICE_MEMORY, packU32("device", 0));
+    await halfway.client.sendRaw(frame.subarray(0, 5));
+    // Busy: a command every 100 ms for 1.2 s, three time-outs long: never closed.
+    const busy = await open(server.port);
+    const t0 = performance.now();
+    while (performance.now() - t0 < 1200) {
+      await busy.client.call(RpcCmd.GET_DEVICE_MEMORY, packU32("device", 0));
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    for (const c of [silent.client, halfway.client]) {
+      await assert.rejects(() => c.reply(), /connection closed/);
+      c.close();
+    }
+    await busy.client.call(RpcCmd.GET_DEVICE_MEMORY, packU32("device", 0));
+    busy.client.close();
+    assert.equal(lines.filter((l) => l.includes("sent nothing for 0.4 s")).length, 2);
+    assert.deepEqual(lines.filter((l) => l.includes("refused") || l.includes("failed")), []);
+    // Bad values are refused up front.
+    for (const idleTimeout of [-1, Number.NaN, 1e12]) {
+      assert.throws(() => RpcServer.listen({ port: 0, idleTimeout, log: () => {} }), /idleTimeout/);
+    }
+  },
+});

@@ -7,7 +7,7 @@
  * @module
  */
 
-import { RpcProtocolError } from "../../errors.ts";
+import { ArgumentError, RpcProtocolError } from "../../errors.ts";
 import type { CpuPlan } from "../../backend/cpu/plan.ts";
 import { opName } from "../../op.ts";
 import {
@@ -68,6 +68,15 @@ export interface RpcServerOptions {
   maxClients?: number;
   /** Directory of the SET_TENSOR_HASH cache (as ggml-rpc-server's `-c`); none by default. */
   cacheDir?: string;
+  /**
+   * Seconds a connection may send nothing (between messages or inside one) before the server
+   * closes it; 0 (the default) never closes an idle one. Off by default as in ggml-rpc-server:
+   * llama.cpp's client keeps its connection open and silent between requests (a llama-server
+   * waiting for a prompt) and aborts when its server goes away; a time-out is for servers
+   * whose clients may vanish without closing (a crashed host behind a NAT), to free their
+   * memory and their place among `maxClients`. The time a graph computes does not count.
+   */
+  idleTimeout?: number;
   /** Where log lines go (default console.error). */
   log?: (line: string) => void;
 }
@@ -86,6 +95,9 @@ const SET_TENSOR_CHUNK = 4 * 1024 * 1024;
 
 /** Default memory cap: 8 GiB. */
 export const DEFAULT_MEMORY_CAP = 8 * 1024 ** 3;
+/** The longest idle time-out, in seconds (setTimeout's limit: 2^31 - 1 ms). */
+export const IDLE_TIMEOUT_MAX = 2_000_000;
+
 /** Default number of clients served at once. */
 export const DEFAULT_MAX_CLIENTS = 16;
 
@@ -94,15 +106,32 @@ export function isLoopback(host: string): boolean {
   return host === "localhost" || host === "::1" || host.startsWith("127.");
 }
 
+/** A connection sent nothing for the idle time-out. */
+class ClientIdle extends Error {}
+
 /**
- * Reads exact byte counts from a connection. A connection that closes mid-message yields null.
+ * Reads exact byte counts from a connection. A connection that closes mid-message yields null;
+ * one that sends nothing for `idleMs` (when above 0) throws ClientIdle.
  */
 class FrameReader {
   readonly #reader: ReadableStreamDefaultReader<Uint8Array>;
+  readonly #idleMs: number;
   #pending: Uint8Array = new Uint8Array(0);
 
-  constructor(conn: Deno.Conn) {
+  constructor(conn: Deno.Conn, idleMs = 0) {
     this.#reader = conn.readable.getReader();
+    this.#idleMs = idleMs;
+  }
+
+  #next(): Promise<ReadableStreamReadResult<Uint8Array>> {
+    const read = this.#reader.read();
+    if (this.#idleMs <= 0) return read;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const idle = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new ClientIdle()), this.#idleMs);
+    });
+    // The read left pending is rejected when the reader is released (the connection closes).
+    return Promise.race([read, idle]).finally(() => clearTimeout(timer));
   }
 
   /** Exactly `n` bytes, or null at the end of the stream. */
@@ -116,7 +145,7 @@ class FrameReader {
     let have = 0;
     while (have < n) {
       if (this.#pending.byteLength === 0) {
-        const chunk = await this.#reader.read();
+        const chunk = await this.#next();
         if (chunk.done) return null;
         this.#pending = chunk.value;
       }
@@ -175,6 +204,7 @@ export class RpcServer implements AsyncDisposable {
       threads: options.threads ?? Math.max(1, Math.min(64, navigator.hardwareConcurrency ?? 1)),
       memoryCap: options.memoryCap ?? DEFAULT_MEMORY_CAP,
       maxClients: options.maxClients ?? DEFAULT_MAX_CLIENTS,
+      idleTimeout: options.idleTimeout ?? 0,
       log: options.log ?? ((line: string) => console.error(line)),
       ...(options.cacheDir ? { cacheDir: options.cacheDir } : {}),
     };
@@ -187,6 +217,13 @@ export class RpcServer implements AsyncDisposable {
    * Prints a warning that the protocol has no authentication (louder when not loopback).
    */
   static listen(options: RpcServerOptions = {}): RpcServer {
+    const idle = options.idleTimeout ?? 0;
+    // setTimeout's limit is 2^31 - 1 ms (24.8 days).
+    if (typeof idle !== "number" || !(idle >= 0 && idle <= IDLE_TIMEOUT_MAX)) {
+      throw new ArgumentError(
+        `RpcServer.listen: idleTimeout must be seconds in [0, ${IDLE_TIMEOUT_MAX}], got ${idle}`,
+      );
+    }
     const host = options.host ?? "127.0.0.1";
     const listener = Deno.listen({ hostname: host, port: options.port ?? 50052 });
     const server = new RpcServer(listener, options);
@@ -196,7 +233,8 @@ export class RpcServer implements AsyncDisposable {
         `${RPC_PROTO_PATCH}) on ${server.host}:${server.port}, ${server.#options.threads} ` +
         `threads per client, ${Math.round(server.#options.memoryCap / 1024 ** 2)} MiB for at ` +
         `most ${server.#options.maxClients} clients at once, ` +
-        `cache ${server.#options.cacheDir ?? "n/a"}`,
+        `cache ${server.#options.cacheDir ?? "n/a"}, idle time-out ` +
+        (server.#options.idleTimeout > 0 ? `${server.#options.idleTimeout} s` : "off"),
     );
     if (isLoopback(host)) {
       log(
@@ -242,7 +280,7 @@ export class RpcServer implements AsyncDisposable {
 
   async #serve(conn: Deno.Conn, id: number): Promise<void> {
     const log = this.#options.log;
-    const reader = new FrameReader(conn);
+    const reader = new FrameReader(conn, this.#options.idleTimeout * 1000);
     let session: ClientSession | null = null;
     try {
       // The session (a CPU thread pool, buffers) exists only once the client said HELLO.
@@ -265,7 +303,12 @@ export class RpcServer implements AsyncDisposable {
       // A connection reset or closed under a pending read is the client leaving, not an error.
       const gone = error instanceof ClientGone || error instanceof Deno.errors.Interrupted ||
         error instanceof Deno.errors.BadResource || error instanceof Deno.errors.ConnectionReset;
-      if (!gone) {
+      if (error instanceof ClientIdle) {
+        log(
+          `client ${id}: sent nothing for ${this.#options.idleTimeout} s (--idle-timeout); ` +
+            "closing its connection",
+        );
+      } else if (!gone) {
         const what = error instanceof RpcProtocolError ? "refused" : "failed";
         log(`client ${id}: ${what}: ${(error as Error).message}; closing its connection`);
       }

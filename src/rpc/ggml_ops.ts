@@ -286,7 +286,24 @@ export const GGML_OP_PARAMS: Readonly<Partial<Record<GgmlOpName, readonly GgmlOp
   PAD_REFLECT_1D: [i32("p0", 0), i32("p1", 1)],
   ROLL: [i32("shift0", 0), i32("shift1", 1), i32("shift2", 2), i32("shift3", 3)],
   ARGSORT: [i32("order", 0)],
-  TOP_K: [i32("k", 0)],
+  // ggml_top_k stores no params in this version: k is the result's ne[0].
+  TOP_K: [],
+  COUNT_EQUAL: [],
+  ADD_ID: [],
+  // ggml_acc_impl / ggml_set_impl: the view's byte strides and offset (size_t stored as int32),
+  // and whether the result is a view of src0 (the _inplace forms: src0 is not copied first).
+  ACC: [i32("nb1", 0), i32("nb2", 1), i32("nb3", 2), i32("offset", 3), i32("inplace", 4)],
+  SET: [i32("nb1", 0), i32("nb2", 1), i32("nb3", 2), i32("offset", 3), i32("inplace", 4)],
+  // ggml_conv_2d_direct and ggml_conv_2d_dw_direct.
+  CONV_2D: [i32("s0", 0), i32("s1", 1), i32("p0", 2), i32("p1", 3), i32("d0", 4), i32("d1", 5)],
+  CONV_2D_DW: [
+    i32("s0", 0),
+    i32("s1", 1),
+    i32("p0", 2),
+    i32("p1", 3),
+    i32("d0", 4),
+    i32("d1", 5),
+  ],
   TRI: [i32("type", 0)],
   DIAG_MASK_INF: [i32("n_past", 0)],
   FILL: [f32("c", 0)],
@@ -354,6 +371,22 @@ export interface GraftToGgml {
   readonly params?: readonly (string | null)[];
   /** ggml fields Graft has no param for: [field, value]. */
   readonly fixed?: readonly (readonly [string, number])[];
+  /**
+   * For params that are not a field each (acc and set: element strides split in two f32
+   * slots, ggml's byte strides): writes the ggml fields from the node through `set`.
+   */
+  readonly encode?: (tensor: Tensor, set: (field: string, value: number) => void) => void;
+}
+
+/** ggml_acc's and ggml_set's fields from Graft's acc and set params (see src/ops/view_write.ts). */
+function viewWriteFields(tensor: Tensor, set: (field: string, value: number) => void): void {
+  const size = DTYPES[tensor.dtype].blockBytes;
+  const p = tensor.params;
+  ["nb1", "nb2", "nb3", "offset"].forEach((field, i) => {
+    set(field, ((p[2 * i] ?? 0) + (p[2 * i + 1] ?? 0) * 2 ** 24) * size);
+  });
+  // Graft's result has memory of its own (the planner may share src0's: memcpy onto itself).
+  set("inplace", 0);
 }
 
 function unary(name: GgmlUnaryOpName): GraftToGgml {
@@ -363,9 +396,9 @@ function unary(name: GgmlUnaryOpName): GraftToGgml {
 /**
  * Graft ops with a ggml node of the same meaning (params and source order as ggml's builder).
  * Ops absent here have none in this ggml version (maxRows, minRows), or one whose semantics
- * differ (countEqual: ggml's result is i64; argmax: ggml takes the last of tied maxima and only
- * matrices; pool, interpolate, im2col and the convolutions: params with other meanings), and stay
- * on a local backend.
+ * differ (argmax: ggml takes the last of tied maxima, and a NaN restarts its scan; topK: ggml
+ * leaves the order of the k indices open and swaps the first two), and stay on a local backend.
+ * The RPC backend's `supportsOp` narrows the rest to what ggml-cpu computes alike.
  */
 export const GRAFT_TO_GGML: Readonly<Partial<Record<OpName, GraftToGgml>>> = {
   none: { op: "NONE" },
@@ -441,6 +474,26 @@ export const GRAFT_TO_GGML: Readonly<Partial<Record<OpName, GraftToGgml>>> = {
   l2Norm: { op: "L2_NORM", params: ["eps"] },
   groupNorm: { op: "GROUP_NORM", params: ["n_groups", "eps"] },
   timestepEmbedding: { op: "TIMESTEP_EMBEDDING", params: ["dim", "max_period"] },
+  // Both i32, the count i64 (ggml_count_equal).
+  countEqual: { op: "COUNT_EQUAL" },
+  acc: { op: "ACC", encode: viewWriteFields },
+  set: { op: "SET", encode: viewWriteFields },
+  // Graft's planar layout has no ggml form (supportsOp keeps it local).
+  im2col: { op: "IM2COL", params: ["s0", "s1", "p0", "p1", "d0", "d1", "is_2D", null] },
+  // Graft's pool codes are ggml_op_pool's (0 max, 1 avg).
+  pool1d: { op: "POOL_1D", params: ["op", "k0", "s0", "p0"] },
+  pool2d: { op: "POOL_2D", params: ["op", "k0", "k1", "s0", "s1", "p0", "p1"] },
+  // Graft's mode codes are ggml_scale_mode's, with GGML_SCALE_FLAG_ALIGN_CORNERS (256).
+  interpolate: { op: "UPSCALE", params: ["mode"] },
+  // ggml_conv_transpose_1d asserts p0 = 0 and d0 = 1: Graft's convTranspose1d.
+  convTranspose1d: { op: "CONV_TRANSPOSE_1D", params: ["s0"], fixed: [["p0", 0], ["d0", 1]] },
+  convTranspose2d: { op: "CONV_TRANSPOSE_2D", params: ["stride"] },
+  // ggml_pad_ext_circular: ggml_pad_ext with the circular flag.
+  padCircular: {
+    op: "PAD",
+    params: ["lp0", "rp0", "lp1", "rp1", "lp2", "rp2", "lp3", "rp3"],
+    fixed: [["circular", 1]],
+  },
 };
 
 /** A Graft node as a ggml node: ggml op number and the 16 op_params slots. */
@@ -474,6 +527,7 @@ export function encodeGgmlOp(tensor: Tensor): GgmlNodeOp | null {
     const value = tensor.params[i];
     if (field && value !== undefined) set(field, value);
   }
+  mapping.encode?.(tensor, set);
   if (mapping.op === "VIEW") {
     // ggml stores the view's byte offset into its source as a size_t.
     const offset = tensor.viewOffset;

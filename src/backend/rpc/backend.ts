@@ -744,6 +744,18 @@ export class RpcBackend implements Backend {
           rows(...src) && (src[3] === undefined || src[3].dtype === "f16");
       case "argsort":
         return f32(src[0]) && src[0]!.isContiguous;
+      case "countEqual":
+        return src.every((t) => t.isContiguous);
+      case "set":
+        // ggml-cpu's set: f32 and i32.
+        return (f32(tensor) || tensor.dtype === "i32") && src[0]!.isContiguous && rows(src[1]);
+      case "im2col": {
+        // ggml-cpu reads a 2D image's rows as ne[0] adjacent floats (iih * IW + iiw); Graft's
+        // planar layout has no ggml form.
+        const image = src[1]!;
+        return tensor.params[7] === 0 && f32(image) && rows(image) &&
+          (tensor.params[6] === 0 || image.nb[1] === image.ne[0] * 4);
+      }
       default:
         return f32(tensor, ...src) && [tensor, ...src].every((t) => t.isContiguous);
     }

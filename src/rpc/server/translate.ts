@@ -23,9 +23,22 @@ import { type DType, DTYPES } from "../../dtype.ts";
 import { Graph } from "../../graph.ts";
 import { add, div, mul, repeat, scale, sqr, sqrt, sub } from "../../ops/elementwise.ts";
 import { flashAttnExt } from "../../ops/attention.ts";
-import { cpy, getRows, setRows } from "../../ops/copy.ts";
+import { cont, cpy, getRows, setRows } from "../../ops/copy.ts";
 import { glu, type GluKind } from "../../ops/glu.ts";
-import { concat, diagMaskInf } from "../../ops/indexing.ts";
+import { concat, diagMaskInf, padCircular, padExt } from "../../ops/indexing.ts";
+import {
+  conv2d,
+  conv2dDw,
+  type ConvOptions,
+  convTranspose1d,
+  convTranspose2d,
+  im2col,
+} from "../../ops/conv.ts";
+import { interpolate, type InterpolateMode } from "../../ops/interpolate.ts";
+import { pool1d, pool2d, type PoolOp } from "../../ops/pool.ts";
+import { topK } from "../../ops/sort.ts";
+import { reshape } from "../../ops/view.ts";
+import { acc, set, type ViewOptions } from "../../ops/view_write.ts";
 import { mulMat } from "../../ops/matmul.ts";
 import { norm, rmsNorm, softmax } from "../../ops/norm.ts";
 import { sumRows } from "../../ops/reduce_rows.ts";
@@ -129,6 +142,80 @@ function noSourcesFrom(c: BuildContext, first: number): void {
   }
 }
 
+/**
+ * The most window taps one POOL node may read (output elements x kernel area): a pool's kernel
+ * may exceed its input (the windows then lie mostly in padding, skipped one tap at a time), so
+ * a small output could otherwise cost 2^40 steps. A real pool reads far fewer.
+ */
+const POOL_TAPS_MAX = 2 ** 32;
+
+function poolCost(c: BuildContext, area: number): void {
+  const taps = c.node.ne.reduce((a, b) => a * b, 1) * area;
+  if (taps > POOL_TAPS_MAX) {
+    refuse(
+      `${c.field}.op_params`,
+      `${ggmlOpName(c.node.op)} reading ${taps} window taps (at most 2^32)`,
+    );
+  }
+}
+
+/** ggml_op_pool's codes. */
+const POOL_OPS: Readonly<Record<number, PoolOp>> = { 0: "max", 1: "avg" };
+
+/** ggml_scale_mode's codes (the low byte of UPSCALE's mode). */
+const SCALE_MODES: Readonly<Record<number, InterpolateMode>> = {
+  0: "nearest",
+  1: "bilinear",
+  2: "bicubic",
+};
+/** GGML_SCALE_FLAG_ALIGN_CORNERS. */
+const SCALE_ALIGN_CORNERS = 1 << 8;
+
+/**
+ * `t`'s values rounded to f16 and back, in scratch: what ggml-cpu multiplies when a
+ * convolution's kernel is f16 (it unfolds or permutes the f32 input into f16 first).
+ */
+function throughF16(t: Tensor): Tensor {
+  const half = cpy(t, new Tensor({ dtype: "f16", ne: t.ne }));
+  return cpy(half, new Tensor({ dtype: "f32", ne: t.ne }));
+}
+
+/** Stride, padding and dilation of CONV_2D and CONV_2D_DW (ggml_conv_2d_direct's fields). */
+function convOptions(c: BuildContext): ConvOptions {
+  return {
+    stride: [c.param("s0"), c.param("s1")],
+    padding: [c.param("p0"), c.param("p1")],
+    dilation: [c.param("d0"), c.param("d1")],
+  };
+}
+
+/**
+ * ACC and SET: ggml_acc_impl's and ggml_set_impl's byte strides and offset; Graft's acc and
+ * set check that the view lies inside src0 and does not overlap itself (ggml computes an
+ * overlapping view in its threads' order: refused). The in-place forms copy nothing from src0:
+ * their result must be src0's memory, where Graft's copy of src0 onto itself is no copy.
+ */
+function viewWrite(c: BuildContext, write: typeof acc): Tensor {
+  noSourcesFrom(c, 2);
+  const inplace = c.param("inplace");
+  if (inplace !== 0 && inplace !== 1) refuse(`${c.field}.op_params`, `inplace ${inplace}`);
+  const a = c.src(0);
+  if (inplace === 1) {
+    const at = a.placement;
+    const self = c.self().placement;
+    if (!at || !self || at.buffer !== self.buffer || at.offset !== self.offset) {
+      refuse(c.field, "an in-place ACC or SET must lie on its src0");
+    }
+  }
+  const view: ViewOptions = {
+    nb1: c.param("nb1"),
+    nb2: c.param("nb2"),
+    nb3: c.param("nb3"),
+    offset: c.param("offset"),
+  };
+  return write(a, c.src(1), view);
+}
+
 /** The ggml ops Graft's server computes, each as Graft builds it. */
 const BUILDERS: Readonly<Partial<Record<GgmlOpName, Builder>>> = {
   ADD: (c) => add(c.src(0), c.src(1)),
@@ -204,6 +291,143 @@ const BUILDERS: Readonly<Partial<Record<GgmlOpName, Builder>>> = {
     if (!build) refuse(`${c.field}.op_params`, `unary op ${c.param("op")}`);
     return build(c.src(0));
   },
+  ACC: (c) => viewWrite(c, acc),
+  SET: (c) => viewWrite(c, set),
+  IM2COL: (c) => {
+    noSourcesFrom(c, 2);
+    const is2D = c.param("is_2D");
+    if (is2D !== 0 && is2D !== 1) refuse(`${c.field}.op_params`, `im2col is_2D ${is2D}`);
+    const image = c.src(1);
+    // ggml-cpu reads a 2D image's rows as ne[0] adjacent floats, whatever nb[1] says.
+    if (is2D === 1 && image.nb[1] !== image.ne[0] * 4) {
+      refuse(c.field, "im2col of an image whose rows are not adjacent");
+    }
+    // A 1D unfolding reads image row -p1 (every element 0 unless p1 is 0); s1 and d1 are
+    // unused (ggml_conv_1d sends 0).
+    if (is2D === 0 && c.param("p1") !== 0) refuse(`${c.field}.op_params`, "1D im2col with p1");
+    const dtype = wireDType(c.node, c.field);
+    if (dtype !== "f32" && dtype !== "f16") refuse(c.field, `im2col into ${dtype}`);
+    return is2D === 1
+      ? im2col(c.src(0), image, { ...convOptions(c), dtype })
+      : im2col(c.src(0), image, {
+        is2D: false,
+        dtype,
+        stride: c.param("s0"),
+        padding: c.param("p0"),
+        dilation: c.param("d0"),
+      });
+  },
+  // ggml_conv_2d_direct: an f16 kernel multiplies f16-rounded input (ggml-cpu's im2col into
+  // the kernel's type). Graft's conv2d leaves a view: the node gets a copy of it.
+  CONV_2D: (c) => {
+    noSourcesFrom(c, 2);
+    const kernel = c.src(0);
+    const image = kernel.dtype === "f16" ? throughF16(c.src(1)) : c.src(1);
+    return cont(conv2d(kernel, image, convOptions(c)));
+  },
+  // ggml_conv_2d_dw_direct: an f16 kernel is widened to f32 (Graft's f16 product would round
+  // the input instead), the input stays f32. Input with contiguous channels (CWHN) is copied to
+  // WHCN first; the node's own strides place the result.
+  CONV_2D_DW: (c) => {
+    noSourcesFrom(c, 2);
+    const image = c.src(1);
+    const k = c.src(0);
+    const kernel = k.dtype === "f16" ? cpy(k, new Tensor({ dtype: "f32", ne: k.ne })) : k;
+    return cont(conv2dDw(kernel, image.isContiguous ? image : cont(image), convOptions(c)));
+  },
+  CONV_TRANSPOSE_1D: (c) => {
+    noSourcesFrom(c, 2);
+    // ggml_conv_transpose_1d asserts p0 = 0 and d0 = 1; ggml-cpu reads only s0.
+    if (c.param("p0") !== 0 || c.param("d0") !== 1) {
+      refuse(`${c.field}.op_params`, `conv_transpose_1d p0 ${c.param("p0")}, d0 ${c.param("d0")}`);
+    }
+    const kernel = c.src(0);
+    const input = kernel.dtype === "f16" ? throughF16(c.src(1)) : c.src(1);
+    return convTranspose1d(kernel, input, c.param("s0"));
+  },
+  CONV_TRANSPOSE_2D: (c) => {
+    noSourcesFrom(c, 2);
+    const kernel = c.src(0);
+    const input = kernel.dtype === "f16" ? throughF16(c.src(1)) : c.src(1);
+    return convTranspose2d(kernel, input, c.param("stride"));
+  },
+  // ggml-cpu pools rows at nb[1] steps (and planes at nb[2]) as if src0 were contiguous.
+  POOL_1D: (c) => {
+    noSourcesFrom(c, 1);
+    const op = POOL_OPS[c.param("op")];
+    if (op === undefined) {
+      refuse(`${c.field}.op_params`, `${ggmlOpName(c.node.op)} op ${c.param("op")}`);
+    }
+    if (!c.src(0).isContiguous) refuse(c.field, "pooling of a non-contiguous tensor");
+    poolCost(c, Math.abs(c.param("k0")));
+    return pool1d(c.src(0), op, c.param("k0"), {
+      stride: c.param("s0"),
+      padding: c.param("p0"),
+    });
+  },
+  POOL_2D: (c) => {
+    noSourcesFrom(c, 1);
+    const op = POOL_OPS[c.param("op")];
+    if (op === undefined) {
+      refuse(`${c.field}.op_params`, `${ggmlOpName(c.node.op)} op ${c.param("op")}`);
+    }
+    if (!c.src(0).isContiguous) refuse(c.field, "pooling of a non-contiguous tensor");
+    poolCost(c, Math.abs(c.param("k0")) * Math.abs(c.param("k1")));
+    return pool2d(c.src(0), op, [c.param("k0"), c.param("k1")], {
+      stride: [c.param("s0"), c.param("s1")],
+      padding: [c.param("p0"), c.param("p1")],
+    });
+  },
+  UPSCALE: (c) => {
+    noSourcesFrom(c, 1);
+    const flags = c.param("mode");
+    const mode = SCALE_MODES[flags & ~SCALE_ALIGN_CORNERS];
+    // Antialiasing (GGML_SCALE_FLAG_ANTIALIAS) is not Graft's; nearest with aligned corners
+    // scales by (ne - 1) / (src - 1) in ggml, which Graft's interpolate does not take.
+    if (mode === undefined || (mode === "nearest" && flags !== 0)) {
+      refuse(`${c.field}.op_params`, `upscale mode ${flags} (0-2, + 256 for bilinear, bicubic)`);
+    }
+    return interpolate(c.src(0), c.node.ne, {
+      mode,
+      alignCorners: (flags & SCALE_ALIGN_CORNERS) !== 0,
+    });
+  },
+  PAD: (c) => {
+    noSourcesFrom(c, 1);
+    const circular = c.param("circular");
+    if (circular !== 0 && circular !== 1) {
+      refuse(`${c.field}.op_params`, `pad circular ${circular}`);
+    }
+    const side = (s: "l" | "r"): [number, number, number, number] =>
+      [0, 1, 2, 3].map((d) => c.param(`${s}p${d}`)) as [number, number, number, number];
+    const amounts = { left: side("l"), right: side("r") };
+    return circular === 1 ? padCircular(c.src(0), amounts) : padExt(c.src(0), amounts);
+  },
+  // ggml_top_k: k is the result's ne[0]; ggml leaves the order of the k indices open (its CPU
+  // swaps the first two), Graft gives them largest first: the same set.
+  TOP_K: (c) => {
+    noSourcesFrom(c, 1);
+    return topK(c.src(0), c.node.ne[0]);
+  },
+  // ggml_add_id: a [n, used, tokens] + the rows of b [n, experts] that ids [used, tokens]
+  // name, one f32 add each: a gather of those rows, then an add.
+  ADD_ID: (c) => {
+    noSourcesFrom(c, 3);
+    const [a, b, ids] = [c.src(0), c.src(1), c.src(2)];
+    if (
+      ids.dtype !== "i32" || a.ne[0] !== b.ne[0] || a.ne[1] !== ids.ne[0] ||
+      a.ne[2] !== ids.ne[1] || a.ne[3] !== 1 || b.ne[2] !== 1 || b.ne[3] !== 1 ||
+      ids.ne[2] !== 1 || ids.ne[3] !== 1
+    ) {
+      refuse(
+        c.field,
+        `add_id of ${formatShape(a.ne)}, ${formatShape(b.ne)} and ${ids.dtype} ` +
+          `${formatShape(ids.ne)}`,
+      );
+    }
+    const flat = reshape(ids.isContiguous ? ids : cont(ids), [ids.ne[0] * ids.ne[1]]);
+    return add(a, reshape(getRows(b, flat), [a.ne[0], a.ne[1], a.ne[2]]));
+  },
   FLASH_ATTN_EXT: (c) => {
     noSourcesFrom(c, 4);
     const mask = c.optional(3);
@@ -225,7 +449,7 @@ const BUILDERS: Readonly<Partial<Record<GgmlOpName, Builder>>> = {
  */
 function genericBuilder(name: GgmlOpName): Builder | null {
   const entry = (Object.entries(GRAFT_TO_GGML) as [OpName, GraftToGgml][]).find(([graft, m]) =>
-    m.op === name && m.unary === undefined && OPS[graft].core !== null
+    m.op === name && m.unary === undefined && m.encode === undefined && OPS[graft].core !== null
   );
   if (!entry) return null;
   const [graft, mapping] = entry;

@@ -349,9 +349,9 @@ class WireClient {
   }
 }
 
-type WireType = "f32" | "f16" | "i32";
-const TYPE_ID: Record<WireType, number> = { f32: 0, f16: 1, i32: 26 };
-const TYPE_SIZE: Record<WireType, number> = { f32: 4, f16: 2, i32: 4 };
+type WireType = "f32" | "f16" | "i32" | "i64";
+const TYPE_ID: Record<WireType, number> = { f32: 0, f16: 1, i32: 26, i64: 27 };
+const TYPE_SIZE: Record<WireType, number> = { f32: 4, f16: 2, i32: 4, i64: 8 };
 
 /** One tensor of a wire graph: an input with data, or a node of a ggml op over named sources. */
 interface WireSpec {

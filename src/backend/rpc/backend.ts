@@ -745,7 +745,13 @@ export class RpcBackend implements Backend {
       case "argsort":
         return f32(src[0]) && src[0]!.isContiguous;
       case "countEqual":
-        return src.every((t) => t.isContiguous);
+        // ggml-cpu's count_equal splits its row index wrongly for ne[2] or ne[3] above 1
+        // (ops.cpp: i02 = (ir - i03*ne03)/ne01): only matrices count right there.
+        return src.every((t) => t.isContiguous && t.ne[2] === 1 && t.ne[3] === 1);
+      case "padCircular":
+        // ggml-cpu wraps with (i - lp + ne) % ne: a left pad longer than its dim reads outside.
+        return f32(tensor, src[0]) && src[0]!.isContiguous &&
+          [0, 1, 2, 3].every((d) => tensor.params[2 * d]! <= src[0]!.ne[d]!);
       case "set":
         // ggml-cpu's set: f32 and i32.
         return (f32(tensor) || tensor.dtype === "i32") && src[0]!.isContiguous && rows(src[1]);

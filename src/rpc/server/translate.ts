@@ -37,6 +37,7 @@ import {
 import { interpolate, type InterpolateMode } from "../../ops/interpolate.ts";
 import { pool1d, pool2d, type PoolOp } from "../../ops/pool.ts";
 import { topK } from "../../ops/sort.ts";
+import { countEqual } from "../../ops/reduce_rows.ts";
 import { reshape } from "../../ops/view.ts";
 import { acc, set, type ViewOptions } from "../../ops/view_write.ts";
 import { mulMat } from "../../ops/matmul.ts";
@@ -401,7 +402,21 @@ const BUILDERS: Readonly<Partial<Record<GgmlOpName, Builder>>> = {
     const side = (s: "l" | "r"): [number, number, number, number] =>
       [0, 1, 2, 3].map((d) => c.param(`${s}p${d}`)) as [number, number, number, number];
     const amounts = { left: side("l"), right: side("r") };
+    // ggml-cpu wraps with (i - lp + ne) % ne: a longer left pad reads outside src0 there.
+    if (circular === 1 && amounts.left.some((p, d) => p > c.src(0).ne[d]!)) {
+      refuse(`${c.field}.op_params`, "PAD circular with a left pad longer than its dim");
+    }
     return circular === 1 ? padCircular(c.src(0), amounts) : padExt(c.src(0), amounts);
+  },
+  COUNT_EQUAL: (c) => {
+    noSourcesFrom(c, 2);
+    // ggml-cpu's count_equal splits its row index wrongly for ne[2] or ne[3] above 1 (ops.cpp:
+    // i02 = (ir - i03*ne03)/ne01): what it counts there is not the count. Matrices only.
+    const [a, b] = [c.src(0), c.src(1)];
+    if (a.ne[2] !== 1 || a.ne[3] !== 1) {
+      refuse(c.field, `COUNT_EQUAL of ${formatShape(a.ne)} (ggml-cpu counts matrices only)`);
+    }
+    return countEqual(a, b);
   },
   // ggml_top_k: k is the result's ne[0]; ggml leaves the order of the k indices open (its CPU
   // swaps the first two), Graft gives them largest first: the same set.

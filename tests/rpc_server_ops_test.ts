@@ -793,6 +793,29 @@ Deno.test({
         src: ["x"],
         params: [0, 0, 0, 0, 0, 0, 0, 0, 5],
       }]],
+      // ggml-cpu would read outside x (its wrap is (i - lp + ne) % ne).
+      ["PAD", [x, {
+        name: "y",
+        type: "f32",
+        ne: [17, 6, 2, 1],
+        op: "PAD",
+        src: ["x"],
+        params: [9, 0, 0, 0, 0, 0, 0, 0, 1],
+      }]],
+      // ggml-cpu's count_equal miscounts 3D tensors.
+      ["COUNT_EQUAL", [{ name: "p", type: "i32", ne: [4, 3, 2, 1], data: new Int32Array(24) }, {
+        name: "q",
+        type: "i32",
+        ne: [4, 3, 2, 1],
+        data: new Int32Array(24),
+      }, { name: "y", type: "i64", ne: [1, 1, 1, 1], op: "COUNT_EQUAL", src: ["p", "q"] }]],
+      // Refused, with the reason: ggml-cpu keeps the last tie, Graft's argmax the first.
+      ["ARGMAX.*tied maxima", [{
+        name: "m",
+        type: "f32",
+        ne: [8, 6, 1, 1],
+        data: f32Data([8, 6, 1, 1]),
+      }, { name: "y", type: "i32", ne: [6, 1, 1, 1], op: "ARGMAX", src: ["m"] }]],
     ];
     for (const [op, specs] of hostile) {
       const before = lines.length;

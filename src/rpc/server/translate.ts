@@ -504,6 +504,14 @@ function genericBuilder(name: GgmlOpName): Builder | null {
   };
 }
 
+/** Why some ggml ops that Graft nearly has are not computed (named in the refusal). */
+const NOT_COMPUTED: Readonly<Partial<Record<GgmlOpName, string>>> = {
+  ARGMAX: "ggml-cpu keeps the last of tied maxima and restarts its scan after a NaN; " +
+    "Graft's argmax keeps the first and skips NaN",
+  MUL_MAT_ID: "Graft has no expert-indexed product",
+  GET_ROWS_BACK: "Graft has no get_rows backward",
+};
+
 /** The ggml op names the server computes (views and inputs aside). */
 export const SERVER_OPS: readonly string[] = [
   ...Object.keys(BUILDERS),
@@ -597,7 +605,13 @@ export function translateGraph(session: ClientSession, message: RpcGraph): Compi
     }
     const name = ggmlOpName(t.op)!;
     const build = BUILDERS[name] ?? genericBuilder(name);
-    if (!build) refuse(`${field}.op`, `ggml op ${name} (${t.op}) is not computed by this server`);
+    if (!build) {
+      const why = NOT_COMPUTED[name];
+      refuse(
+        `${field}.op`,
+        `ggml op ${name} (${t.op}) is not computed by this server${why ? `: ${why}` : ""}`,
+      );
+    }
     ops.add(name);
     const context: BuildContext = {
       node: t,

@@ -20,6 +20,55 @@ const Work = node_abi.Work;
 /// Nodes in one plan. A named limit so a too-big graph fails with a clear message.
 pub const nodes_max = 1 << 22;
 
+/// A graph whose estimated work (`graph_work`) is below this runs on the calling thread alone:
+/// waking a parked worker and meeting it at a barrier costs more than a few thousand elements
+/// of work (measured on a 2-core VM: a one-row get_rows took longer on 2 threads than on 1),
+/// and a woken worker then spins for the next job, taking a core from whoever needs it next
+/// (an RPC server on the same machine, while this process waits for its reply).
+pub const single_thread_work_max = 1 << 14;
+
+/// A rough count of element operations of one node: its output, plus what it reads, plus the
+/// inner dimension of the contractions. Only its order of magnitude matters (see
+/// `single_thread_work_max`).
+pub fn node_work(node: *const Node) u64 {
+    const dst = count(&node.dst);
+    const op: node_abi.Op = @enumFromInt(node.op);
+    return switch (op) {
+        .mul_mat => dst *| count_dim(node.src[0].ne[0]),
+        .flash_attn_ext => dst *| count_dim(node.src[1].ne[1]),
+        .conv_2d => dst *| (count_dim(node.src[0].ne[0]) *| count_dim(node.src[0].ne[1]) *| count_dim(node.src[0].ne[2])),
+        // A lookup reads its rows, not the whole table.
+        .get_rows => dst +| count(&node.src[1]),
+        else => blk: {
+            var total = dst;
+            for (node.src[0..@min(node.src_count, node_abi.sources_max)]) |*src| total +|= count(src);
+            break :blk total;
+        },
+    };
+}
+
+/// The sum of `node_work` over a graph, saturating.
+pub fn graph_work(nodes: []const Node) u64 {
+    var total: u64 = 0;
+    for (nodes) |*node| total +|= node_work(node);
+    return total;
+}
+
+/// Threads to run a plan of `nodes` made for `thread_count`: one when the graph is tiny.
+pub fn run_threads(nodes: []const Node, thread_count: u32) u32 {
+    return if (graph_work(nodes) < single_thread_work_max) 1 else thread_count;
+}
+
+fn count(desc: *const node_abi.TensorDesc) u64 {
+    var total: u64 = 1;
+    for (desc.ne) |ne| total *|= count_dim(ne);
+    return total;
+}
+
+fn count_dim(ne: i64) u64 {
+    return @intCast(@max(ne, 0));
+}
+
 pub const Kernels = struct {
     compute_node: *const fn (node: *const Node, work: *const Work) callconv(.c) c_int,
     work_size: *const fn (node: *const Node, thread_count: u32) callconv(.c) u64,
@@ -42,6 +91,8 @@ pub const Plan = struct {
     /// Handles of every buffer the nodes point into, checked alive before each compute.
     buffer_handles: []u32,
     thread_count: u32,
+    /// Threads a compute uses: `thread_count`, or 1 for a tiny graph (`run_threads`).
+    run_thread_count: u32,
     /// The kernel build (SIMD level) chosen when the plan was made; work sizes depend on it.
     kernels: Kernels,
     /// When set (by `graft_plan_profile`), thread 0 records each node's wall time here,
@@ -157,7 +208,7 @@ pub fn compute(plan: *Plan, pool: *pool_module.Pool) Outcome {
     if (plan.computing.swap(true, .acquire)) return .{ .status = .busy, .node_index = 0 };
     defer plan.computing.store(false, .release);
     if (plan.nodes.len == 0) return .{ .status = .ok, .node_index = 0 };
-    const thread_count = @min(plan.thread_count, pool.thread_count);
+    const thread_count = @min(plan.run_thread_count, pool.thread_count);
     assert(thread_count >= 1);
     const requests = plan.pack_requests.load(.acquire);
     var execution: Execution = .{
@@ -172,4 +223,29 @@ pub fn compute(plan: *Plan, pool: *pool_module.Pool) Outcome {
     if (execution.pack and execution.packed_ok) plan.packed_requests = requests;
     const status: Status = @enumFromInt(execution.first_error.load(.acquire));
     return .{ .status = status, .node_index = execution.error_node.load(.acquire) };
+}
+
+fn test_node(op: node_abi.Op, dst: [4]i64, srcs: []const [4]i64) Node {
+    var node = std.mem.zeroes(Node);
+    node.op = @intFromEnum(op);
+    node.dst.ne = dst;
+    node.src_count = @intCast(srcs.len);
+    for (srcs, 0..) |ne, i| node.src[i].ne = ne;
+    return node;
+}
+
+test "a tiny graph runs on one thread, a real one on all" {
+    // One embedding row looked up in a 49152-row table: the table is not read, only the row.
+    const lookup = test_node(.get_rows, .{ 576, 1, 1, 1 }, &.{ .{ 576, 49152, 1, 1 }, .{ 1, 1, 1, 1 } });
+    try std.testing.expectEqual(@as(u32, 1), run_threads(&.{lookup}, 2));
+    // A 576x576 mat-vec is 331,776 multiply-adds.
+    const product = test_node(.mul_mat, .{ 576, 1, 1, 1 }, &.{ .{ 576, 576, 1, 1 }, .{ 576, 1, 1, 1 } });
+    try std.testing.expectEqual(@as(u32, 2), run_threads(&.{ lookup, product }, 2));
+    // Small element-wise nodes add up.
+    const add = test_node(.add, .{ 4096, 1, 1, 1 }, &.{ .{ 4096, 1, 1, 1 }, .{ 4096, 1, 1, 1 } });
+    try std.testing.expectEqual(@as(u32, 1), run_threads(&.{add}, 4));
+    try std.testing.expectEqual(@as(u32, 4), run_threads(&.{ add, add }, 4));
+    // Negative (invalid) extents count as empty, and huge ones saturate instead of overflowing.
+    const huge = test_node(.mul_mat, .{ 1 << 40, 1 << 40, 1, 1 }, &.{ .{ 1 << 40, -3, 1, 1 }, .{ 1, 1, 1, 1 } });
+    try std.testing.expectEqual(@as(u32, 3), run_threads(&.{huge}, 3));
 }

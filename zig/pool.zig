@@ -157,6 +157,11 @@ pub const Pool = struct {
         }
         if (self.busy.swap(true, .acquire)) return false;
         defer self.busy.store(false, .release);
+        // One thread needs no worker: waking them would only set them spinning for nothing.
+        if (job.thread_count == 1) {
+            job.run(job.context, 0, 1);
+            return true;
+        }
         self.job = job;
         self.finished.store(0, .monotonic);
         _ = self.job_generation.fetchAdd(1, .release);
@@ -240,3 +245,23 @@ test "every thread runs the job and meets at the barrier" {
         try std.testing.expectEqual(@as(u32, 0), context.hits[3].load(.monotonic));
     }
 }
+
+test "a job of one thread runs on the caller and wakes no worker" {
+    const Context = struct {
+        hits: [3]Atomic(u32) = [_]Atomic(u32){.init(0)} ** 3,
+        fn run(context: *anyopaque, thread_index: u32, thread_count: u32) void {
+            const self: *@This() = @ptrCast(@alignCast(context));
+            std.debug.assert(thread_count == 1);
+            _ = self.hits[thread_index].fetchAdd(1, .monotonic);
+        }
+    };
+    var pool: Pool = undefined;
+    try pool.start(3);
+    defer pool.stop();
+    var context: Context = .{};
+    for (0..10) |_| try std.testing.expect(pool.run(.{ .context = &context, .run = Context.run, .thread_count = 1 }));
+    try std.testing.expectEqual(@as(u32, 10), context.hits[0].load(.monotonic));
+    // No worker was woken: the job generation never moved.
+    try std.testing.expectEqual(@as(u32, 0), pool.job_generation.load(.monotonic));
+}
+

@@ -618,6 +618,7 @@ fn make_plan(
         .work = work,
         .buffer_handles = handle_copy,
         .thread_count = thread_count,
+        .run_thread_count = plan_module.run_threads(copied, thread_count),
         .kernels = selected,
         .prepacked = prepacked.memory,
         .prepacked_ranges = prepacked.ranges,

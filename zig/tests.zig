@@ -3,6 +3,7 @@ test {
     _ = @import("allocator.zig");
     _ = @import("registry.zig");
     _ = @import("pool.zig");
+    _ = @import("plan.zig");
     _ = @import("kernels/tests.zig");
     _ = @import("kernels/unary_test.zig");
     _ = @import("kernels/indexing_test.zig");

@@ -278,8 +278,18 @@ export const OPS = {
   },
   rope: {
     code: 23,
-    arity: 2,
-    params: ["nDims", "mode", "freqBase", "freqScale"],
+    arity: 3,
+    params: [
+      "nDims",
+      "mode",
+      "freqBase",
+      "freqScale",
+      "extFactor",
+      "attnFactor",
+      "betaFast",
+      "betaSlow",
+      "nCtxOrig",
+    ],
     core: "rope",
     // rope.zig reads both elements of a rotated pair before writing either, and no other output
     // reads them; dims past nDims are an element-wise copy (ggml_rope_inplace).
@@ -287,7 +297,7 @@ export const OPS = {
       safe: true,
       reason: "each output pair depends only on the input pair it overwrites",
     },
-    support: F32,
+    support: FLOAT,
   },
   setRows: {
     code: 24,

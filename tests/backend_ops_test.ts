@@ -62,6 +62,13 @@ const NMSE_REDUCE = 1e-9;
 const NMSE_NORM = 1e-8;
 /** rope: the angles are the CPU's bits; cos and sin (polynomials on the device) within an ulp or two. */
 const NMSE_ROPE = 1e-12;
+/**
+ * rope with frequency factors or YaRN: the device's division (2.5 ulp) and fma (fused or not)
+ * may move an angle by an ulp or two, which is up to 5e-4 at position 4095: an NMSE of 1e-9.
+ */
+const NMSE_ROPE_YARN = 1e-9;
+/** f16 results: a one-ulp difference of an f16 is 2.4e-7 relative. */
+const NMSE_F16 = 1e-6;
 /** Matrix products: f32 dot products summed in another order than the CPU's. */
 const NMSE_MATMUL = 1e-7;
 
@@ -447,6 +454,35 @@ for (const mode of ["normal", "neox"] as const) {
   define(`rope ${mode} permuted [64, 3, 5] nDims 48`, NMSE_ROPE, (i) => {
     const a = permute(i.f32([64, 5, 3]), [0, 2, 1, 3]);
     return rope(a, i.ints(POSITIONS), { nDims: 48, mode, freqBase: 100000 });
+  });
+}
+
+// rope as ggml_rope_ext: YaRN (as llama.cpp runs a factor-4 extension of a 4096 context),
+// frequency factors (Llama 3's rope_freqs), f16 input and result, odd head sizes.
+const YARN = { extFactor: 1, attnFactor: 0.9, betaFast: 32, betaSlow: 1, nCtxOrig: 4096 };
+const FACTORS = (n: number): number[] => Array.from({ length: n }, (_, k) => 1 + (k % 7) * 1.25);
+for (const mode of ["normal", "neox"] as const) {
+  define(`rope ${mode} YaRN [64, 3, 5, 2] scale 0.25`, NMSE_ROPE_YARN, (i) => {
+    const options = { nDims: 64, mode, freqBase: 10000, freqScale: 0.25, ...YARN };
+    return rope(i.f32([64, 3, 5, 2]), i.ints(POSITIONS), options);
+  });
+  define(`rope ${mode} YaRN ext 0.5 [70, 3, 5] nDims 38`, NMSE_ROPE_YARN, (i) => {
+    const options = { nDims: 38, mode, freqBase: 1e6, freqScale: 0.125, ...YARN, extFactor: 0.5 };
+    return rope(i.f32([70, 3, 5]), i.ints(POSITIONS), options);
+  });
+  define(`rope ${mode} frequency factors [64, 3, 5] base 500000`, NMSE_ROPE_YARN, (i) => {
+    const freqFactors = i.fixed("f32", FACTORS(32));
+    const options = { nDims: 64, mode, freqBase: 500000, freqScale: 1, freqFactors };
+    return rope(i.f32([64, 3, 5]), i.ints(POSITIONS), options);
+  });
+  define(`rope ${mode} f16 [38, 3, 5, 2] nDims 26 YaRN, factors`, NMSE_F16, (i) => {
+    const freqFactors = i.fixed("f32", FACTORS(13));
+    const options = { nDims: 26, mode, freqBase: 10000, freqScale: 0.25, ...YARN, freqFactors };
+    return rope(i.float("f16", [38, 3, 5, 2]), i.ints(POSITIONS), options);
+  });
+  define(`rope ${mode} f16 permuted [64, 3, 5]`, NMSE_F16, (i) => {
+    const a = permute(i.float("f16", [64, 5, 3]), [0, 2, 1, 3]);
+    return rope(a, i.ints(POSITIONS), { nDims: 64, mode, attnFactor: 1.5 });
   });
 }
 

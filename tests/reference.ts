@@ -679,43 +679,101 @@ export function assertBytesEqual(a: Uint8Array, b: Uint8Array, label: string): v
   }
 }
 
+/** ggml_rope_ext's parameters for {@link refRope} (defaults as `rope`'s). */
+export interface RefRopeParams {
+  nDims: number;
+  /** 0 normal (pairs (2k, 2k+1)), 2 neox (pairs (k, k + nDims/2)). */
+  mode: 0 | 2;
+  freqBase: number;
+  freqScale: number;
+  extFactor?: number;
+  attnFactor?: number;
+  betaFast?: number;
+  betaSlow?: number;
+  nCtxOrig?: number;
+  /** Per-pair divisors of the angle (src2). */
+  freqFactors?: readonly number[];
+}
+
+/** fma(a, b, c) of f32 values in f32: the product is exact in f64, one f64 rounding of the sum
+ * (a double rounding differs from a single one only where the f64 sum ties at f32 precision). */
+function fmaF32(a: number, b: number, c: number): number {
+  return Math.fround(a * b + c);
+}
+
 /**
- * rope (ggml_rope_ext with ext_factor 0, attn_factor 1). Angles follow ggml's recurrence
- * `theta *= theta_scale` from `theta = pos`. With `theta: "f32"` the angles are ggml's f32 values
- * exactly (every step rounded with Math.fround, theta_scale = fround(powf)); with `"f64"` the
- * same recurrence runs in f64. cos, sin and the rotation are f64 either way. `mode` 0 rotates
- * (x[2k], x[2k+1]), 2 rotates (x[k], x[k + nDims/2]); dims from nDims on are copied.
+ * The cos and sin of each pair at `position`, as ggml_rope_cache_init and rope_yarn compute them.
+ * With `theta: "f32"` every step is ggml's f32 operation (Math.fround after each, C's MAX/MIN,
+ * the fused multiply-adds GCC forms, logf as the rounded f64 log); with `"f64"` the same formulas
+ * run in f64 (the ideal ggml's f32 arithmetic approximates).
+ */
+export function refRopeAngles(
+  p: RefRopeParams,
+  position: number,
+  theta: "f32" | "f64",
+): { cos: number[]; sin: number[] } {
+  const exact = theta === "f32";
+  const f = exact ? Math.fround : (x: number) => x;
+  const fma = exact ? fmaF32 : (a: number, b: number, c: number) => a * b + c;
+  const max = (a: number, b: number): number => (a > b ? a : b);
+  const min = (a: number, b: number): number => (a < b ? a : b);
+  const freqBase = f(p.freqBase), freqScale = f(p.freqScale);
+  const extFactor = f(p.extFactor ?? 0), attnFactor = f(p.attnFactor ?? 1);
+  const nCtxOrig = f(p.nCtxOrig ?? 0);
+  const corrDim = (nRot: number): number =>
+    f(
+      f(p.nDims * f(Math.log(f(nCtxOrig / f(f(nRot * 2) * f(Math.PI)))))) /
+        f(2 * f(Math.log(freqBase))),
+    );
+  const low = max(0, Math.floor(corrDim(f(p.betaFast ?? 32))));
+  const high = min(p.nDims - 1, Math.ceil(corrDim(f(p.betaSlow ?? 1))));
+  const thetaScale = f(Math.pow(freqBase, f(-2 / p.nDims)));
+  const cos: number[] = [], sin: number[] = [];
+  let t = f(position);
+  for (let k = 0; k < p.nDims / 2; k++) {
+    const extrap = f(t / f(p.freqFactors?.[k] ?? 1));
+    const interp = f(freqScale * extrap);
+    let angle = interp;
+    let mscale = attnFactor;
+    if (extFactor !== 0) {
+      const y = f(f(k - low) / max(f(0.001), f(high - low)));
+      const rampMix = f(f(1 - min(1, max(0, y))) * extFactor);
+      angle = fma(interp, f(1 - rampMix), f(extrap * rampMix));
+      mscale = f(mscale * fma(f(0.1), f(Math.log(f(1 / freqScale))), 1));
+    }
+    cos.push(f(f(Math.cos(angle)) * mscale));
+    sin.push(f(f(Math.sin(angle)) * mscale));
+    t = f(t * thetaScale);
+  }
+  return { cos, sin };
+}
+
+/**
+ * rope (ggml_rope_ext): each pair rotated by {@link refRopeAngles}' cos and sin (f64 rotation),
+ * dims from nDims on copied. `positions` has one entry per i2.
  */
 export function refRope(
   a: RefTensor,
   positions: readonly number[],
-  nDims: number,
-  mode: 0 | 2,
-  freqBase: number,
-  freqScale: number,
+  p: RefRopeParams,
   theta: "f32" | "f64",
 ): RefTensor {
-  const f = theta === "f32" ? Math.fround : (x: number) => x;
-  const thetaScale = f(Math.pow(f(freqBase), f(-2 / nDims)));
-  const scale = f(freqScale);
   const out = RefTensor.zeros(a.ne);
-  const half = nDims / 2;
-  for (let i3 = 0; i3 < a.ne[3]; i3++) {
-    for (let i2 = 0; i2 < a.ne[2]; i2++) {
+  const half = p.nDims / 2;
+  for (let i2 = 0; i2 < a.ne[2]; i2++) {
+    const { cos, sin } = refRopeAngles(p, positions[i2]!, theta);
+    for (let i3 = 0; i3 < a.ne[3]; i3++) {
       for (let i1 = 0; i1 < a.ne[1]; i1++) {
         const set = (i0: number, v: number) => out.data[out.index(i0, i1, i2, i3)] = v;
-        let t = f(positions[i2]!);
         for (let k = 0; k < half; k++) {
-          const angle = f(scale * t);
-          const [c, s] = [Math.cos(angle), Math.sin(angle)];
-          t = f(t * thetaScale);
-          const [j0, j1] = mode === 0 ? [2 * k, 2 * k + 1] : [k, k + half];
+          const [c, s] = [cos[k]!, sin[k]!];
+          const [j0, j1] = p.mode === 0 ? [2 * k, 2 * k + 1] : [k, k + half];
           const x0 = a.at(j0, i1, i2, i3);
           const x1 = a.at(j1, i1, i2, i3);
           set(j0, x0 * c - x1 * s);
           set(j1, x0 * s + x1 * c);
         }
-        for (let i0 = nDims; i0 < a.ne[0]; i0++) set(i0, a.at(i0, i1, i2, i3));
+        for (let i0 = p.nDims; i0 < a.ne[0]; i0++) set(i0, a.at(i0, i1, i2, i3));
       }
     }
   }

@@ -1,7 +1,7 @@
 /**
  * The ggml ops Graft's RPC server computes beyond a llama graph's (ACC, SET, COUNT_EQUAL,
  * IM2COL, CONV_2D, CONV_2D_DW, CONV_TRANSPOSE_1D/2D, POOL_1D/2D, UPSCALE, circular PAD, TOP_K,
- * ADD_ID), each checked two ways on odd shapes:
+ * ADD_ID, and ROPE's YaRN, frequency factors and f16), each checked two ways on odd shapes:
  * - through Graft's RpcBackend (the ops its client sends): the same graph on Graft's CPU
  *   backend, on Graft's server and on llama.cpp's `ggml-rpc-server`, all three equal;
  * - as hand-made wire graphs, ggml's op_params as ggml.c's builders store them (the ops only
@@ -28,6 +28,7 @@ import {
   padCircular,
   pool1d,
   pool2d,
+  rope,
   set,
   type Tensor,
 } from "../mod.ts";
@@ -87,6 +88,33 @@ function i32In(
 }
 
 const CLIENT_CASES: ClientCase[] = [
+  ...(["f32", "f16"] as const).map((dtype): ClientCase => ({
+    name: `rope neox ${dtype} [64, 3, 5, 2] with YaRN and frequency factors`,
+    build: (ctx, rng) => {
+      const data = new Map<Tensor, ArrayBufferView>();
+      const x = ctx.newTensor(dtype, [64, 3, 5, 2]);
+      const values = rng.f32(x.nelements);
+      data.set(x, dtype === "f32" ? values : new Float16Array(values));
+      const pos = ctx.newTensor("i32", [5]);
+      data.set(pos, Int32Array.from([0, 4095, 17, 9000, 1]));
+      const freqFactors = f32In(ctx, rng, data, [32]);
+      data.set(freqFactors, Float32Array.from({ length: 32 }, (_, k) => 1 + k / 8));
+      const out = rope(x, pos, {
+        nDims: 64,
+        mode: "neox",
+        freqBase: 1e6,
+        freqScale: 0.25,
+        extFactor: 1,
+        attnFactor: 0.9,
+        betaFast: 32,
+        betaSlow: 1,
+        nCtxOrig: 4096,
+        freqFactors,
+      });
+      return { data, out };
+    },
+    nmse: 0,
+  })),
   {
     name: "countEqual of i32 [37, 3] (i64 count)",
     build: (ctx, rng) => {
@@ -495,7 +523,122 @@ function conv2dCase(kernelType: "f32" | "f16"): WireCase {
   };
 }
 
+/** An f32 op_params word: its bits as the int32 ggml's builders store. */
+function f32Word(value: number): number {
+  return new Int32Array(new Float32Array([value]).buffer)[0]!;
+}
+
+interface RopeWire {
+  label: string;
+  type: "f32" | "f16";
+  ne: [number, number, number, number];
+  nDims: number;
+  mode: 0 | 2;
+  nCtxOrig: number;
+  /** freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow. */
+  floats: [number, number, number, number, number, number];
+  factors?: number;
+  /** NMSE bound (default 0: bitwise). */
+  nmse?: number;
+}
+
+/** ROPE as ggml_rope_ext stores it: [n_past, n_dims, mode, n_ctx, n_ctx_orig, six floats,
+ * four sections, n_offs]; positions up to 8191 (and negative), src2 when `factors` is given. */
+function ropeCase(r: RopeWire): WireCase {
+  const positions = Int32Array.from({ length: r.ne[2] }, (_, i) => (i * 2953) % 8192 - 3);
+  const factors = r.factors
+    ? Float32Array.from({ length: r.factors }, (_, k) => 1 + (k % 7) * 1.25)
+    : undefined;
+  const params = [0, r.nDims, r.mode, 0, r.nCtxOrig, ...r.floats.map(f32Word), 0, 0, 0, 0, 0];
+  return {
+    name: `ROPE ${r.label}`,
+    specs: [
+      { name: "x", type: r.type, ne: r.ne, data: r.type === "f32" ? f32Data(r.ne) : f16Data(r.ne) },
+      { name: "pos", type: "i32", ne: [r.ne[2], 1, 1, 1], data: positions },
+      ...(factors
+        ? [{
+          name: "ff",
+          type: "f32" as const,
+          ne: [r.factors!, 1, 1, 1] as [
+            number,
+            number,
+            number,
+            number,
+          ],
+          data: factors,
+        }]
+        : []),
+      {
+        name: "y",
+        type: r.type,
+        ne: r.ne,
+        op: "ROPE",
+        src: factors ? ["x", "pos", "ff"] : ["x", "pos"],
+        params,
+      },
+    ],
+    nmse: r.nmse ?? 0,
+  };
+}
+
+const ROPE_WIRES: RopeWire[] = [
+  {
+    label: "neox f32, YaRN (ext 1, scale 1/4, n_ctx_orig 4096) with frequency factors",
+    type: "f32",
+    ne: [64, 4, 9, 2],
+    nDims: 64,
+    mode: 2,
+    nCtxOrig: 4096,
+    floats: [1e6, 0.25, 1, 1, 32, 1],
+    factors: 32,
+  },
+  {
+    label: "normal f32, YaRN (ext 0.5, attn 0.8, betas 16 and 2), nDims 38 of 70",
+    type: "f32",
+    ne: [70, 3, 7, 1],
+    nDims: 38,
+    mode: 0,
+    nCtxOrig: 2048,
+    floats: [10000, 0.125, 0.5, 0.8, 16, 2],
+    // Not bitwise: here only the last of the 19 pairs differs, by an ulp, in a few rows. ggml's
+    // normal-mode rotate_pairs is vectorized by GCC, and a row whose pairs do not fill the
+    // vectors ends in a tail loop where GCC apparently fuses the other product of
+    // `x0*cos - x1*sin`; Graft fuses as the vector body does. Full vectors (nDims 64) match.
+    nmse: 1e-12,
+  },
+  {
+    label: "normal f32, Llama 3 frequency factors (40 of them for nDims 64), base 500000",
+    type: "f32",
+    ne: [64, 5, 6, 1],
+    nDims: 64,
+    mode: 0,
+    nCtxOrig: 8192,
+    floats: [500000, 1, 0, 1, 32, 1],
+    factors: 40,
+  },
+  {
+    label: "neox f16, YaRN with factors, nDims 26 of 38",
+    type: "f16",
+    ne: [38, 3, 8, 2],
+    nDims: 26,
+    mode: 2,
+    nCtxOrig: 4096,
+    floats: [10000, 0.25, 1, 1, 32, 1],
+    factors: 13,
+  },
+  {
+    label: "normal f16, YaRN off, attn_factor 1.5",
+    type: "f16",
+    ne: [64, 4, 7, 1],
+    nDims: 64,
+    mode: 0,
+    nCtxOrig: 0,
+    floats: [10000, 1, 0, 1.5, 0, 0],
+  },
+];
+
 const WIRE_CASES: WireCase[] = [
+  ...ROPE_WIRES.map(ropeCase),
   conv2dCase("f32"),
   conv2dCase("f16"),
   ...(["f32", "f16"] as const).map((kernelType): WireCase => {

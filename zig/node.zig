@@ -6,7 +6,7 @@ const std = @import("std");
 
 pub const dims_max = 4;
 pub const sources_max = 4;
-pub const params_max = 8;
+pub const params_max = 12;
 
 /// Element types: the dtype traits table (dtype.zig).
 pub const DType = @import("dtype.zig").DType;
@@ -39,8 +39,10 @@ pub const Op = enum(u32) {
     // results are bitwise those of the two nodes.
     silu_mul = 20, // dst = silu(src0) * src1, one shape
     rms_norm_mul = 21, // params[0]: f32 eps; dst = rms_norm(src0) * src1, src1.ne[0] == ne[0]
-    // params (f32): n_dims, mode (0 normal, 2 neox), freq_base, freq_scale; src0 f32
-    // [ne0, heads, tokens, ne3], src1 i32 positions [tokens] (kernels/rope.zig)
+    // params (f32): n_dims, mode (0 normal, 2 neox), freq_base, freq_scale, ext_factor,
+    // attn_factor, beta_fast, beta_slow, n_ctx_orig; src0 f32|f16 [ne0, heads, tokens, ne3],
+    // src1 i32 positions [tokens], src2 (optional) f32 freq factors [>= n_dims/2]
+    // (kernels/rope.zig)
     rope = 23,
     // dst (the target's memory, f32 | f16, any strides) [ne0, R, B, C]: row (src1[n, b, c], b, c)
     // <- src0 row (n, b, c) converted; src0 f32 [ne0, N, B, C], src1 i32 [N, B, C] (kernels/copy.zig)
@@ -231,9 +233,9 @@ comptime {
     std.debug.assert(@offsetOf(TensorDesc, "nb") == 40);
     std.debug.assert(@offsetOf(TensorDesc, "dtype") == 72);
     std.debug.assert(@offsetOf(Node, "params") == 8);
-    std.debug.assert(@offsetOf(Node, "dst") == 40);
-    std.debug.assert(@offsetOf(Node, "src") == 120);
-    std.debug.assert(@sizeOf(Node) == 440);
+    std.debug.assert(@offsetOf(Node, "dst") == 56);
+    std.debug.assert(@offsetOf(Node, "src") == 136);
+    std.debug.assert(@sizeOf(Node) == 456);
 }
 
 /// Status codes shared by every export and every kernel. 0 is success; errors are negative.

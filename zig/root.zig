@@ -24,7 +24,7 @@ const Status = node_abi.Status;
 const fail = status_module.fail;
 
 /// Bumped whenever an export, the node table or a status code changes meaning.
-pub const abi_version: u32 = 8;
+pub const abi_version: u32 = 9;
 
 pub const buffers_max = 4096;
 pub const allocators_max = 4096;

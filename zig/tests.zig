@@ -9,6 +9,7 @@ test {
     _ = @import("kernels/indexing_test.zig");
     _ = @import("kernels/extra_ops_test.zig");
     _ = @import("kernels/conv2d_test.zig");
+    _ = @import("kernels/rope.zig");
     _ = @import("quant.zig");
     _ = @import("kernels/gemv_quant.zig");
     _ = @import("kernels/dot_quant.zig");

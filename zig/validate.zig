@@ -108,9 +108,10 @@ fn validate_op(comptime op: Op, n: *const Node) Verdict {
 /// Inclusive bounds on src_count.
 fn source_counts(comptime op: Op) [2]u32 {
     return switch (op) {
-        .add, .sub, .mul, .div, .mul_mat, .get_rows, .im2col, .conv_2d, .conv_transpose_1d, .conv_transpose_2d, .silu_mul, .rms_norm_mul, .rope, .set_rows, .concat, .count_equal, .acc, .set => .{ 2, 2 },
+        .add, .sub, .mul, .div, .mul_mat, .get_rows, .im2col, .conv_2d, .conv_transpose_1d, .conv_transpose_2d, .silu_mul, .rms_norm_mul, .set_rows, .concat, .count_equal, .acc, .set => .{ 2, 2 },
         .arange => .{ 0, 0 },
         .soft_max => .{ 1, 2 },
+        .rope => .{ 2, 3 },
         .flash_attn_ext => .{ 3, 4 },
         else => .{ 1, 1 },
     };
@@ -378,14 +379,17 @@ fn check_soft_max(n: *const Node) Verdict {
     return .ok;
 }
 
-/// rope (kernels/rope.zig): f32 src0 and dst of one shape, i32 positions [src0.ne[2]], and
-/// params n_dims (even, 2..ne0), mode (0 or 2), freq_base (finite, > 0), freq_scale (finite).
+/// rope (kernels/rope.zig): src0 f32|f16 and dst of its dtype and shape, i32 positions
+/// [src0.ne[2]], an optional f32 vector of frequency factors (src2, at least n_dims/2), and
+/// params n_dims (even, 2..ne0), mode (0 or 2), freq_base (finite, > 0), freq_scale, ext_factor,
+/// attn_factor, beta_fast, beta_slow (finite) and n_ctx_orig (a whole number >= 0).
 fn check_rope(n: *const Node) Verdict {
     const src = &n.src[0];
     const positions = &n.src[1];
-    if (dtype_of(&n.dst) != .f32 or dtype_of(src) != .f32) {
-        return fail(.unsupported, "rope: dst and src0 must be f32");
+    if (dtype_of(src) != .f32 and dtype_of(src) != .f16) {
+        return fail(.unsupported, "rope: src0 must be f32 or f16");
     }
+    if (dtype_of(&n.dst) != dtype_of(src)) return fail(.unsupported, "rope: dst and src0 dtypes differ");
     if (dtype_of(positions) != .i32) return fail(.unsupported, "rope: src1 (positions) must be i32");
     if (!same_shape(&n.dst, src)) return fail(.shape_mismatch, "rope: dst.ne != src0.ne");
     if (positions.ne[0] != src.ne[2] or positions.ne[1] != 1 or positions.ne[2] != 1 or
@@ -399,14 +403,34 @@ fn check_rope(n: *const Node) Verdict {
     {
         return fail(.invalid_argument, "rope: params[0] (n_dims) must be even, >= 2 and <= src0.ne[0]");
     }
+    if (n.src_count == 3) {
+        const factors = &n.src[2];
+        if (dtype_of(factors) != .f32) return fail(.unsupported, "rope: src2 (freq factors) must be f32");
+        if (@as(f32, @floatFromInt(factors.ne[0])) < n_dims / 2 or factors.ne[1] != 1 or
+            factors.ne[2] != 1 or factors.ne[3] != 1)
+        {
+            return fail(.shape_mismatch, "rope: src2 (freq factors) must be a vector of >= n_dims/2");
+        }
+    }
     const mode = n.param_f32(1);
     if (mode != 0 and mode != 2) return fail(.invalid_argument, "rope: params[1] (mode) must be 0 (normal) or 2 (neox)");
     const freq_base = n.param_f32(2);
     if (!std.math.isFinite(freq_base) or !(freq_base > 0)) {
         return fail(.invalid_argument, "rope: params[2] (freq_base) must be finite and > 0");
     }
-    if (!std.math.isFinite(n.param_f32(3))) {
-        return fail(.invalid_argument, "rope: params[3] (freq_scale) must be finite");
+    const finite_names = [_][]const u8{
+        "rope: params[3] (freq_scale) must be finite",
+        "rope: params[4] (ext_factor) must be finite",
+        "rope: params[5] (attn_factor) must be finite",
+        "rope: params[6] (beta_fast) must be finite",
+        "rope: params[7] (beta_slow) must be finite",
+    };
+    for (finite_names, 3..) |reason, slot| {
+        if (!std.math.isFinite(n.param_f32(slot))) return fail(.invalid_argument, reason);
+    }
+    const n_ctx_orig = n.param_f32(8);
+    if (!std.math.isFinite(n_ctx_orig) or n_ctx_orig < 0 or @floor(n_ctx_orig) != n_ctx_orig) {
+        return fail(.invalid_argument, "rope: params[8] (n_ctx_orig) must be a whole number >= 0");
     }
     return .ok;
 }

@@ -9,7 +9,7 @@
  */
 
 /** The ABI version this binding speaks; `graft_abi_version()` must return it. */
-export const ABI_VERSION = 8;
+export const ABI_VERSION = 9;
 
 /** Native symbols of the Graft core (the C ABI of `zig/root.zig`). */
 export const symbols = {

@@ -423,12 +423,20 @@ export const GRAFT_TO_GGML: Readonly<Partial<Record<OpName, GraftToGgml>>> = {
   silu: unary("SILU"),
   relu: unary("RELU"),
   cont: { op: "CONT" },
-  // ggml_rope's defaults for the fields Graft's rope has no param for: no YaRN (ext_factor 0),
-  // attn_factor 1 (ggml.c ggml_rope).
+  // ggml_rope_ext's fields one for one; the frequency factors are src2, as ggml's.
   rope: {
     op: "ROPE",
-    params: ["n_dims", "mode", "freq_base", "freq_scale"],
-    fixed: [["ext_factor", 0], ["attn_factor", 1]],
+    params: [
+      "n_dims",
+      "mode",
+      "freq_base",
+      "freq_scale",
+      "ext_factor",
+      "attn_factor",
+      "beta_fast",
+      "beta_slow",
+      "n_ctx_orig",
+    ],
   },
   setRows: { op: "SET_ROWS" },
   abs: unary("ABS"),

@@ -419,16 +419,17 @@ comptime {
 // arrangements; each variant object here uses the one ggml uses at its width: AVX-512 (16 lanes,
 // __AVX512F__ && __AVX512DQ__), AVX2 + FMA (8 lanes), SSE (4 lanes, fused where FMA exists).
 
-/// The C library's expf, sinf, cosf and powf, as ggml calls them (`ggml_silu_f32`, soft_max's
-/// tail, rope). Declaring `expf` itself would bind Zig's compiler_rt copy, linked into this
-/// library as a local symbol; glibc (2.27 on) also exports each under its TS 18661-3 name, the
-/// same function (one ifunc, so the same variant for this CPU as ggml's calls pick), which only
-/// libm defines.
+/// The C library's expf, sinf, cosf, powf and logf, as ggml calls them (`ggml_silu_f32`,
+/// soft_max's tail, rope and its YaRN corrections). Declaring `expf` itself would bind Zig's
+/// compiler_rt copy, linked into this library as a local symbol; glibc (2.27 on) also exports
+/// each under its TS 18661-3 name, the same function (one ifunc, so the same variant for this CPU
+/// as ggml's calls pick), which only libm defines.
 const libm = struct {
     extern "c" fn expf32(x: f32) f32;
     extern "c" fn sinf32(x: f32) f32;
     extern "c" fn cosf32(x: f32) f32;
     extern "c" fn powf32(x: f32, y: f32) f32;
+    extern "c" fn logf32(x: f32) f32;
 };
 const glibc = builtin.target.isGnuLibC();
 // Without glibc (the wasm build) each function is its f64 version rounded once to f32: correctly
@@ -445,6 +446,9 @@ pub fn cosf(x: f32) f32 {
 }
 pub fn powf(x: f32, y: f32) f32 {
     return if (glibc) libm.powf32(x, y) else @floatCast(std.math.pow(f64, x, y));
+}
+pub fn logf(x: f32) f32 {
+    return if (glibc) libm.logf32(x) else @floatCast(@log(@as(f64, x)));
 }
 
 const has_avx512 = builtin.cpu.arch == .x86_64 and builtin.cpu.has(.x86, .avx512f);

@@ -124,6 +124,7 @@ pub fn work_size(n: *const Node, thread_count: u32) u64 {
         .conv_2d => conv2d.work_size(n, thread_count),
         .top_k => sort.top_k_work_size(n, thread_count),
         .flash_attn_ext => attention.work_size(n, thread_count),
+        .rope => rope.work_size(n, thread_count),
         else => 0,
     };
 }

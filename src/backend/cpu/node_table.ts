@@ -1,6 +1,6 @@
 /**
  * Encodes a graph's compute nodes into the core's node table (`zig/node.zig`, `Node`): one
- * fixed 440-byte record per node with the op, params and the address, shape and strides of the
+ * fixed 456-byte record per node with the op, params and the address, shape and strides of the
  * destination and up to four sources. Views are not encoded: they are addresses, not work.
  * @module
  */
@@ -10,12 +10,14 @@ import { PlacementError } from "../../errors.ts";
 import { coreOp, isViewOp, Op, opName } from "../../op.ts";
 import type { Tensor } from "../../tensor.ts";
 
-export const NODE_SIZE = 440;
+export const NODE_SIZE = 456;
 const DESC_SIZE = 80;
-const DST_OFFSET = 40;
-const SRC_OFFSET = 120;
+const DST_OFFSET = 56;
+const SRC_OFFSET = 136;
 const SOURCES_MAX = 4;
 const PARAMS_OFFSET = 8;
+/** Parameter slots of a record (`zig/node.zig`, params_max). */
+const PARAMS_MAX = 12;
 /** mul_mat's params[0] (a u32 slot): src0 is a constant weight the plan prepacks. */
 const PREPACK_FLAG = 1;
 
@@ -77,6 +79,11 @@ export function encodeNodeTable(
     const sources = entry.src;
     if (sources.length > SOURCES_MAX) {
       throw new PlacementError(`${opName(tensor.op)} has ${sources.length} sources (max 4)`);
+    }
+    if (entry.params.length > PARAMS_MAX) {
+      throw new PlacementError(
+        `${opName(tensor.op)} has ${entry.params.length} params (max ${PARAMS_MAX})`,
+      );
     }
     view.setUint32(at, entry.coreOp, true);
     view.setUint32(at + 4, sources.length, true);

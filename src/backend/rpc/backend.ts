@@ -737,7 +737,9 @@ export class RpcBackend implements Backend {
         return f32(tensor, src[0]) && rows(src[0], src[1]) &&
           (src[1] === undefined || f32(src[1]) || src[1].dtype === "f16");
       case "rope":
-        return f32(tensor, src[0]) && src[1]!.dtype === "i32" && rows(src[0]);
+        // ggml-cpu reads the frequency factors (src2) as adjacent floats.
+        return (f32(tensor, src[0]) || tensor.dtype === "f16") && src[1]!.dtype === "i32" &&
+          rows(src[0]) && (src[2] === undefined || src[2].nb[0] === 4);
       case "flashAttnExt":
         // ggml-cpu reads the mask as f16.
         return src.slice(0, 3).every((s) => s.dtype === "f32" || s.dtype === "f16") &&

@@ -58,7 +58,7 @@ export interface Kernel {
   readonly status: boolean;
   /** `P.u.x`: the items of a flat kernel, the rows of a row kernel. */
   readonly count: number;
-  /** `P.f`: op parameters. */
+  /** `P.f`, then `P.g`: op parameters (at most 8). */
   readonly floats: readonly number[];
   readonly workgroups: readonly [number, number, number];
   /**
@@ -216,22 +216,47 @@ function matmul(node: Tensor): Kernel {
   };
 }
 
-// One item per rotated pair and per copied element of each row (see shader_rope.ts); the
-// params are nDims, ggml's theta_scale (powf(freqBase, -2.0f/nDims), rounded as the CPU's) and
-// freqScale, the mode selects the shader.
+// One item per rotated pair and per copied element of each row (see shader_rope.ts). P.f: nDims,
+// ggml's theta_scale (powf(freqBase, -2.0f/nDims), rounded as the CPU's), freqScale, extFactor;
+// P.g: the scale of cos and sin (attnFactor, times YaRN's 1 + 0.1 logf(1/freqScale) when
+// extFactor is not 0) and YaRN's corr dims. The mode, dtype and frequency factors select the
+// shader.
 function rope(node: Tensor): Kernel {
-  const [a, positions] = node.src as [Tensor, Tensor];
-  const [nDims, mode, freqBase, freqScale] = node.params as [number, number, number, number];
-  const thetaScale = Math.fround(Math.pow(Math.fround(freqBase), Math.fround(-2 / nDims)));
+  const [a, positions, factors] = node.src as [Tensor, Tensor, Tensor | undefined];
+  const [nDims, mode, freqBase, freqScale, extFactor, attnFactor, betaFast, betaSlow, nCtxOrig] =
+    node.params as number[] as [
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+    ];
+  const f = Math.fround;
+  const thetaScale = f(Math.pow(f(freqBase), f(-2 / nDims)));
+  // ggml_rope_yarn_corr_dims and rope_yarn's magnitude, in f32 as ggml (logf as the rounded log).
+  const corrDim = (nRot: number): number =>
+    f(
+      f(nDims * f(Math.log(f(f(nCtxOrig) / f(f(f(nRot) * 2) * f(Math.PI)))))) /
+        f(2 * f(Math.log(f(freqBase)))),
+    );
+  const start = Math.floor(corrDim(betaFast)), end = Math.ceil(corrDim(betaSlow));
+  const low = 0 > start ? 0 : start, high = nDims - 1 < end ? nDims - 1 : end;
+  const yarn = f(Math.fround(0.1) * f(Math.log(f(1 / f(freqScale)))) + 1);
+  const mscale = f(extFactor) !== 0 ? f(f(attnFactor) * yarn) : f(attnFactor);
   const count = a.nrows * (a.ne[0] - nDims / 2);
   const kind = mode === 2 ? "neox" : "normal";
+  const dtype = node.dtype as "f32" | "f16";
   return {
-    key: `rope:${kind}`,
-    source: () => ropeShader(kind),
-    tensors: [node, a, positions],
+    key: `rope:${kind}:${dtype}:${factors ? "factors" : "plain"}`,
+    source: () => ropeShader(kind, dtype, factors !== undefined),
+    tensors: factors ? [node, a, positions, factors] : [node, a, positions],
     status: false,
     count,
-    floats: [nDims, thetaScale, Math.fround(freqScale)],
+    floats: [nDims, thetaScale, f(freqScale), f(extFactor), mscale, low, high],
     workgroups: grid(Math.ceil(count / WORKGROUP_SIZE), `rope ${node.label}`),
   };
 }

@@ -19,6 +19,7 @@ import {
   type BindingShape,
   DESC_BYTES,
   FLOATS_AT,
+  MORE_FLOATS_AT,
   UINTS_AT,
   UNIFORM_SLOT_BYTES,
 } from "./wgsl_common.ts";
@@ -52,7 +53,11 @@ function encodeSlot(view: DataView, at: number, kernel: Kernel, bindings: Tensor
     }
     view.setUint32(base + 32, bindings[index]!.relative, true);
   });
-  kernel.floats.forEach((value, i) => view.setFloat32(at + FLOATS_AT + i * 4, value, true));
+  // Floats 0-3 are P.f, 4-7 P.g (after the u32 parameters).
+  kernel.floats.forEach((value, i) => {
+    const offset = i < 4 ? FLOATS_AT + i * 4 : MORE_FLOATS_AT + (i - 4) * 4;
+    view.setFloat32(at + offset, value, true);
+  });
   view.setUint32(at + UINTS_AT, kernel.count, true);
   // A kernel that leaves its destination undescribed finds its byte offset in P.u.y.
   if (kernel.described) view.setUint32(at + UINTS_AT + 4, bindings[0]!.relative, true);

@@ -2,7 +2,10 @@
  * WGSL for rope (the CPU's `zig/kernels/rope.zig`): one thread per rotated pair, and one per
  * element past nDims (copied), so each thread reads every input it writes over and dst may alias
  * src0. The angle follows ggml's f32 recurrence `theta *= theta_scale` (WGSL's f32 product is
- * correctly rounded, so the angles are the CPU's bit for bit); cos and sin are taken after a
+ * correctly rounded, so without frequency factors and YaRN the angles are the CPU's bit for bit;
+ * WGSL's division (2.5 ulp) and fma (fused or not, as the device does it) make those within an
+ * ulp or two), divided by the pair's frequency factor, then YaRN's mix of interpolated and
+ * extrapolated angles over the corr dims (ggml's rope_yarn); cos and sin are taken after a
  * Cody-Waite reduction by pi/2 with Cephes' single-precision polynomials, because WGSL's
  * built-ins only promise an absolute 2^-11 within [-pi, pi] and angles reach thousands.
  * @module
@@ -42,12 +45,16 @@ fn rope_cos_sin(x: f32) -> vec2<f32> {
 
 /**
  * `P.u.x` items: per row of S0, nDims/2 pairs then ne0 - nDims copies (ne0 - nDims/2 a row).
- * `P.f`: nDims, theta_scale (ggml's powf, rounded to f32 on the host), freqScale.
+ * `P.f`: nDims, theta_scale (ggml's powf, rounded to f32 on the host), freqScale, extFactor;
+ * `P.g`: the scale of cos and sin, YaRN's corr dims (low, high). `dtype` is src0's and dst's;
+ * with `factors` S2 holds the f32 frequency factors.
  */
-export function ropeShader(kind: RopeKind): string {
+export function ropeShader(kind: RopeKind, dtype: "f32" | "f16", factors: boolean): string {
   const pair = kind === "normal" ? "vec2<u32>(2u * k, 2u * k + 1u)" : "vec2<u32>(k, k + half)";
+  const sources = factors ? [dtype, "i32", "f32"] as const : [dtype, "i32"] as const;
+  const factor = factors ? "S2_f32(at(3u, vec4<u32>(k, 0u, 0u, 0u)))" : "1.0";
   return `${PARAMS_WGSL}
-${tensorBindings("f32", ["f32", "i32"])}
+${tensorBindings(dtype, sources)}
 ${SINCOS_WGSL}
 ${
     flatKernel(`  let nd = u32(P.f.x);
@@ -65,7 +72,18 @@ ${
   for (var step = 0u; step < k; step = step + 1u) {
     theta = theta * P.f.y;
   }
-  let cs = rope_cos_sin(P.f.z * theta);
+  let extrap = theta / ${factor};
+  let interp = P.f.z * extrap;
+  var angle = interp;
+  if (P.f.w != 0.0) {
+    // rope_yarn_ramp with C's MAX and MIN (the second operand when the comparison fails).
+    let width = select(P.g.z - P.g.y, 0.001, 0.001 > P.g.z - P.g.y);
+    let y = (f32(k) - P.g.y) / width;
+    let clamped = select(select(y, 0.0, 0.0 > y), 1.0, 1.0 < select(y, 0.0, 0.0 > y));
+    let mix = (1.0 - clamped) * P.f.w;
+    angle = fma(interp, 1.0 - mix, extrap * mix);
+  }
+  let cs = rope_cos_sin(angle) * P.g.x;
   let p = ${pair};
   let e0 = rc + vec4<u32>(p.x, 0u, 0u, 0u);
   let e1 = rc + vec4<u32>(p.y, 0u, 0u, 0u);

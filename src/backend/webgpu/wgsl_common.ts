@@ -14,7 +14,10 @@ import type { DType } from "../../dtype.ts";
 /** Threads per workgroup of the one-dimensional kernels. */
 export const WORKGROUP_SIZE = 256;
 
-/** Uniform slot of one node: 4 tensor descriptors of 48 bytes, 4 f32 and 4 u32 parameters. */
+/**
+ * Uniform slot of one node: 4 tensor descriptors of 48 bytes, 4 f32 and 4 u32 parameters, and 4
+ * more f32 parameters.
+ */
 export const UNIFORM_SLOT_BYTES = 256;
 /** Byte offset of a tensor descriptor's fields inside the slot. */
 export const DESC_BYTES = 48;
@@ -22,6 +25,8 @@ export const DESC_BYTES = 48;
 export const FLOATS_AT = 4 * DESC_BYTES;
 /** Byte offset of the u32 parameters. */
 export const UINTS_AT = FLOATS_AT + 16;
+/** Byte offset of the second four f32 parameters (`P.g`). */
+export const MORE_FLOATS_AT = UINTS_AT + 16;
 
 /**
  * Descriptor `t[k]`: k = 0 is the destination, 1-3 the sources. `off.x` is the tensor's byte
@@ -29,7 +34,7 @@ export const UINTS_AT = FLOATS_AT + 16;
  */
 export const PARAMS_WGSL = `
 struct Desc { ne: vec4<u32>, nb: vec4<u32>, off: vec4<u32> }
-struct Params { t: array<Desc, 4>, f: vec4<f32>, u: vec4<u32> }
+struct Params { t: array<Desc, 4>, f: vec4<f32>, u: vec4<u32>, g: vec4<f32> }
 @group(0) @binding(0) var<uniform> P: Params;
 
 // -inf, made at run time: a WGSL constant expression may not evaluate to an infinity (Chromium's

@@ -257,24 +257,22 @@ const BUILDERS: Readonly<Partial<Record<GgmlOpName, Builder>>> = {
     });
   },
   ROPE: (c) => {
-    noSourcesFrom(c, 2);
+    noSourcesFrom(c, 3);
     const mode = ROPE_MODES[c.param("mode")];
     if (mode === undefined) refuse(`${c.field}.op_params`, `rope mode ${c.param("mode")}`);
-    // Graft's rope is ggml's with YaRN off: ext_factor 0 and attn_factor 1 (what llama-family
-    // models without rope scaling send); anything else is refused rather than computed wrong.
-    if (c.param("ext_factor") !== 0 || c.param("attn_factor") !== 1) {
-      refuse(
-        `${c.field}.op_params`,
-        `rope ext_factor ${c.param("ext_factor")}, attn_factor ${c.param("attn_factor")} ` +
-          "(only 0 and 1 are computed)",
-      );
-    }
     if (c.node.opParams[15] !== 0) refuse(`${c.field}.op_params`, "rope offsets are not computed");
+    const freqFactors = c.optional(2);
     return rope(c.src(0), c.src(1), {
       nDims: c.param("n_dims"),
       mode,
       freqBase: c.param("freq_base"),
       freqScale: c.param("freq_scale"),
+      extFactor: c.param("ext_factor"),
+      attnFactor: c.param("attn_factor"),
+      betaFast: c.param("beta_fast"),
+      betaSlow: c.param("beta_slow"),
+      nCtxOrig: c.param("n_ctx_orig"),
+      ...(freqFactors ? { freqFactors } : {}),
     });
   },
   GLU: (c) => {

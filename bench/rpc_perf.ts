@@ -9,11 +9,13 @@
  *   perf rpc_client_pp64 graft=<tok/s>tok/s llama_bench_rpc=<tok/s>tok/s ratio=...
  *     Graft's RPC client against llama.cpp's (llama-bench --rpc -ngl 99 -fa 0), same server.
  *
- * tg: N_GEN decodes of one token each from an empty cache; pp: N_PROMPT tokens in one eval; one
- * warmup, then REPS timed runs, tokens/s the mean (llama-bench's avg_ts). The server and both
- * clients use THREADS threads. Without the build or the model, says how to get them and exits.
+ * tg: N_GEN decodes of one token each from an empty cache; pp: N_PROMPT tokens in one eval; a
+ * warmup (Graft: one untimed run of each, see `graft`; llama-bench: its own), then REPS timed runs, tokens/s the mean (llama-bench's avg_ts). The runs take turns
+ * (Graft local, Graft over RPC, llama-bench -r 1; each loads the model and warms up), REPS
+ * rounds, so that a drift of the machine's speed touches all three. The server and both clients use THREADS threads. Without the build
+ * or the model, says how to get them and exits.
  *
- * Usage: deno task bench:rpc [--reps 3]
+ * Usage: deno task bench:rpc [--reps 5]
  * @module
  */
 
@@ -27,7 +29,7 @@ const THREADS = 2;
 const N_GEN = 32;
 const N_PROMPT = 64;
 const at = Deno.args.indexOf("--reps");
-const REPS = at >= 0 ? Number(Deno.args[at + 1]) : 3;
+const REPS = at >= 0 ? Number(Deno.args[at + 1]) : 5;
 
 const bin = llamaBinDir();
 if ("skip" in bin) {
@@ -42,44 +44,52 @@ if (!smolLM2Cached()) {
 
 const mean = (xs: number[]): number => xs.reduce((s, x) => s + x, 0) / xs.length;
 
-/** Graft's tg and pp tokens/s with `rpc` servers (none: the local CPU). */
-async function graft(rpc: string[]): Promise<{ tg: number; pp: number }> {
-  using llm = await LLM.load(SMOLLM2_PATH, {
+/** A Graft model, loaded once, and its timed runs: one tg or pp run per call. */
+interface GraftRunner extends Disposable {
+  tg(): Promise<number>;
+  pp(): Promise<number>;
+}
+
+/** Graft on `rpc` servers (none: the local CPU), warmed up (plans built, the code compiled). */
+async function graft(rpc: string[]): Promise<GraftRunner> {
+  const llm = await LLM.load(SMOLLM2_PATH, {
     threads: THREADS,
     nCtx: 256,
     ...(rpc.length > 0 ? { rpc } : {}),
   });
   let token = 1;
   const next = (): number => (token = (token * 48271) % 49151 + 1);
+  // Tokens per second of one run from an empty cache, as llama-bench's tg and pp tests.
+  const timed = async (n: number, run: () => Promise<void>): Promise<number> => {
+    llm.reset();
+    const start = performance.now();
+    await run();
+    return n / ((performance.now() - start) / 1000);
+  };
   const tgRun = async (n: number): Promise<void> => {
     for (let i = 0; i < n; i++) await llm.eval([next()]);
   };
-  const ppRun = async (n: number): Promise<void> => {
-    await llm.eval(Array.from({ length: n }, next));
+  const ppRun = (n: number): Promise<void> => llm.eval(Array.from({ length: n }, next)).then();
+  // Warmup, untimed: one tg run and one pp run. llama-bench's own is one token and one prompt;
+  // Graft's JavaScript is compiled while it runs, and the first run of N_GEN tokens after a load
+  // is measured 10-15% slower than the next (V8 optimizes the decode path during it).
+  await timed(N_GEN, () => tgRun(N_GEN));
+  await timed(N_PROMPT, () => ppRun(N_PROMPT));
+  return {
+    tg: () => timed(N_GEN, () => tgRun(N_GEN)),
+    pp: () => timed(N_PROMPT, () => ppRun(N_PROMPT)),
+    [Symbol.dispose]: () => llm.dispose(),
   };
-  const measure = async (run: (n: number) => Promise<void>, n: number): Promise<number> => {
-    llm.reset();
-    await run(n === N_GEN ? 1 : n); // warmup (plans built)
-    const samples: number[] = [];
-    for (let r = 0; r < REPS; r++) {
-      llm.reset();
-      const start = performance.now();
-      await run(n);
-      samples.push(n / ((performance.now() - start) / 1000));
-    }
-    return mean(samples);
-  };
-  return { tg: await measure(tgRun, N_GEN), pp: await measure(ppRun, N_PROMPT) };
 }
 
-/** llama-bench --rpc against `endpoint`: tg and pp tokens/s (the mean of its runs, its avg_ts). */
+/** One llama-bench --rpc run against `endpoint` (its own warmup, then -r 1): tg and pp tokens/s. */
 async function llamaBench(endpoint: string): Promise<{ tg: number; pp: number }> {
   const run = await runLlamaBench(`${binDir}/llama-bench`, {
     model: SMOLLM2_PATH,
     threads: THREADS,
     nPrompt: N_PROMPT,
     nGen: N_GEN,
-    reps: REPS,
+    reps: 1,
     flashAttn: "0",
     repack: 1,
     rpc: endpoint,
@@ -89,9 +99,37 @@ async function llamaBench(endpoint: string): Promise<{ tg: number; pp: number }>
 
 const report = new PerfReport();
 await using server = await GgmlRpcServer.start(binDir, THREADS);
-const local = await graft([]);
-const overRpc = await graft([server.endpoint]);
-const peer = await llamaBench(server.endpoint);
-report.report(`rpc_tg${N_GEN}_vs_local`, overRpc.tg, "graft_local", local.tg, "tok/s");
-report.report(`rpc_client_tg${N_GEN}`, overRpc.tg, "llama_bench_rpc", peer.tg, "tok/s");
-report.report(`rpc_client_pp${N_PROMPT}`, overRpc.pp, "llama_bench_rpc", peer.pp, "tok/s");
+// The repetitions of the three take turns, so that the slow drifts of a shared machine's speed
+// (seen here: 15% over a minute) fall on each alike; each series' mean is reported.
+const samples = { local: [] as number[], tg: [] as number[], pp: [] as number[] };
+const peer = { tg: [] as number[], pp: [] as number[] };
+for (let r = 0; r < REPS; r++) {
+  {
+    using local = await graft([]);
+    samples.local.push(await local.tg());
+  }
+  // ggml-rpc-server serves one client at a time: Graft's connection closes before llama-bench's.
+  {
+    using overRpc = await graft([server.endpoint]);
+    samples.tg.push(await overRpc.tg());
+    samples.pp.push(await overRpc.pp());
+  }
+  const llama = await llamaBench(server.endpoint);
+  peer.tg.push(llama.tg);
+  peer.pp.push(llama.pp);
+}
+report.report(
+  `rpc_tg${N_GEN}_vs_local`,
+  mean(samples.tg),
+  "graft_local",
+  mean(samples.local),
+  "tok/s",
+);
+report.report(`rpc_client_tg${N_GEN}`, mean(samples.tg), "llama_bench_rpc", mean(peer.tg), "tok/s");
+report.report(
+  `rpc_client_pp${N_PROMPT}`,
+  mean(samples.pp),
+  "llama_bench_rpc",
+  mean(peer.pp),
+  "tok/s",
+);

@@ -236,7 +236,15 @@ export function buildLlamaGraph(
     const merged = T === 1
       ? reshape(kqv, [hd * nHead, 1])
       : reshape(cont(permute(kqv, [0, 2, 1, 3])), [hd * nHead, T]);
-    x = named(add(x, named(mulMat(w.wo, merged), "attn_out")), "ffn_inp");
+    let attnOut = named(mulMat(w.wo, merged), "attn_out");
+    if (il === weights.layers.length - 1 && !shape.allLogits && T > 1) {
+      // Only the last token's logits are read: as llama.cpp (its inp_out_ids), the last block's
+      // feed-forward runs for that token alone. Views, so nothing is copied.
+      const last = (t: Tensor): Tensor => view(t, [nEmbd, 1], { offset: (T - 1) * t.nb[1] });
+      attnOut = last(attnOut);
+      x = last(x);
+    }
+    x = named(add(x, attnOut), "ffn_inp");
     const n2 = named(mul(rmsNorm(x, rmsEps), w.ffnNorm), "ffn_norm");
     const gate = named(mulMat(w.wGate, n2), "ffn_gate");
     const up = named(mulMat(w.wUp, n2), "ffn_up");
@@ -244,7 +252,8 @@ export function buildLlamaGraph(
     x = add(x, named(mulMat(w.wDown, gated), "ffn_out"));
     x.name = `l_out-${il}`; // llama.cpp's name for the layer's output
   });
-  if (!shape.allLogits && T > 1) {
+  // Without blocks, the last token is picked here.
+  if (!shape.allLogits && x.ne[1] > 1) {
     x = view(x, [nEmbd, 1], { offset: (T - 1) * x.nb[1] });
   }
   const normed = mul(rmsNorm(x, rmsEps), weights.outputNorm);

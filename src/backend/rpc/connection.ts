@@ -45,6 +45,8 @@ export function parseEndpoint(endpoint: string): { hostname: string; port: numbe
 
 /** Writes larger than this go out as header and data separately (no copy of the data). */
 const COALESCE_BYTES_MAX = 64 * 1024;
+/** Queued small requests beyond this make the next one wait for the socket (backpressure). */
+const OUTBOX_BYTES_MAX = 1024 * 1024;
 
 /** A connection to one RPC server. Use {@link RpcConnection.open}. */
 export class RpcConnection {
@@ -58,6 +60,13 @@ export class RpcConnection {
   #failure: Error | null = null;
   #closed = false;
   #header = new Uint8Array(RPC_REPLY_HEADER_SIZE);
+  // Small requests wait here for the writer, which sends all that are waiting in one write:
+  // a decode step's inputs, its compute and its logits request go out together, instead of one
+  // write (and one turn of the event loop) each.
+  #outbox: Uint8Array[] = [];
+  #outboxBytes = 0;
+  /** The running writer (null when idle); resolves when the outbox is empty. */
+  #writer: Promise<void> | null = null;
 
   private constructor(endpoint: string, conn: Deno.TcpConn, timeoutMs: number) {
     this.endpoint = endpoint;
@@ -138,9 +147,13 @@ export class RpcConnection {
     return run;
   }
 
-  /** Resolves once every task queued so far has finished (whatever their outcome). */
-  drain(): Promise<void> {
-    return this.#tail;
+  /**
+   * Resolves once every task queued so far has finished (whatever their outcome) and their
+   * requests have been written.
+   */
+  async drain(): Promise<void> {
+    await this.#tail;
+    await this.#flushed();
   }
 
   async #run<T>(label: string, task: () => Promise<T>): Promise<T> {
@@ -209,7 +222,12 @@ export class RpcConnection {
     return await this.receive(cmd, replySize);
   }
 
-  /** Writes a request whose payload is the concatenation of `parts` (not copied when large). */
+  /**
+   * Writes a request whose payload is the concatenation of `parts`. A small one is queued for
+   * the writer (see `#outbox`) and this resolves at once; a large one waits for the queue to be
+   * written, then goes out without a copy of its data. A write that fails fails the connection,
+   * so the next command reports it.
+   */
   async send(cmd: RpcCmdCode, parts: readonly Uint8Array[]): Promise<void> {
     const size = parts.reduce((sum, p) => sum + p.byteLength, 0);
     if (size <= COALESCE_BYTES_MAX) {
@@ -219,9 +237,15 @@ export class RpcConnection {
         payload.set(p, at);
         at += p.byteLength;
       }
-      await this.#writeAll(encodeRequest(cmd, payload));
+      if (this.#outboxBytes > OUTBOX_BYTES_MAX) await this.#flushed();
+      if (this.#failure) throw this.#failure;
+      this.#outbox.push(encodeRequest(cmd, payload));
+      this.#outboxBytes += size + RPC_REQUEST_HEADER_SIZE;
+      this.#writer ??= this.#write();
       return;
     }
+    await this.#flushed();
+    if (this.#failure) throw this.#failure;
     const header = new Uint8Array(RPC_REQUEST_HEADER_SIZE);
     const view = new DataView(header.buffer);
     view.setUint8(0, cmd);
@@ -230,8 +254,41 @@ export class RpcConnection {
     for (const p of parts) await this.#writeAll(p);
   }
 
+  /** Resolves when every queued request has been written (or the connection failed). */
+  async #flushed(): Promise<void> {
+    while (this.#writer) await this.#writer;
+  }
+
+  // The writer: takes everything queued, writes it as one buffer, and repeats until the queue
+  // is empty. A failure fails the connection (queued requests are then never sent).
+  async #write(): Promise<void> {
+    try {
+      while (this.#outbox.length > 0 && !this.#failure) {
+        const batch = this.#outbox.length === 1 ? this.#outbox[0]! : concat(this.#outbox);
+        this.#outbox = [];
+        this.#outboxBytes = 0;
+        await this.#writeAll(batch);
+      }
+    } catch (error) {
+      this.#fail(
+        isStreamError(error as Error) || !(error instanceof Error)
+          ? new RpcConnectionError(
+            `RPC ${this.endpoint}: write: ${error instanceof Error ? error.message : error}`,
+            { cause: error },
+          )
+          : error,
+      );
+    } finally {
+      this.#outbox = [];
+      this.#outboxBytes = 0;
+      this.#writer = null;
+    }
+  }
+
   /** Reads one reply that must be `size` bytes. */
   async receive(cmd: RpcCmdCode, size: number): Promise<Uint8Array> {
+    // The request this answers may still be queued: the writer is already on it (a failed write
+    // closes the socket, and the read below then fails with the connection's failure).
     await this.#readExact(this.#header, cmd);
     const said = new DataView(this.#header.buffer).getBigUint64(0, true);
     if (said !== BigInt(size)) {
@@ -266,6 +323,16 @@ export class RpcConnection {
       at += n;
     }
   }
+}
+
+function concat(chunks: readonly Uint8Array[]): Uint8Array {
+  const out = new Uint8Array(chunks.reduce((sum, c) => sum + c.byteLength, 0));
+  let at = 0;
+  for (const c of chunks) {
+    out.set(c, at);
+    at += c.byteLength;
+  }
+  return out;
 }
 
 // Errors of the socket itself (as opposed to bugs): Deno's network error classes.

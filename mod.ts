@@ -298,6 +298,8 @@ export {
   type LlamaHParams,
   ModelError,
   readLlamaHParams,
+  ropeFactorsName,
+  type RopeScalingType,
 } from "./src/llm/hparams.ts";
 export { KvCache, type KvCacheType, type KvLayer } from "./src/llm/kv_cache.ts";
 export type { LayerSplit, LayerStage } from "./src/llm/plan_cache.ts";
@@ -308,4 +310,5 @@ export {
   type LlamaLayerWeights,
   type LlamaWeights,
   llamaWeights,
+  type LlamaWeightsOptions,
 } from "./src/llm/llama_graph.ts";

@@ -5,7 +5,8 @@
  *
  * The math is llama.cpp's `llm_build_llama`: x = token_embd[id]; per block
  * h = rmsnorm(x) * attn_norm; q, k, v = Wq h, Wk h, Wv h; RoPE in ggml's normal mode (adjacent
- * pairs) on q and k; causal softmax attention per head with GQA, scale 1/sqrt(head_dim);
+ * pairs, with llama.cpp's rope scaling: linear, YaRN and the frequency factors of
+ * `rope_freqs.weight` or LongRoPE's tensors, by ggml's formulas) on q and k; causal softmax attention per head with GQA, scale 1/sqrt(head_dim);
  * x += Wo attn; h = rmsnorm(x) * ffn_norm; x += Wdown (silu(Wgate h) * Wup h); then
  * rmsnorm(x) * output_norm and logits = Wout x (Wout tied to token_embd when the file has no
  * `output.weight`). Weights are kept as Float32Array (the dequantized values are f32, so that is
@@ -55,8 +56,23 @@ export interface ReferenceModel {
   readonly ropeBase: number;
   /** Leading dims of each q/k head that RoPE rotates; the rest pass through. */
   readonly ropeDims: number;
-  /** Positions are scaled by this (1 / rope.scaling.factor) before the rotation. */
+  /** Angles are scaled by this (1 / rope.scaling.factor; 1 for scaling type "none"). */
   readonly ropeFreqScale: number;
+  /** YaRN's mix (ggml's ext_factor): 1 for scaling type "yarn", else 0. */
+  readonly ropeExtFactor: number;
+  /**
+   * What cos and sin are multiplied by in the end: `rope.scaling.attn_factor`, times YaRN's
+   * 1 + 0.1 ln(factor) for a YaRN factor above 1 (llama.cpp's cparams and ggml's rope_yarn
+   * together come to that).
+   */
+  readonly ropeMagnitude: number;
+  /** YaRN's beta_fast and beta_slow (llama.cpp's defaults for llama models: 32 and 1). */
+  readonly ropeBetaFast: number;
+  readonly ropeBetaSlow: number;
+  /** YaRN's original context (rope.scaling.original_context_length, else context_length). */
+  readonly ropeCtxOrig: number;
+  /** Per-pair divisors of the angle (rope_freqs.weight, or LongRoPE's), or null. */
+  readonly ropeFreqFactors: Float32Array | null;
   readonly nVocab: number;
   /** [nEmbd, nVocab]. */
   readonly tokenEmbd: Float32Array;
@@ -108,7 +124,7 @@ function weight(file: GGUFFile, name: string, dims: readonly number[]): Float32A
 // deno-lint-ignore require-await
 export async function loadReferenceModel(
   path: string,
-  options: { layers?: number } = {},
+  options: { layers?: number; nCtx?: number } = {},
 ): Promise<ReferenceModel> {
   using file = GGUFFile.open(path);
   const h = file.header;
@@ -124,14 +140,26 @@ export async function loadReferenceModel(
   const headDim = meta(h, "llama.attention.key_length") ?? nEmbd / nHead;
   const headDimV = meta(h, "llama.attention.value_length") ?? nEmbd / nHead;
   const ropeDims = meta(h, "llama.rope.dimension_count") ?? headDim;
-  const scalingType = metadataValue(h, "llama.rope.scaling.type");
-  if (scalingType !== undefined && scalingType !== "none" && scalingType !== "linear") {
+  // llama.cpp's rules (llama-model.cpp, llama-context.cpp): type "linear" without the key, the
+  // factor from rope.scaling.factor or rope.scale_linear, 0 meaning none.
+  const scalingType = metadataValue(h, "llama.rope.scaling.type") ?? "linear";
+  if (!["none", "linear", "yarn", "longrope"].includes(String(scalingType))) {
     throw new Error(`llm_reference: rope scaling ${String(scalingType)} is not implemented`);
   }
-  const factor = meta(h, "llama.rope.scaling.factor");
-  const ropeFreqScale = factor !== undefined && factor !== 0
-    ? 1 / factor
-    : meta(h, "llama.rope.freq_scale") ?? 1;
+  const factor = meta(h, "llama.rope.scaling.factor") ?? meta(h, "llama.rope.scale_linear") ?? 0;
+  const ropeFreqScale = scalingType === "none" || factor === 0 ? 1 : 1 / factor;
+  const ropeExtFactor = scalingType === "yarn" ? 1 : 0;
+  const yarnScale = 1 / ropeFreqScale;
+  const ropeMagnitude = (meta(h, "llama.rope.scaling.attn_factor") ?? 1) *
+    (ropeExtFactor !== 0 && yarnScale > 1 ? 1 + 0.1 * Math.log(yarnScale) : 1);
+  const nCtxTrain = required(h, "llama.context_length");
+  const ropeCtxOrig = meta(h, "llama.rope.scaling.original_context_length") || nCtxTrain;
+  const nCtx = options.nCtx ?? nCtxTrain;
+  const factorsName = scalingType !== "longrope"
+    ? "rope_freqs.weight"
+    : Math.ceil(nCtx / 256) * 256 > ropeCtxOrig
+    ? "rope_factors_long.weight"
+    : "rope_factors_short.weight";
   const tokens = metadataValue(h, "tokenizer.ggml.tokens");
   const nVocab = tokens !== undefined && typeof tokens === "object"
     ? arrayLength(tokens)
@@ -160,6 +188,9 @@ export async function loadReferenceModel(
       wDown: w("ffn_down", [nFF, nEmbd]),
     });
   }
+  const ropeFreqFactors = h.tensors.some((t) => t.name === factorsName)
+    ? weight(file, factorsName, [ropeDims / 2])
+    : null;
   const outputNorm = weight(file, "output_norm.weight", [nEmbd]);
   const hasOutput = h.tensors.some((t) => t.name === "output.weight");
   const output = hasOutput ? weight(file, "output.weight", [nEmbd, nVocab]) : tokenEmbd;
@@ -175,6 +206,12 @@ export async function loadReferenceModel(
     ropeBase,
     ropeDims,
     ropeFreqScale,
+    ropeExtFactor,
+    ropeMagnitude,
+    ropeBetaFast: 32,
+    ropeBetaSlow: 1,
+    ropeCtxOrig,
+    ropeFreqFactors,
     nVocab,
     tokenEmbd,
     layers,
@@ -210,9 +247,24 @@ function matVecs(w: Float32Array, nIn: number, nOut: number, xs: Float64Array[])
 }
 
 /**
- * ggml's normal-mode RoPE, in place, on `nHeads` heads of `headDim` at `pos`: each adjacent
- * pair (x[2i], x[2i+1]) of the first `ropeDims` of a head turns by
- * pos * freqScale * base^(-2i/ropeDims).
+ * YaRN's correction dims (ggml_rope_yarn_corr_dims): the pairs from which the angle is
+ * interpolated rather than extrapolated, where a pair turns beta times over the original context.
+ */
+function yarnCorrDims(m: ReferenceModel): [number, number] {
+  const dim = (beta: number): number =>
+    (m.ropeDims * Math.log(m.ropeCtxOrig / (beta * 2 * Math.PI))) / (2 * Math.log(m.ropeBase));
+  return [
+    Math.max(0, Math.floor(dim(m.ropeBetaFast))),
+    Math.min(m.ropeDims - 1, Math.ceil(dim(m.ropeBetaSlow))),
+  ];
+}
+
+/**
+ * ggml's normal-mode RoPE (ggml_rope_ext), in place, on `nHeads` heads of `headDim` at `pos`:
+ * adjacent pair k, (x[2k], x[2k+1]), of the first `ropeDims` of a head turns by theta, with
+ * theta_e = pos * base^(-2k/ropeDims) / freqFactors[k] and theta = freqScale * theta_e; with
+ * YaRN, theta mixes freqScale * theta_e and theta_e by ramp(k) * extFactor, ramp going from 1
+ * to 0 between the correction dims; cos and sin are then scaled by the model's magnitude.
  */
 function rope(
   x: Float64Array,
@@ -221,10 +273,19 @@ function rope(
   pos: number,
   m: ReferenceModel,
 ): void {
+  const [low, high] = yarnCorrDims(m);
   for (let i = 0; i < m.ropeDims; i += 2) {
-    const theta = pos * m.ropeFreqScale * Math.pow(m.ropeBase, -i / m.ropeDims);
-    const c = Math.cos(theta);
-    const s = Math.sin(theta);
+    const k = i / 2;
+    const extrapolated = (pos * Math.pow(m.ropeBase, -i / m.ropeDims)) /
+      (m.ropeFreqFactors ? m.ropeFreqFactors[k]! : 1);
+    let theta = m.ropeFreqScale * extrapolated;
+    if (m.ropeExtFactor !== 0) {
+      const ramp = 1 - Math.min(1, Math.max(0, (k - low) / Math.max(0.001, high - low)));
+      const mix = ramp * m.ropeExtFactor;
+      theta = theta * (1 - mix) + extrapolated * mix;
+    }
+    const c = Math.cos(theta) * m.ropeMagnitude;
+    const s = Math.sin(theta) * m.ropeMagnitude;
     for (let hd = 0; hd < nHeads; hd++) {
       const at = hd * headDim + i;
       const x0 = x[at]!;

@@ -7,105 +7,29 @@
 
 import assert from "node:assert/strict";
 import { GGUFFile } from "../src/gguf/file.ts";
-import type { GGUFMetadataEntry } from "../src/gguf/reader.ts";
-import { ggmlTypeByName } from "../src/gguf/types.ts";
-import { layoutTensors, writeGGUF } from "../src/gguf/writer.ts";
 import { Tokenizer } from "../src/llm/tokenizer.ts";
-import { dequantize, quantize } from "../src/quant.ts";
 import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
 import { loadReferenceModel, referenceLogits, type ReferenceModel } from "./llm_reference.ts";
-import { seededRandom } from "./random_dag.ts";
+import {
+  BASE,
+  E,
+  EPS,
+  FF,
+  HD,
+  LAYERS,
+  NH,
+  NKV,
+  type TinyWeight,
+  tinyWeights,
+  V,
+  writeTiny,
+} from "./tiny_llama.ts";
 
-// ---------------------------------------------------------------------------------------------
-// A tiny llama: 2 blocks, 4 query heads sharing 2 kv heads of 8 dims, mixed weight types.
+// A tiny llama (tests/tiny_llama.ts): 2 blocks, 4 query heads sharing 2 kv heads of 8 dims,
+// mixed weight types.
 
-const E = 32; // embedding
-const NH = 4;
-const NKV = 2;
-const HD = E / NH; // 8
-const FF = 64;
-const V = 11;
-const LAYERS = 2;
-const EPS = 1e-5;
 /** The epsilon as the file stores it (an f32), which is what the model computes with. */
 const FILE_EPS = Math.fround(EPS);
-const BASE = 10000;
-
-type StoredType = "f32" | "f16" | "q8_0";
-
-/** One weight: its values as the file stores them (after any rounding), dims and type. */
-interface TinyWeight {
-  name: string;
-  dims: number[];
-  type: StoredType;
-  bytes: Uint8Array;
-  values: Float32Array;
-}
-
-function tinyWeights(seed: number, untied: boolean): Map<string, TinyWeight> {
-  const random = seededRandom(seed);
-  const weights = new Map<string, TinyWeight>();
-  const add = (name: string, dims: number[], type: StoredType, center = 0, spread = 1) => {
-    const n = dims.reduce((a, b) => a * b, 1);
-    const raw = Float32Array.from({ length: n }, () => center + spread * (random() - 0.5));
-    let bytes: Uint8Array;
-    let values: Float32Array;
-    if (type === "f32") {
-      values = raw;
-      bytes = new Uint8Array(raw.slice().buffer);
-    } else if (type === "f16") {
-      const half = Float16Array.from(raw);
-      values = Float32Array.from(half);
-      bytes = new Uint8Array(half.buffer);
-    } else {
-      bytes = quantize(raw, type);
-      values = dequantize(bytes, type);
-    }
-    weights.set(name, { name, dims, type, bytes, values });
-  };
-  add("token_embd.weight", [E, V], "q8_0", 0, 2);
-  for (let l = 0; l < LAYERS; l++) {
-    add(`blk.${l}.attn_norm.weight`, [E], "f32", 1, 0.4);
-    add(`blk.${l}.attn_q.weight`, [E, NH * HD], "f32", 0, 0.8);
-    add(`blk.${l}.attn_k.weight`, [E, NKV * HD], "f16", 0, 0.8);
-    add(`blk.${l}.attn_v.weight`, [E, NKV * HD], "f32", 0, 0.8);
-    add(`blk.${l}.attn_output.weight`, [NH * HD, E], "f32", 0, 0.4);
-    add(`blk.${l}.ffn_norm.weight`, [E], "f32", 1, 0.4);
-    add(`blk.${l}.ffn_gate.weight`, [E, FF], "f32", 0, 0.6);
-    add(`blk.${l}.ffn_up.weight`, [E, FF], "q8_0", 0, 0.6);
-    add(`blk.${l}.ffn_down.weight`, [FF, E], "q8_0", 0, 0.4);
-  }
-  add("output_norm.weight", [E], "f32", 1, 0.4);
-  if (untied) add("output.weight", [E, V], "f32", 0, 1);
-  return weights;
-}
-
-async function writeTiny(path: string, weights: Map<string, TinyWeight>): Promise<void> {
-  const metadata: GGUFMetadataEntry[] = [
-    { key: "general.architecture", type: "string", value: "llama" },
-    { key: "llama.embedding_length", type: "u32", value: E },
-    { key: "llama.block_count", type: "u32", value: LAYERS },
-    { key: "llama.feed_forward_length", type: "u32", value: FF },
-    { key: "llama.attention.head_count", type: "u32", value: NH },
-    { key: "llama.attention.head_count_kv", type: "u32", value: NKV },
-    { key: "llama.attention.layer_norm_rms_epsilon", type: "f32", value: EPS },
-    { key: "llama.rope.freq_base", type: "f32", value: BASE },
-    { key: "llama.rope.dimension_count", type: "u32", value: HD },
-    {
-      key: "tokenizer.ggml.tokens",
-      type: "array",
-      value: { itemType: "string", items: Array.from({ length: V }, (_, i) => `t${i}`) },
-    },
-  ];
-  const list = [...weights.values()];
-  const tensors = layoutTensors(list.map((w) => ({
-    name: w.name,
-    dims: w.dims,
-    type: ggmlTypeByName(w.type)!,
-    nbytes: w.bytes.length,
-  })));
-  await Deno.writeFile(path, writeGGUF({ metadata, tensors, data: (i) => list[i]!.bytes }));
-}
 
 // ---------------------------------------------------------------------------------------------
 // The naive formula: nested arrays, a matrix as a function of (out, in), RoPE as a complex
@@ -220,7 +144,7 @@ async function withTiny<T>(
 ): Promise<T> {
   const dir = await Deno.makeTempDir();
   try {
-    const weights = tinyWeights(untied ? 11 : 7, untied);
+    const weights = tinyWeights(untied ? 11 : 7, { untied });
     const path = `${dir}/tiny.gguf`;
     await writeTiny(path, weights);
     return await fn(path, weights);

@@ -11,7 +11,7 @@
  * @module
  */
 
-import { ModelError } from "./hparams.ts";
+import { ModelError, ropeFactorsName } from "./hparams.ts";
 import type { LlamaHParams } from "./hparams.ts";
 import type { KvCache } from "./kv_cache.ts";
 import { Context } from "../context.ts";
@@ -23,7 +23,7 @@ import { rmsNorm, softmax } from "../ops/norm.ts";
 import { mulMat as mulMatAny } from "../ops/matmul.ts";
 import { cont, getRows, setRows } from "../ops/copy.ts";
 import { permute, reshape, view } from "../ops/view.ts";
-import { rope } from "../ops/rope.ts";
+import { rope, type RopeOptions } from "../ops/rope.ts";
 
 /** One layer's weights. */
 export interface LlamaLayerWeights {
@@ -45,6 +45,27 @@ export interface LlamaLayerWeights {
   readonly wUp: Tensor;
   /** `ffn_down.weight`. */
   readonly wDown: Tensor;
+  /**
+   * The rope frequency factors (`rope_freqs.weight`, f32 [nRot/2]), when the file has them: one
+   * tensor for every block, as llama.cpp, here the copy on the block's backend.
+   */
+  readonly ropeFactors?: Tensor;
+}
+
+/** Options of {@link llamaWeights}. */
+export interface LlamaWeightsOptions {
+  /** The output projection to use (a copy of a tied embedding on another backend). */
+  readonly output?: Tensor;
+  /**
+   * Block `il`'s copy of the rope factors tensor (named by `ropeFactorsName`), where stages on
+   * several backends each hold one; default: the one in `tensors`, if any.
+   */
+  readonly ropeFactors?: (il: number) => Tensor | undefined;
+  /**
+   * The context the model runs with, which picks LongRoPE's long or short factors (default:
+   * the trained context).
+   */
+  readonly nCtx?: number;
 }
 
 /** The model's weights, by role. */
@@ -60,23 +81,42 @@ export interface LlamaWeights {
 }
 
 /**
- * Picks the weights out of a GGUF's tensors by llama.cpp's names; a missing one is a ModelError.
- * `output` overrides the output projection (a copy of a tied embedding on another backend).
+ * Picks the weights out of a GGUF's tensors by llama.cpp's names; a missing one, or one of the
+ * wrong shape or type, is a ModelError. The rope factors are optional, as in llama.cpp.
  */
 export function llamaWeights(
   tensors: ReadonlyMap<string, Tensor>,
   hparams: LlamaHParams,
-  output?: Tensor,
+  options: LlamaWeightsOptions = {},
 ): LlamaWeights {
   const get = (name: string): Tensor => {
     const t = tensors.get(name);
     if (!t) throw new ModelError(`model: tensor ${name} is missing`);
     return t;
   };
+  const factorsName = ropeFactorsName(hparams, options.nCtx ?? hparams.nCtxTrain);
+  const factorsOf = options.ropeFactors ?? ((): Tensor | undefined => tensors.get(factorsName));
   const layers: LlamaLayerWeights[] = [];
   for (let il = 0; il < hparams.nLayer; il++) {
     const p = `blk.${il}.`;
+    const ropeFactors = factorsOf(il);
+    if (ropeFactors) {
+      // ggml's rope reads f32 factors, one per rotated pair; llama.cpp checks the shape at load.
+      if (ropeFactors.dtype !== "f32") {
+        throw new ModelError(
+          `model: ${factorsName} is ${ropeFactors.dtype}; rope frequency factors must be f32`,
+        );
+      }
+      const n = hparams.nRot / 2;
+      if (ropeFactors.nelements !== n || ropeFactors.ne[0] !== n) {
+        throw new ModelError(
+          `model: ${factorsName} is [${ropeFactors.ne.join(", ")}], expected [${n}] ` +
+            `(rope.dimension_count / 2)`,
+        );
+      }
+    }
     layers.push({
+      ...(ropeFactors ? { ropeFactors } : {}),
       attnNorm: get(`${p}attn_norm.weight`),
       wq: get(`${p}attn_q.weight`),
       wk: get(`${p}attn_k.weight`),
@@ -110,7 +150,7 @@ export function llamaWeights(
     expect(l.wUp, nEmbd, nFf);
     expect(l.wDown, nFf, nEmbd);
   }
-  const out = output ?? tensors.get("output.weight") ?? tokenEmbd;
+  const out = options.output ?? tensors.get("output.weight") ?? tokenEmbd;
   expect(out, nEmbd, nVocab);
   const outputNorm = get("output_norm.weight");
   expect(outputNorm, nEmbd, 1);
@@ -173,11 +213,18 @@ export function buildLlamaGraph(
   const mask = ctx.newTensor("f32", [nKv, T], "kq_mask");
   const vIndices = ctx.newTensor("i32", [width * T], "v_idxs");
   const kqScale = 1 / Math.sqrt(hd);
-  const ropeOptions = {
+  // ggml_rope_ext as llama.cpp calls it (llm_build_llama): the same scaling for every block,
+  // each block's rope factors added below.
+  const ropeOptions: RopeOptions = {
     nDims: hparams.nRot,
-    mode: "normal" as const,
+    mode: "normal",
     freqBase: hparams.ropeFreqBase,
     freqScale: hparams.ropeFreqScale,
+    extFactor: hparams.ropeExtFactor,
+    attnFactor: hparams.ropeAttnFactor,
+    betaFast: hparams.ropeBetaFast,
+    betaSlow: hparams.ropeBetaSlow,
+    nCtxOrig: hparams.nCtxOrigYarn,
   };
   const cacheBytes = dtypeSize[cache.type];
   // With `ggml`, every product computes as ggml's CPU backend does (activations quantized per
@@ -194,13 +241,14 @@ export function buildLlamaGraph(
       return t;
     };
     const layer = cache.layers[il]!;
+    const layerRope = w.ropeFactors ? { ...ropeOptions, freqFactors: w.ropeFactors } : ropeOptions;
     const h = named(mul(rmsNorm(x, rmsEps), w.attnNorm), "attn_norm");
     const q = named(
-      rope(reshape(named(mulMat(w.wq, h), "Qcur"), [hd, nHead, T]), positions, ropeOptions),
+      rope(reshape(named(mulMat(w.wq, h), "Qcur"), [hd, nHead, T]), positions, layerRope),
       "Qrope",
     );
     const k = named(
-      rope(reshape(named(mulMat(w.wk, h), "Kcur"), [hd, g, T]), positions, ropeOptions),
+      rope(reshape(named(mulMat(w.wk, h), "Kcur"), [hd, g, T]), positions, layerRope),
       "Krope",
     );
     const v = named(mulMat(w.wv, h), "Vcur"); // [width, T]

@@ -11,7 +11,7 @@ import { WebGpuBackend } from "../backend/webgpu/backend.ts";
 import { RpcBackend } from "../backend/rpc/backend.ts";
 import { ArgumentError, GraftError } from "../errors.ts";
 import { GGUFFile, type LoadedWeights } from "../gguf/file.ts";
-import { type LlamaHParams, readLlamaHParams } from "./hparams.ts";
+import { type LlamaHParams, readLlamaHParams, ropeFactorsName } from "./hparams.ts";
 import { KvCache, type KvCacheType } from "./kv_cache.ts";
 import { type LlamaWeights, llamaWeights } from "./llama_graph.ts";
 import { type LayerSplit, type LayerStage, PlanCache } from "./plan_cache.ts";
@@ -298,6 +298,7 @@ export class LLM implements Disposable {
       }
       let split: LayerSplit | null = null;
       let model: LlamaWeights;
+      const factorsName = ropeFactorsName(hparams, nCtx);
       if (stages.length > 0) {
         split = {
           first: backend,
@@ -315,23 +316,31 @@ export class LLM implements Disposable {
           return stages.findLastIndex((s) => il >= s.from);
         };
         weights.push(file.load(backend, { names: names.filter((n) => stageOf(n) < 0), ...mmap }));
-        // The tied output reads the embedding: a copy of it goes to the last stage.
+        // The tied output reads the embedding: a copy of it goes to the last stage. Every block
+        // reads the rope factors (one tensor, as in llama.cpp): a copy goes to every stage.
         const tied = !names.includes("output.weight");
+        const factors = names.includes(factorsName) ? factorsName : null;
         for (let i = 0; i <= last; i++) {
           const stageNames = names.filter((n) => stageOf(n) === i);
           if (i === last && tied) stageNames.push("token_embd.weight");
+          if (factors) stageNames.push(factors);
           weights.push(file.load(stages[i]!.backend, { names: stageNames, ...progress }));
         }
         // Where a name is loaded twice (the tied embedding), the local copy is the one blocks use.
         const all = new Map([...weights].reverse().flatMap((w) => [...w.tensors]));
-        model = llamaWeights(
-          all,
-          hparams,
-          weights[weights.length - 1]!.tensors.get(tied ? "token_embd.weight" : "output.weight"),
-        );
+        // weights[0] is the local backend's, weights[i + 1] stage i's.
+        const stageWeights = (il: number): LoadedWeights =>
+          weights[stages.findLastIndex((s) => il >= s.from) + 1]!;
+        model = llamaWeights(all, hparams, {
+          nCtx,
+          ropeFactors: (il) => factors ? stageWeights(il).tensors.get(factors) : undefined,
+          output: weights[weights.length - 1]!.tensors.get(
+            tied ? "token_embd.weight" : "output.weight",
+          ),
+        });
       } else {
         weights.push(file.load(backend, { ...mmap, ...progress }));
-        model = llamaWeights(weights[0]!.tensors, hparams);
+        model = llamaWeights(weights[0]!.tensors, hparams, { nCtx });
       }
       const cache = new KvCache(
         (il) => stages.findLast((s) => il >= s.from)?.backend ?? backend,

@@ -42,17 +42,10 @@ import { fromBytes, refPermute, refRope, type RefRopeParams, RefTensor, Rng } fr
 
 const baseline = liveAllocations();
 
-interface RopeCase {
+/** A case: rope's parameters as the reference takes them (mode by name), and the input. */
+interface RopeCase extends Omit<RefRopeParams, "mode" | "freqFactors"> {
   headDim: number;
-  nDims: number;
   mode: RopeMode;
-  freqBase: number;
-  freqScale: number;
-  extFactor?: number;
-  attnFactor?: number;
-  betaFast?: number;
-  betaSlow?: number;
-  nCtxOrig?: number;
   /** src2's values (a vector of nDims/2, or more). */
   freqFactors?: number[];
   /** Input and result dtype (default f32). */

@@ -13,7 +13,6 @@ import assert from "node:assert/strict";
 import {
   add,
   allocTensors,
-  type Backend,
   cont,
   Context,
   CpuBackend,
@@ -53,6 +52,7 @@ import {
 import { CASES, Inputs, nmseOf, runGraph, type SuiteCase } from "./op_suite.ts";
 import { freePort, GgmlRpcServer, llamaBinDir } from "./rpc_server.ts";
 import { Rng } from "./reference.ts";
+import { type BackendCase, f32Input, runCase } from "./rpc_cases.ts";
 
 const bin = llamaBinDir();
 const skip = "skip" in bin ? bin.skip : null;
@@ -111,24 +111,6 @@ Deno.test({
 });
 
 /** A one-graph case: tensors of its own context, their data, and the output. */
-interface LlamaCase {
-  name: string;
-  build: (ctx: Context, rng: Rng) => { data: Map<Tensor, ArrayBufferView>; out: Tensor };
-  /** NMSE bound against Graft's CPU backend. */
-  nmse: number;
-}
-
-function f32Input(
-  ctx: Context,
-  rng: Rng,
-  data: Map<Tensor, ArrayBufferView>,
-  ne: number[],
-): Tensor {
-  const t = ctx.newTensor("f32", ne as [number]);
-  data.set(t, rng.f32(t.nelements));
-  return t;
-}
-
 function typedInput(
   ctx: Context,
   rng: Rng,
@@ -153,8 +135,8 @@ function positions(
 }
 
 /** The ops of a llama graph (llama.cpp's and Graft's), each in a small graph of its own. */
-const LLAMA_CASES: LlamaCase[] = [
-  ...(["f32", "f16", "q8_0", "q4_0"] as const).map((w): LlamaCase => ({
+const LLAMA_CASES: BackendCase[] = [
+  ...(["f32", "f16", "q8_0", "q4_0"] as const).map((w): BackendCase => ({
     name: `mulMat ${w} weights [64, 7] x [64, 3] (rows not a multiple of 512: INIT_TENSOR)`,
     build: (ctx, rng) => {
       const data = new Map<Tensor, ArrayBufferView>();
@@ -195,7 +177,7 @@ const LLAMA_CASES: LlamaCase[] = [
     },
     nmse: GGML_NMSE,
   },
-  ...(["normal", "neox"] as const).map((mode): LlamaCase => ({
+  ...(["normal", "neox"] as const).map((mode): BackendCase => ({
     name: `rope ${mode} on a reshaped projection`,
     build: (ctx, rng) => {
       const data = new Map<Tensor, ArrayBufferView>();
@@ -205,7 +187,7 @@ const LLAMA_CASES: LlamaCase[] = [
     },
     nmse: GGML_NMSE,
   })),
-  ...(["f32", "q8_0"] as const).map((w): LlamaCase => ({
+  ...(["f32", "q8_0"] as const).map((w): BackendCase => ({
     name: `getRows from a ${w} table (token embeddings)`,
     build: (ctx, rng) => {
       const data = new Map<Tensor, ArrayBufferView>();
@@ -262,19 +244,6 @@ const LLAMA_CASES: LlamaCase[] = [
   },
 ];
 
-async function runCase(backend: Backend, c: LlamaCase): Promise<Float64Array> {
-  const ctx = new Context();
-  const { data, out } = c.build(ctx, new Rng(c.name.length * 7919));
-  const graph = Graph.build(out);
-  const unplaced = [...ctx.tensors, ...graph.nodes].filter((t) => !t.viewSource && !t.placement);
-  using _b = allocTensors(backend, unplaced);
-  for (const [t, values] of data) await backend.setTensorAsync(t, values);
-  backend.graphCompute(graph);
-  const result = await backend.getTensorAsync(out);
-  await backend.synchronize();
-  return Float64Array.from(result as ArrayLike<number>);
-}
-
 Deno.test({
   name: "rpc: the llama graph's ops (quantized mulMat, rope, softmax, attention...) equal the CPU",
   ...opts,
@@ -290,8 +259,8 @@ Deno.test({
         failures.push(`${c.name}: RPC refuses ${lacking.map((n) => opName(n.op)).join(", ")}`);
         continue;
       }
-      const expected = await runCase(cpu, c);
-      const actual = await runCase(rpc, c);
+      const expected = Float64Array.from(await runCase(cpu, c) as ArrayLike<number>);
+      const actual = Float64Array.from(await runCase(rpc, c) as ArrayLike<number>);
       assert.ok(expected.some((v) => v !== 0), `${c.name}: a case must compute something`);
       const error = nmseOf(actual, expected);
       if (!(error <= c.nmse)) {

@@ -29,6 +29,7 @@ import {
 } from "../src/rpc/protocol.ts";
 import { GgmlOp } from "../src/rpc/ggml_ops.ts";
 import { RpcServer } from "../src/rpc/server/server.ts";
+import { WireClient } from "./rpc_wire_client.ts";
 
 /** A tiny deterministic generator (xorshift32), so a failure replays. */
 function rng(seed: number): () => number {
@@ -41,57 +42,6 @@ function rng(seed: number): () => number {
     x >>>= 0;
     return x / 0x1_0000_0000;
   };
-}
-
-/** A client that reads frames in order (replies carry a u64 size and the payload). */
-class Client {
-  readonly #conn: Deno.Conn;
-  #pending = new Uint8Array(0);
-  private constructor(conn: Deno.Conn) {
-    this.#conn = conn;
-  }
-  static async connect(port: number): Promise<Client> {
-    return new Client(await Deno.connect({ hostname: "127.0.0.1", port }));
-  }
-  async send(cmd: RpcCmdCode, payload: Uint8Array): Promise<void> {
-    await this.sendRaw(encodeRequest(cmd, payload));
-  }
-  async sendRaw(frame: Uint8Array): Promise<void> {
-    let done = 0;
-    while (done < frame.length) done += await this.#conn.write(frame.subarray(done));
-  }
-  async #read(n: number): Promise<Uint8Array> {
-    while (this.#pending.length < n) {
-      const chunk = new Uint8Array(65536);
-      const got = await this.#conn.read(chunk);
-      if (got === null) throw new Error("connection closed");
-      const next = new Uint8Array(this.#pending.length + got);
-      next.set(this.#pending);
-      next.set(chunk.subarray(0, got), this.#pending.length);
-      this.#pending = next;
-    }
-    const out = this.#pending.slice(0, n);
-    this.#pending = this.#pending.slice(n);
-    return out;
-  }
-  async reply(): Promise<Uint8Array> {
-    const size = new DataView((await this.#read(8)).buffer).getBigUint64(0, true);
-    return await this.#read(Number(size));
-  }
-  async call(cmd: RpcCmdCode, payload: Uint8Array): Promise<Uint8Array> {
-    await this.send(cmd, payload);
-    return await this.reply();
-  }
-  async closeWrite(): Promise<void> {
-    await this.#conn.closeWrite();
-  }
-  close(): void {
-    try {
-      this.#conn.close();
-    } catch {
-      // closed by the server
-    }
-  }
 }
 
 function u64(bytes: Uint8Array, at = 0): bigint {
@@ -191,8 +141,8 @@ function encodeTensorOnly(t: RpcTensor): Uint8Array {
 }
 
 /** Opens a session: HELLO, ALLOC_BUFFER of 4 KiB, BUFFER_GET_BASE. */
-async function open(port: number): Promise<{ client: Client; buffer: bigint; base: bigint }> {
-  const client = await Client.connect(port);
+async function open(port: number): Promise<{ client: WireClient; buffer: bigint; base: bigint }> {
+  const client = await WireClient.connect(port);
   const hello = await client.call(RpcCmd.HELLO, packHelloRequest());
   assert.deepEqual([...hello.subarray(0, 3)], [7, 0, 0]);
   const alloc = await client.call(
@@ -432,7 +382,7 @@ Deno.test({
     });
     const first = await open(server.port); // holds 4 KiB
     const second = await open(server.port); // holds 4 KiB
-    const memory = async (c: Client): Promise<[bigint, bigint]> => {
+    const memory = async (c: WireClient): Promise<[bigint, bigint]> => {
       const r = await c.call(RpcCmd.GET_DEVICE_MEMORY, packU32("device", 0));
       return [u64(r, 0), u64(r, 8)];
     };
@@ -450,7 +400,7 @@ Deno.test({
     assert.notEqual(u64(fits, 0), 0n);
     assert.deepEqual(await memory(first.client), [0n, 64n * 1024n]);
     // A third connection is closed before HELLO is answered.
-    const third = await Client.connect(server.port);
+    const third = await WireClient.connect(server.port);
     await assert.rejects(() => third.call(RpcCmd.HELLO, packHelloRequest()));
     third.close();
     // A client that leaves gives its memory back.

@@ -15,7 +15,6 @@
 import assert from "node:assert/strict";
 import {
   acc,
-  allocTensors,
   type Backend,
   Context,
   convTranspose1d,
@@ -37,7 +36,6 @@ import { opName } from "../src/op.ts";
 import { GgmlOp, type GgmlOpName } from "../src/rpc/ggml_ops.ts";
 import {
   emptyRpcTensor,
-  encodeRequest,
   packAllocBufferRequest,
   packGetTensorRequest,
   packGraph,
@@ -45,13 +43,14 @@ import {
   packSetTensorRequest,
   packU64,
   RpcCmd,
-  type RpcCmdCode,
   type RpcTensor,
 } from "../src/rpc/protocol.ts";
 import { RpcServer } from "../src/rpc/server/server.ts";
 import { nmseOf } from "./op_suite.ts";
 import { Rng } from "./reference.ts";
 import { GgmlRpcServer, llamaBinDir } from "./rpc_server.ts";
+import { WireClient } from "./rpc_wire_client.ts";
+import { type BackendCase, f32Input, runCase } from "./rpc_cases.ts";
 
 const bin = llamaBinDir();
 const ggmlSkip = "skip" in bin ? bin.skip : null;
@@ -62,19 +61,7 @@ const opts = { sanitizeResources: false, sanitizeOps: false };
 // ---------------------------------------------------------------------------------------------
 // Through Graft's RpcBackend.
 
-interface ClientCase {
-  name: string;
-  build: (ctx: Context, rng: Rng) => { data: Map<Tensor, ArrayBufferView>; out: Tensor };
-  /** NMSE bound between backends (0: bitwise). */
-  nmse: number;
-}
-
-function f32In(ctx: Context, rng: Rng, data: Map<Tensor, ArrayBufferView>, ne: number[]): Tensor {
-  const t = ctx.newTensor("f32", ne as [number]);
-  data.set(t, rng.f32(t.nelements));
-  return t;
-}
-
+/** An i32 input of shape `ne`, values in [0, n). */
 function i32In(
   ctx: Context,
   rng: Rng,
@@ -87,8 +74,8 @@ function i32In(
   return t;
 }
 
-const CLIENT_CASES: ClientCase[] = [
-  ...(["f32", "f16"] as const).map((dtype): ClientCase => ({
+const CLIENT_CASES: BackendCase[] = [
+  ...(["f32", "f16"] as const).map((dtype): BackendCase => ({
     name: `rope neox ${dtype} [64, 3, 5, 2] with YaRN and frequency factors`,
     build: (ctx, rng) => {
       const data = new Map<Tensor, ArrayBufferView>();
@@ -97,7 +84,7 @@ const CLIENT_CASES: ClientCase[] = [
       data.set(x, dtype === "f32" ? values : new Float16Array(values));
       const pos = ctx.newTensor("i32", [5]);
       data.set(pos, Int32Array.from([0, 4095, 17, 9000, 1]));
-      const freqFactors = f32In(ctx, rng, data, [32]);
+      const freqFactors = f32Input(ctx, rng, data, [32]);
       data.set(freqFactors, Float32Array.from({ length: 32 }, (_, k) => 1 + k / 8));
       const out = rope(x, pos, {
         nDims: 64,
@@ -130,8 +117,8 @@ const CLIENT_CASES: ClientCase[] = [
     name: "acc of [4, 3, 2] into [13, 5, 2] at row 1, column 2",
     build: (ctx, rng) => {
       const data = new Map<Tensor, ArrayBufferView>();
-      const a = f32In(ctx, rng, data, [13, 5, 2]);
-      return { data, out: acc(a, f32In(ctx, rng, data, [4, 3, 2]), { offset: (13 + 2) * 4 }) };
+      const a = f32Input(ctx, rng, data, [13, 5, 2]);
+      return { data, out: acc(a, f32Input(ctx, rng, data, [4, 3, 2]), { offset: (13 + 2) * 4 }) };
     },
     nmse: 0,
   },
@@ -139,8 +126,8 @@ const CLIENT_CASES: ClientCase[] = [
     name: "set of [3, 2] into [11, 6] with rows 2 apart",
     build: (ctx, rng) => {
       const data = new Map<Tensor, ArrayBufferView>();
-      const a = f32In(ctx, rng, data, [11, 6]);
-      return { data, out: set(a, f32In(ctx, rng, data, [3, 2]), { nb1: 88, offset: 20 }) };
+      const a = f32Input(ctx, rng, data, [11, 6]);
+      return { data, out: set(a, f32Input(ctx, rng, data, [3, 2]), { nb1: 88, offset: 20 }) };
     },
     nmse: 0,
   },
@@ -153,12 +140,12 @@ const CLIENT_CASES: ClientCase[] = [
     },
     nmse: 0,
   },
-  ...(["f32", "f16"] as const).map((dtype): ClientCase => ({
+  ...(["f32", "f16"] as const).map((dtype): BackendCase => ({
     name: `im2col 2D into ${dtype}: stride [2, 1], padding [1, 0], dilation [1, 2]`,
     build: (ctx, rng) => {
       const data = new Map<Tensor, ArrayBufferView>();
-      const kernel = f32In(ctx, rng, data, [3, 2, 3, 4]);
-      const image = f32In(ctx, rng, data, [9, 7, 3, 2]);
+      const kernel = f32Input(ctx, rng, data, [3, 2, 3, 4]);
+      const image = f32Input(ctx, rng, data, [9, 7, 3, 2]);
       return {
         data,
         out: im2col(kernel, image, { stride: [2, 1], padding: [1, 0], dilation: [1, 2], dtype }),
@@ -170,8 +157,8 @@ const CLIENT_CASES: ClientCase[] = [
     name: "im2col 1D: stride 2, padding 1, dilation 2",
     build: (ctx, rng) => {
       const data = new Map<Tensor, ArrayBufferView>();
-      const kernel = f32In(ctx, rng, data, [3, 5, 2]);
-      const image = f32In(ctx, rng, data, [17, 5, 2]);
+      const kernel = f32Input(ctx, rng, data, [3, 5, 2]);
+      const image = f32Input(ctx, rng, data, [17, 5, 2]);
       return {
         data,
         out: im2col(kernel, image, { is2D: false, stride: 2, padding: 1, dilation: 2 }),
@@ -179,14 +166,14 @@ const CLIENT_CASES: ClientCase[] = [
     },
     nmse: 0,
   },
-  ...(["max", "avg"] as const).flatMap((op): ClientCase[] => [
+  ...(["max", "avg"] as const).flatMap((op): BackendCase[] => [
     {
       name: `pool1d ${op}, kernel 3, stride 2, padding 1 over [17, 3, 2]`,
       build: (ctx, rng) => {
         const data = new Map<Tensor, ArrayBufferView>();
         return {
           data,
-          out: pool1d(f32In(ctx, rng, data, [17, 3, 2]), op, 3, { stride: 2, padding: 1 }),
+          out: pool1d(f32Input(ctx, rng, data, [17, 3, 2]), op, 3, { stride: 2, padding: 1 }),
         };
       },
       nmse: 1e-14,
@@ -195,7 +182,7 @@ const CLIENT_CASES: ClientCase[] = [
       name: `pool2d ${op}, kernel [3, 2], stride [2, 3], padding [1, 1] over [11, 9, 3]`,
       build: (ctx, rng) => {
         const data = new Map<Tensor, ArrayBufferView>();
-        const a = f32In(ctx, rng, data, [11, 9, 3]);
+        const a = f32Input(ctx, rng, data, [11, 9, 3]);
         return { data, out: pool2d(a, op, [3, 2], { stride: [2, 3], padding: [1, 1] }) };
       },
       nmse: 1e-14,
@@ -207,13 +194,13 @@ const CLIENT_CASES: ClientCase[] = [
     ["bilinear", true],
     ["bicubic", false],
     ["bicubic", true],
-  ] as const).map(([mode, alignCorners]): ClientCase => ({
+  ] as const).map(([mode, alignCorners]): BackendCase => ({
     name: `interpolate ${mode}${
       alignCorners ? " (align corners)" : ""
     } [7, 5, 3, 2] -> [13, 4, 3, 2]`,
     build: (ctx, rng) => {
       const data = new Map<Tensor, ArrayBufferView>();
-      const a = f32In(ctx, rng, data, [7, 5, 3, 2]);
+      const a = f32Input(ctx, rng, data, [7, 5, 3, 2]);
       return { data, out: interpolate(a, [13, 4, 3, 2], { mode, alignCorners }) };
     },
     nmse: 1e-12,
@@ -222,8 +209,8 @@ const CLIENT_CASES: ClientCase[] = [
     name: "convTranspose1d, kernel [3, 4, 5], input [9, 5], stride 2",
     build: (ctx, rng) => {
       const data = new Map<Tensor, ArrayBufferView>();
-      const kernel = f32In(ctx, rng, data, [3, 4, 5]);
-      return { data, out: convTranspose1d(kernel, f32In(ctx, rng, data, [9, 5]), 2) };
+      const kernel = f32Input(ctx, rng, data, [3, 4, 5]);
+      return { data, out: convTranspose1d(kernel, f32Input(ctx, rng, data, [9, 5]), 2) };
     },
     nmse: 1e-12,
   },
@@ -231,8 +218,8 @@ const CLIENT_CASES: ClientCase[] = [
     name: "convTranspose2d, kernel [3, 2, 4, 5], input [7, 6, 5, 2], stride 2",
     build: (ctx, rng) => {
       const data = new Map<Tensor, ArrayBufferView>();
-      const kernel = f32In(ctx, rng, data, [3, 2, 4, 5]);
-      return { data, out: convTranspose2d(kernel, f32In(ctx, rng, data, [7, 6, 5, 2]), 2) };
+      const kernel = f32Input(ctx, rng, data, [3, 2, 4, 5]);
+      return { data, out: convTranspose2d(kernel, f32Input(ctx, rng, data, [7, 6, 5, 2]), 2) };
     },
     nmse: 1e-12,
   },
@@ -240,24 +227,16 @@ const CLIENT_CASES: ClientCase[] = [
     name: "padCircular of [5, 4, 3] by [2, 1, 0, 0] before and [3, 0, 1, 0] after",
     build: (ctx, rng) => {
       const data = new Map<Tensor, ArrayBufferView>();
-      const a = f32In(ctx, rng, data, [5, 4, 3]);
+      const a = f32Input(ctx, rng, data, [5, 4, 3]);
       return { data, out: padCircular(a, { left: [2, 1, 0, 0], right: [3, 0, 1, 0] }) };
     },
     nmse: 0,
   },
 ];
 
-async function runCase(backend: Backend, c: ClientCase): Promise<Uint8Array> {
-  const ctx = new Context();
-  const { data, out } = c.build(ctx, new Rng(c.name.length * 7919));
-  const graph = Graph.build(out);
-  const unplaced = [...ctx.tensors, ...graph.nodes].filter((t) => !t.viewSource && !t.placement);
-  using _b = allocTensors(backend, unplaced);
-  for (const [t, values] of data) await backend.setTensorAsync(t, values);
-  backend.graphCompute(graph);
-  const result = await backend.getTensorAsync(out);
-  await backend.synchronize();
-  const view = result as ArrayBufferView;
+/** `c`'s output on `backend`, as bytes. */
+async function runBytes(backend: Backend, c: BackendCase): Promise<Uint8Array> {
+  const view = await runCase(backend, c) as ArrayBufferView;
   return new Uint8Array(view.buffer, view.byteOffset, view.byteLength).slice();
 }
 
@@ -303,12 +282,12 @@ Deno.test({
         failures.push(`${c.name}: the client keeps ${lacking.map((n) => opName(n.op))} local`);
         continue;
       }
-      const want = await runCase(cpu, c);
+      const want = await runBytes(cpu, c);
       assert.ok(want.some((v) => v !== 0), `${c.name}: a case must compute something`);
       failures.push(
         ...compare(
           `${c.name} on Graft's server`,
-          await runCase(onGraft, c),
+          await runBytes(onGraft, c),
           want,
           probe.dtype,
           c.nmse,
@@ -318,7 +297,7 @@ Deno.test({
         failures.push(
           ...compare(
             `${c.name} on ggml-rpc-server`,
-            await runCase(onGgml, c),
+            await runBytes(onGgml, c),
             want,
             probe.dtype,
             c.nmse,
@@ -333,49 +312,6 @@ Deno.test({
 
 // ---------------------------------------------------------------------------------------------
 // Hand-made wire graphs.
-
-/** A client that reads the replies in order (a u64 size, then the payload). */
-class WireClient {
-  readonly #conn: Deno.Conn;
-  #pending = new Uint8Array(0);
-  private constructor(conn: Deno.Conn) {
-    this.#conn = conn;
-  }
-  static async connect(endpoint: string): Promise<WireClient> {
-    const [hostname, port] = endpoint.split(":");
-    return new WireClient(await Deno.connect({ hostname: hostname!, port: Number(port) }));
-  }
-  async send(cmd: RpcCmdCode, payload: Uint8Array): Promise<void> {
-    const frame = encodeRequest(cmd, payload);
-    for (let done = 0; done < frame.length;) done += await this.#conn.write(frame.subarray(done));
-  }
-  async #read(n: number): Promise<Uint8Array> {
-    while (this.#pending.length < n) {
-      const chunk = new Uint8Array(65536);
-      const got = await this.#conn.read(chunk);
-      if (got === null) throw new Error("connection closed");
-      const next = new Uint8Array(this.#pending.length + got);
-      next.set(this.#pending);
-      next.set(chunk.subarray(0, got), this.#pending.length);
-      this.#pending = next;
-    }
-    const out = this.#pending.slice(0, n);
-    this.#pending = this.#pending.slice(n);
-    return out;
-  }
-  async call(cmd: RpcCmdCode, payload: Uint8Array): Promise<Uint8Array> {
-    await this.send(cmd, payload);
-    const size = new DataView((await this.#read(8)).buffer).getBigUint64(0, true);
-    return await this.#read(Number(size));
-  }
-  close(): void {
-    try {
-      this.#conn.close();
-    } catch {
-      // closed by the server
-    }
-  }
-}
 
 type WireType = "f32" | "f16" | "i32" | "i64";
 const TYPE_ID: Record<WireType, number> = { f32: 0, f16: 1, i32: 26, i64: 27 };

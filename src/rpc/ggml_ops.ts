@@ -213,6 +213,19 @@ function f32(name: string, slot: number): GgmlOpParam {
 }
 
 /**
+ * Stride, padding and dilation of a 2D convolution: the first six fields of ggml_im2col and of
+ * the direct convolutions.
+ */
+const CONV_2D_PARAMS: readonly GgmlOpParam[] = [
+  i32("s0", 0),
+  i32("s1", 1),
+  i32("p0", 2),
+  i32("p1", 3),
+  i32("d0", 4),
+  i32("d1", 5),
+];
+
+/**
  * The `op_params` layouts of ggml ops, from this version's `ggml.c` builders. An op absent here,
  * or with an empty list, takes no params. VIEW stores a `size_t` byte offset in slots 0-1 (low
  * word first, little endian): `offset_lo`/`offset_hi`.
@@ -295,29 +308,15 @@ export const GGML_OP_PARAMS: Readonly<Partial<Record<GgmlOpName, readonly GgmlOp
   ACC: [i32("nb1", 0), i32("nb2", 1), i32("nb3", 2), i32("offset", 3), i32("inplace", 4)],
   SET: [i32("nb1", 0), i32("nb2", 1), i32("nb3", 2), i32("offset", 3), i32("inplace", 4)],
   // ggml_conv_2d_direct and ggml_conv_2d_dw_direct.
-  CONV_2D: [i32("s0", 0), i32("s1", 1), i32("p0", 2), i32("p1", 3), i32("d0", 4), i32("d1", 5)],
-  CONV_2D_DW: [
-    i32("s0", 0),
-    i32("s1", 1),
-    i32("p0", 2),
-    i32("p1", 3),
-    i32("d0", 4),
-    i32("d1", 5),
-  ],
+  CONV_2D: CONV_2D_PARAMS,
+  CONV_2D_DW: CONV_2D_PARAMS,
   TRI: [i32("type", 0)],
   DIAG_MASK_INF: [i32("n_past", 0)],
   FILL: [f32("c", 0)],
   ARANGE: [f32("start", 0), f32("stop", 1), f32("step", 2)],
   TIMESTEP_EMBEDDING: [i32("dim", 0), i32("max_period", 1)],
-  IM2COL: [
-    i32("s0", 0),
-    i32("s1", 1),
-    i32("p0", 2),
-    i32("p1", 3),
-    i32("d0", 4),
-    i32("d1", 5),
-    i32("is_2D", 6),
-  ],
+  // ggml_im2col: the 2D convolution's fields, then whether it is 2D.
+  IM2COL: [...CONV_2D_PARAMS, i32("is_2D", 6)],
   CONV_TRANSPOSE_1D: [i32("s0", 0), i32("p0", 1), i32("d0", 2)],
   CONV_TRANSPOSE_2D: [i32("stride", 0)],
   POOL_1D: [i32("op", 0), i32("k0", 1), i32("s0", 2), i32("p0", 3)],

@@ -13,6 +13,7 @@ import assert from "node:assert/strict";
 import {
   add,
   allocTensors,
+  ArgumentError,
   cont,
   Context,
   CpuBackend,
@@ -370,6 +371,29 @@ Deno.test({
     cpu.setTensor(c, values.map((v) => v * 2));
     await rpc.cpyTensorFrom(c, a);
     assert.deepEqual(await rpc.getTensorAsync(a), values.map((v) => v * 2));
+  },
+});
+
+Deno.test({
+  name:
+    "rpc: getTensorIntoAsync reads into the caller's array, again and again; a wrong size is refused",
+  ...opts,
+  fn: async () => {
+    await using server = await GgmlRpcServer.start(binDir, 1);
+    using rpc = await RpcBackend.connect(server.endpoint);
+    const ctx = new Context();
+    const a = ctx.newTensor("f32", [5, 3]);
+    using _r = allocTensors(rpc, [a]);
+    const into = new Float32Array(15);
+    for (let round = 0; round < 3; round++) {
+      const values = new Float32Array(15).map((_, i) => i * 0.5 - round);
+      rpc.setTensor(a, values);
+      await rpc.getTensorIntoAsync(a, into);
+      assert.deepEqual(into, values);
+    }
+    await assert.rejects(() => rpc.getTensorIntoAsync(a, new Float32Array(14)), ArgumentError);
+    // The connection still works after the refusal (nothing was sent).
+    assert.deepEqual(await rpc.getTensorAsync(a), into);
   },
 });
 

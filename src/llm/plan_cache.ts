@@ -13,6 +13,7 @@ import { GraftError } from "../errors.ts";
 import { Schedule } from "../sched/schedule.ts";
 import { allocTensors } from "../alloc/alloc_tensors.ts";
 import { CpuBackend } from "../backend/cpu/backend.ts";
+import { RpcBackend } from "../backend/rpc/backend.ts";
 import { allocGraph, type MemoryPlan, planGraph } from "../alloc/planner.ts";
 import type { LlamaHParams } from "./hparams.ts";
 import type { KvCache } from "./kv_cache.ts";
@@ -105,8 +106,8 @@ export class PlanCache implements Disposable {
 
   /**
    * Evaluates `tokens` at positions `nPast...`; returns the logits of the last token, or of each
-   * with `all`. On the CPU the array is the plan's own, overwritten by its next run: copy what
-   * must outlive it (so that generating allocates nothing per token).
+   * with `all`. On the CPU and from an RPC server the array is the plan's own, overwritten by its
+   * next run: copy what must outlive it (so that generating allocates nothing per token).
    */
   async run(tokens: readonly number[], nPast: number, all: boolean): Promise<Float32Array> {
     const shape: LlamaGraphShape = {
@@ -233,9 +234,18 @@ export class PlanCache implements Disposable {
       cuts,
       (backend, graphs, options) => allocGraph(backend, graphs, options),
     );
+    // An RPC server's logits are read into the plan's own array: a fresh 196 KB array a token
+    // was most of what the client allocated, and V8 collected it on the cores the server needs.
+    const out = schedule.result(built.logits);
+    const outBackend = out.placement?.buffer.backend;
+    const logits = new Float32Array(built.logits.nelements);
     return {
       compute: async (): Promise<TensorData> => {
         await schedule.compute();
+        if (outBackend instanceof RpcBackend) {
+          await outBackend.getTensorIntoAsync(out, logits);
+          return logits;
+        }
         return await schedule.getOutput(built.logits);
       },
       free: (): void => schedule.dispose(),

@@ -587,6 +587,41 @@ export class RpcBackend implements Backend {
     return typedView(tensor.dtype, bytes.buffer as ArrayBuffer, count);
   }
 
+  /**
+   * Reads all of `tensor` into `into` (an array of exactly its bytes), as
+   * {@link getTensorAsync} without allocating: for outputs read every step (a model's logits).
+   * Should the connection fail, `into` may hold part of the bytes.
+   *
+   * @example
+   * ```ts ignore
+   * const logits = new Float32Array(out.nelements);
+   * await rpc.getTensorIntoAsync(out, logits);
+   * ```
+   */
+  async getTensorIntoAsync(tensor: Tensor, into: ArrayBufferView): Promise<void> {
+    this.#alive("getTensorIntoAsync");
+    requireReadable("getTensorIntoAsync", tensor);
+    this.bufferOf(tensor, "getTensorIntoAsync");
+    requireTensorData("getTensorIntoAsync", tensor, into);
+    if (into.byteLength !== tensor.nbytes) {
+      throw new ArgumentError(
+        `getTensorIntoAsync: ${tensor.label} is ${tensor.nbytes} bytes, the array ${into.byteLength}`,
+      );
+    }
+    const bytes = new Uint8Array(into.buffer, into.byteOffset, into.byteLength);
+    const c = this.#connection;
+    await c.enqueue("GET_TENSOR", async () => {
+      const req = packGetTensorRequest({
+        tensor: this.#rpcTensor(tensor, "getTensorIntoAsync"),
+        offset: 0n,
+        size: BigInt(bytes.byteLength),
+      });
+      await c.send(RpcCmd.GET_TENSOR, [req]);
+      await c.receiveInto(RpcCmd.GET_TENSOR, bytes);
+    });
+    this.#takePending();
+  }
+
   /** Waits for all queued work; rejects with the first failure among it. */
   async synchronize(): Promise<void> {
     this.#alive("synchronize");

@@ -285,8 +285,24 @@ export class RpcConnection {
     }
   }
 
+  /**
+   * Reads one reply into `into`, which must be exactly the reply's size (as {@link receive});
+   * for replies read often, so that no array is allocated per reply.
+   */
+  async receiveInto(cmd: RpcCmdCode, into: Uint8Array): Promise<void> {
+    await this.#readHeader(cmd, into.byteLength);
+    await this.#readExact(into, cmd);
+  }
+
   /** Reads one reply that must be `size` bytes. */
   async receive(cmd: RpcCmdCode, size: number): Promise<Uint8Array> {
+    await this.#readHeader(cmd, size);
+    const reply = new Uint8Array(size);
+    await this.#readExact(reply, cmd);
+    return reply;
+  }
+
+  async #readHeader(cmd: RpcCmdCode, size: number): Promise<void> {
     // The request this answers may still be queued: the writer is already on it (a failed write
     // closes the socket, and the read below then fails with the connection's failure).
     await this.#readExact(this.#header, cmd);
@@ -299,9 +315,6 @@ export class RpcConnection {
           `the server sent ${said}`,
       );
     }
-    const reply = new Uint8Array(size);
-    await this.#readExact(reply, cmd);
-    return reply;
   }
 
   async #writeAll(bytes: Uint8Array): Promise<void> {

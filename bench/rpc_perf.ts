@@ -10,10 +10,11 @@
  *     Graft's RPC client against llama.cpp's (llama-bench --rpc -ngl 99 -fa 0), same server.
  *
  * tg: N_GEN decodes of one token each from an empty cache; pp: N_PROMPT tokens in one eval; a
- * warmup (Graft: one untimed run of each, see `graft`; llama-bench: its own), then REPS timed runs, tokens/s the mean (llama-bench's avg_ts). The runs take turns
- * (Graft local, Graft over RPC, llama-bench -r 1; each loads the model and warms up), REPS
- * rounds, so that a drift of the machine's speed touches all three. The server and both clients use THREADS threads. Without the build
- * or the model, says how to get them and exits.
+ * warmup (Graft: one untimed run of each, see `graft`; llama-bench: its own), then REPS timed
+ * runs, tokens/s the mean (llama-bench's avg_ts). The runs take turns (Graft local, Graft over
+ * RPC, llama-bench -r 1; each loads the model and warms up), REPS rounds, so that a drift of the
+ * machine's speed touches all three. The server and both clients use THREADS threads. Without
+ * the build or the model, says how to get them and exits.
  *
  * Usage: deno task bench:rpc [--reps 5]
  * @module

@@ -173,13 +173,8 @@ export class RpcConnection {
     } catch (error) {
       // A read or write interrupted by the time-out (or a close) reports the reason instead.
       if (this.#failure) throw this.#failure;
-      if (error instanceof RpcProtocolError || !(error instanceof Error) || isStreamError(error)) {
-        const reason = error instanceof RpcProtocolError || error instanceof RpcConnectionError
-          ? error
-          : new RpcConnectionError(
-            `RPC ${this.endpoint}: ${label}: ${error instanceof Error ? error.message : error}`,
-            { cause: error },
-          );
+      const reason = this.#streamFailure(label, error);
+      if (reason) {
         this.#fail(reason);
         throw reason;
       }
@@ -187,6 +182,20 @@ export class RpcConnection {
     } finally {
       clearTimeout(timer);
     }
+  }
+
+  /**
+   * The error that ends the connection for `error`, thrown by `label`'s read or write: protocol
+   * and connection errors as they are, a stream error (or a non-Error) as RpcConnectionError;
+   * null for anything else (a bug, which is not the stream's fault).
+   */
+  #streamFailure(label: string, error: unknown): Error | null {
+    if (error instanceof RpcProtocolError || error instanceof RpcConnectionError) return error;
+    if (error instanceof Error && !isStreamError(error)) return null;
+    return new RpcConnectionError(
+      `RPC ${this.endpoint}: ${label}: ${error instanceof Error ? error.message : error}`,
+      { cause: error },
+    );
   }
 
   #fail(error: Error): void {
@@ -231,12 +240,7 @@ export class RpcConnection {
   async send(cmd: RpcCmdCode, parts: readonly Uint8Array[]): Promise<void> {
     const size = parts.reduce((sum, p) => sum + p.byteLength, 0);
     if (size <= COALESCE_BYTES_MAX) {
-      const payload = new Uint8Array(size);
-      let at = 0;
-      for (const p of parts) {
-        payload.set(p, at);
-        at += p.byteLength;
-      }
+      const payload = concat(parts);
       if (this.#outboxBytes > OUTBOX_BYTES_MAX) await this.#flushed();
       if (this.#failure) throw this.#failure;
       this.#outbox.push(encodeRequest(cmd, payload));
@@ -270,14 +274,8 @@ export class RpcConnection {
         await this.#writeAll(batch);
       }
     } catch (error) {
-      this.#fail(
-        isStreamError(error as Error) || !(error instanceof Error)
-          ? new RpcConnectionError(
-            `RPC ${this.endpoint}: write: ${error instanceof Error ? error.message : error}`,
-            { cause: error },
-          )
-          : error,
-      );
+      // The writer has no caller to throw to: whatever it was, the connection ends with it.
+      this.#fail(this.#streamFailure("write", error) ?? (error as Error));
     } finally {
       this.#outbox = [];
       this.#outboxBytes = 0;

@@ -150,7 +150,18 @@ function noSourcesFrom(c: BuildContext, first: number): void {
  */
 const POOL_TAPS_MAX = 2 ** 32;
 
-function poolCost(c: BuildContext, area: number): void {
+/**
+ * What POOL_1D and POOL_2D check alike: one source, contiguous (ggml-cpu pools rows at nb[1]
+ * steps, and planes at nb[2], as if it were), ggml_op_pool's code, and a window of `area` taps
+ * within POOL_TAPS_MAX for the whole output. Returns the pool op.
+ */
+function poolChecks(c: BuildContext, area: number): PoolOp {
+  noSourcesFrom(c, 1);
+  const op = POOL_OPS[c.param("op")];
+  if (op === undefined) {
+    refuse(`${c.field}.op_params`, `${ggmlOpName(c.node.op)} op ${c.param("op")}`);
+  }
+  if (!c.src(0).isContiguous) refuse(c.field, "pooling of a non-contiguous tensor");
   const taps = c.node.ne.reduce((a, b) => a * b, 1) * area;
   if (taps > POOL_TAPS_MAX) {
     refuse(
@@ -158,6 +169,7 @@ function poolCost(c: BuildContext, area: number): void {
       `${ggmlOpName(c.node.op)} reading ${taps} window taps (at most 2^32)`,
     );
   }
+  return op;
 }
 
 /** ggml_op_pool's codes. */
@@ -350,28 +362,15 @@ const BUILDERS: Readonly<Partial<Record<GgmlOpName, Builder>>> = {
     const input = kernel.dtype === "f16" ? throughF16(c.src(1)) : c.src(1);
     return convTranspose2d(kernel, input, c.param("stride"));
   },
-  // ggml-cpu pools rows at nb[1] steps (and planes at nb[2]) as if src0 were contiguous.
   POOL_1D: (c) => {
-    noSourcesFrom(c, 1);
-    const op = POOL_OPS[c.param("op")];
-    if (op === undefined) {
-      refuse(`${c.field}.op_params`, `${ggmlOpName(c.node.op)} op ${c.param("op")}`);
-    }
-    if (!c.src(0).isContiguous) refuse(c.field, "pooling of a non-contiguous tensor");
-    poolCost(c, Math.abs(c.param("k0")));
+    const op = poolChecks(c, Math.abs(c.param("k0")));
     return pool1d(c.src(0), op, c.param("k0"), {
       stride: c.param("s0"),
       padding: c.param("p0"),
     });
   },
   POOL_2D: (c) => {
-    noSourcesFrom(c, 1);
-    const op = POOL_OPS[c.param("op")];
-    if (op === undefined) {
-      refuse(`${c.field}.op_params`, `${ggmlOpName(c.node.op)} op ${c.param("op")}`);
-    }
-    if (!c.src(0).isContiguous) refuse(c.field, "pooling of a non-contiguous tensor");
-    poolCost(c, Math.abs(c.param("k0")) * Math.abs(c.param("k1")));
+    const op = poolChecks(c, Math.abs(c.param("k0")) * Math.abs(c.param("k1")));
     return pool2d(c.src(0), op, [c.param("k0"), c.param("k1")], {
       stride: [c.param("s0"), c.param("s1")],
       padding: [c.param("p0"), c.param("p1")],

@@ -314,6 +314,55 @@ Deno.test({
 });
 
 Deno.test({
+  name: "rpc: writes that need no reply wait for the compute and go out with it in one write; " +
+    "alone, they go out on the next turn",
+  ...opts,
+  fn: async () => {
+    await using server = await GgmlRpcServer.start(binDir, 1);
+    using rpc = await RpcBackend.connect(server.endpoint);
+    const ctx = new Context();
+    const a = ctx.newTensor("f32", [4], "a");
+    const b = ctx.newTensor("f32", [4], "b");
+    const graph = Graph.build(add(a, b));
+    const y = graph.nodes[0]!;
+    using _buffer = allocTensors(rpc, [a, b, y]);
+    await rpc.synchronize();
+    // Count the socket writes: the connection writes only through its TcpConn's write, whose
+    // class Deno does not export (taken from a throwaway loopback connection).
+    const proto = await tcpConnPrototype();
+    const write = proto.write;
+    let writes = 0;
+    proto.write = function (this: Deno.Conn, bytes: Uint8Array): Promise<number> {
+      writes++;
+      return write.call(this, bytes);
+    };
+    try {
+      for (let step = 1; step <= 3; step++) {
+        writes = 0;
+        rpc.setTensor(a, new Float32Array([1, 2, 3, 4]).map((v) => v * step));
+        rpc.setTensor(b, new Float32Array([10, 20, 30, 40]));
+        rpc.graphCompute(graph);
+        await rpc.synchronize();
+        assert.equal(writes, 1, `step ${step}: two SET_TENSOR and the compute in one write`);
+        assert.deepEqual(
+          [...await rpc.getTensorAsync(y)],
+          [11, 22, 33, 44].map((v, i) => v + (step - 1) * (i + 1)),
+        );
+      }
+      // A write with nothing after it still reaches the server, on the next turn of the loop:
+      // the server applies it before the read that follows.
+      writes = 0;
+      rpc.setTensor(a, new Float32Array([5, 6, 7, 8]));
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      assert.equal(writes, 1, "the held SET_TENSOR went out by itself");
+      assert.deepEqual([...await rpc.getTensorAsync(a)], [5, 6, 7, 8]);
+    } finally {
+      proto.write = write;
+    }
+  },
+});
+
+Deno.test({
   name: "rpc: data above 10 MiB goes by SET_TENSOR_HASH; a server with a cache skips resending it",
   ...opts,
   fn: async () => {
@@ -617,6 +666,16 @@ Deno.test({
     });
   },
 });
+
+/** The prototype of Deno's TCP connections (the class is not exported). */
+async function tcpConnPrototype(): Promise<{ write(bytes: Uint8Array): Promise<number> }> {
+  using listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const accepting = listener.accept();
+  const conn = await Deno.connect({ hostname: "127.0.0.1", port: listener.addr.port });
+  (await accepting).close();
+  conn.close();
+  return Object.getPrototypeOf(conn);
+}
 
 async function waitListening(port: number): Promise<void> {
   for (let attempt = 0; attempt < 200; attempt++) {

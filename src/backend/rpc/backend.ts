@@ -156,6 +156,13 @@ export class RpcPlan implements GraphPlan {
   readonly backend: RpcBackend;
   /** True once freed. */
   disposed = false;
+  /**
+   * The server buffers the graph uses, each with one of its tensors (for messages), and those
+   * its nodes write that outlive it (a KV cache): a compute checks and marks these, not every
+   * tensor (the identity check catches tensors that moved).
+   */
+  readonly buffers: ReadonlyMap<RpcBuffer, Tensor>;
+  readonly writes: readonly RpcBuffer[];
   readonly #onDispose: (plan: RpcPlan) => void;
 
   /** Use {@link RpcBackend.graphPlanCreate}. */
@@ -163,6 +170,13 @@ export class RpcPlan implements GraphPlan {
     this.backend = backend;
     this.graph = graph;
     this.identity = new PlanIdentity(graph);
+    const buffers = new Map<RpcBuffer, Tensor>();
+    for (const t of [...graph.leafs, ...graph.nodes]) {
+      const buffer = backend.bufferOf(t, "graphPlanCreate");
+      if (!buffers.has(buffer)) buffers.set(buffer, t);
+    }
+    this.buffers = buffers;
+    this.writes = [...new Set(graph.nodes.filter(writesLeaf).map((n) => backend.bufferOf(n, "")))];
     this.#onDispose = onDispose;
   }
 
@@ -532,7 +546,8 @@ export class RpcBackend implements Backend {
       new Uint8Array(header.buffer, 0, RPC_TENSOR_SIZE).set(packInitTensorRequest(t));
       view.setUint8(RPC_TENSOR_SIZE, cacheFlag);
       view.setBigUint64(RPC_TENSOR_SIZE + 1, BigInt(offset), true);
-      await c.send(RpcCmd.SET_TENSOR, [header, bytes]);
+      // Held: it goes out with the next command that is not (a decode step's compute).
+      await c.send(RpcCmd.SET_TENSOR, [header, bytes], true);
     });
   }
 
@@ -806,7 +821,6 @@ export class RpcBackend implements Backend {
 
   graphPlanCreate(graph: Graph): RpcPlan {
     this.#alive("graphPlanCreate");
-    for (const t of [...graph.leafs, ...graph.nodes]) this.bufferOf(t, "graphPlanCreate");
     for (const node of graph.nodes) {
       if (!GRAFT_TO_GGML[opName(node.op) as OpName]) {
         throw new PlacementError(
@@ -832,8 +846,14 @@ export class RpcBackend implements Backend {
     if (plan.disposed) throw new DisposedError("graphPlanCompute: the plan was freed");
     plan.identity.check("graphPlanCompute", graph);
     const g = plan.graph;
-    for (const t of [...g.leafs, ...g.nodes]) this.bufferOf(t, "graphPlanCompute");
-    for (const node of g.nodes) if (writesLeaf(node)) this.bufferOf(node, "compute").markWritten();
+    for (const [buffer, tensor] of plan.buffers) {
+      if (buffer.disposed) {
+        throw new DisposedError(
+          `graphPlanCompute: the buffer holding ${tensor.label} was disposed`,
+        );
+      }
+    }
+    for (const buffer of plan.writes) buffer.markWritten();
     if (g.nodes.length === 0) return;
     const c = this.#connection;
     if (this.#lastPlan === plan) {

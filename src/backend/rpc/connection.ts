@@ -60,13 +60,16 @@ export class RpcConnection {
   #failure: Error | null = null;
   #closed = false;
   #header = new Uint8Array(RPC_REPLY_HEADER_SIZE);
-  // Small requests wait here for the writer, which sends all that are waiting in one write:
-  // a decode step's inputs, its compute and its logits request go out together, instead of one
-  // write (and one turn of the event loop) each.
+  // Small requests wait here for the writer, which sends all that are waiting in one write.
+  // Requests sent with `hold` (writes that need no reply) wait for the next request that is not
+  // held: a decode step's inputs go out with its compute in one write, instead of one write
+  // (and one turn of the event loop) each.
   #outbox: Uint8Array[] = [];
   #outboxBytes = 0;
   /** The running writer (null when idle); resolves when the outbox is empty. */
   #writer: Promise<void> | null = null;
+  /** Held requests go out by this timer if nothing else sends them first. */
+  #holdTimer: ReturnType<typeof setTimeout> | null = null;
 
   private constructor(endpoint: string, conn: Deno.TcpConn, timeoutMs: number) {
     this.endpoint = endpoint;
@@ -153,7 +156,17 @@ export class RpcConnection {
    */
   async drain(): Promise<void> {
     await this.#tail;
+    this.flush();
     await this.#flushed();
+  }
+
+  /** Starts writing the queued requests, held ones included (see {@link send}). */
+  flush(): void {
+    if (this.#holdTimer !== null) {
+      clearTimeout(this.#holdTimer);
+      this.#holdTimer = null;
+    }
+    if (this.#outbox.length > 0) this.#writer ??= this.#write();
   }
 
   async #run<T>(label: string, task: () => Promise<T>): Promise<T> {
@@ -205,6 +218,10 @@ export class RpcConnection {
 
   /** Closes the socket; queued commands reject. */
   close(): void {
+    if (this.#holdTimer !== null) {
+      clearTimeout(this.#holdTimer);
+      this.#holdTimer = null;
+    }
     if (this.#closed) return;
     this.#closed = true;
     try {
@@ -234,20 +251,28 @@ export class RpcConnection {
   /**
    * Writes a request whose payload is the concatenation of `parts`. A small one is queued for
    * the writer (see `#outbox`) and this resolves at once; a large one waits for the queue to be
-   * written, then goes out without a copy of its data. A write that fails fails the connection,
-   * so the next command reports it.
+   * written, then goes out without a copy of its data. With `hold`, a small request waits in
+   * the queue for the next request sent without it (or {@link flush}, {@link drain}, a reply
+   * awaited, or at the latest the next turn of the event loop): for requests with no reply,
+   * whose only reader is a later command. A write that fails fails the connection, so the next
+   * command reports it.
    */
-  async send(cmd: RpcCmdCode, parts: readonly Uint8Array[]): Promise<void> {
+  async send(cmd: RpcCmdCode, parts: readonly Uint8Array[], hold = false): Promise<void> {
     const size = parts.reduce((sum, p) => sum + p.byteLength, 0);
     if (size <= COALESCE_BYTES_MAX) {
       const payload = concat(parts);
-      if (this.#outboxBytes > OUTBOX_BYTES_MAX) await this.#flushed();
+      if (this.#outboxBytes > OUTBOX_BYTES_MAX) {
+        this.flush();
+        await this.#flushed();
+      }
       if (this.#failure) throw this.#failure;
       this.#outbox.push(encodeRequest(cmd, payload));
       this.#outboxBytes += size + RPC_REQUEST_HEADER_SIZE;
-      this.#writer ??= this.#write();
+      if (!hold) this.flush();
+      else if (this.#writer === null) this.#holdTimer ??= setTimeout(() => this.flush(), 0);
       return;
     }
+    this.flush();
     await this.#flushed();
     if (this.#failure) throw this.#failure;
     const header = new Uint8Array(RPC_REQUEST_HEADER_SIZE);
@@ -301,8 +326,9 @@ export class RpcConnection {
   }
 
   async #readHeader(cmd: RpcCmdCode, size: number): Promise<void> {
-    // The request this answers may still be queued: the writer is already on it (a failed write
-    // closes the socket, and the read below then fails with the connection's failure).
+    // The request this answers may still be queued: the writer is on it (a failed write closes
+    // the socket, and the read below then fails with the connection's failure).
+    this.flush();
     await this.#readExact(this.#header, cmd);
     const said = new DataView(this.#header.buffer).getBigUint64(0, true);
     if (said !== BigInt(size)) {

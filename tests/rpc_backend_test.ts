@@ -548,7 +548,7 @@ Deno.test({
  */
 async function fakeServer(
   hello: Uint8Array | null,
-  reply: (cmd: number) => Uint8Array | null,
+  reply: (cmd: number) => Uint8Array | null | Promise<Uint8Array | null>,
   body: (endpoint: string) => Promise<void>,
 ): Promise<void> {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
@@ -561,7 +561,7 @@ async function fakeServer(
         if (!await readFull(conn, header)) return;
         const size = Number(new DataView(header.buffer).getBigUint64(1, true));
         if (!await readFull(conn, new Uint8Array(size))) return;
-        const answer = first ? hello : reply(header[0]!);
+        const answer = first ? hello : await reply(header[0]!);
         if (answer === null) continue; // stall: say nothing
         await conn.write(answer);
       }
@@ -663,6 +663,38 @@ Deno.test({
       const t = new Context().newTensor("f32", [16]);
       using _b = allocTensors(rpc, [t]);
       await assert.rejects(() => rpc.getTensorAsync(t), RpcProtocolError);
+    });
+  },
+});
+
+Deno.test({
+  name: "rpc faults: the time-out is per command: slow replies that each come in time pass, " +
+    "however long they take together",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  fn: async () => {
+    let delayMs = 0;
+    const replies = async (cmd: number): Promise<Uint8Array | null> => {
+      await new Promise((resolve) => setTimeout(resolve, delayMs));
+      if (cmd === RpcCmd.DEVICE_COUNT) return encodeReply(new Uint8Array([1, 0, 0, 0]));
+      if (cmd === RpcCmd.GET_ALIGNMENT) {
+        return encodeReply(new Uint8Array([32, 0, 0, 0, 0, 0, 0, 0]));
+      }
+      if (cmd === RpcCmd.GET_MAX_SIZE) return encodeReply(new Uint8Array([0, 0, 1, 0, 0, 0, 0, 0]));
+      if (cmd === RpcCmd.GET_DEVICE_MEMORY) return encodeReply(new Uint8Array(16).fill(1));
+      return null;
+    };
+    await fakeServer(goodHello, replies, async (endpoint) => {
+      using rpc = await RpcBackend.connect(endpoint, { timeoutMs: 300 });
+      // Five commands of 120 ms each: 600 ms in all, each well inside its 300.
+      delayMs = 120;
+      const started = performance.now();
+      for (let i = 0; i < 5; i++) await rpc.getDeviceMemory();
+      assert.ok(performance.now() - started >= 500);
+      // One that takes longer than its 300 ms fails the connection.
+      delayMs = 700;
+      await assert.rejects(() => rpc.getDeviceMemory(), RpcTimeoutError);
+      await assert.rejects(() => rpc.synchronize(), RpcTimeoutError);
     });
   },
 });

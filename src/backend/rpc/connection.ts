@@ -68,6 +68,10 @@ export class RpcConnection {
   #outboxBytes = 0;
   /** The running writer (null when idle); resolves when the outbox is empty. */
   #writer: Promise<void> | null = null;
+  /** The task running (its label) and since when: the watchdog's to judge (see #watch). */
+  #running: string | null = null;
+  #runningSince = 0;
+  #watchdog: ReturnType<typeof setTimeout> | null = null;
   /** Held requests go out by this timer if nothing else sends them first. */
   #holdTimer: ReturnType<typeof setTimeout> | null = null;
 
@@ -174,13 +178,9 @@ export class RpcConnection {
     if (this.#closed) {
       throw new RpcConnectionError(`RPC ${this.endpoint}: ${label}: connection closed`);
     }
-    const timer = setTimeout(() => {
-      this.#fail(
-        new RpcTimeoutError(
-          `RPC ${this.endpoint}: ${label}: no reply within ${this.timeoutMs} ms; connection closed`,
-        ),
-      );
-    }, this.timeoutMs);
+    this.#running = label;
+    this.#runningSince = performance.now();
+    this.#watch(this.timeoutMs);
     try {
       return await task();
     } catch (error) {
@@ -193,8 +193,33 @@ export class RpcConnection {
       }
       throw error;
     } finally {
-      clearTimeout(timer);
+      this.#running = null;
     }
+  }
+
+  // One watchdog for every task, instead of a timer set and cleared per command (a decode step
+  // sends six): armed by the first task, it looks at the task running when it fires, fails the
+  // connection if that one has run `timeoutMs`, and else waits for the rest of its time; it
+  // lapses when no task runs (the next one arms it again), and close() clears it. Unref'd: an
+  // open connection alone does not keep the process alive (as a socket waiting for nothing).
+  #watch(delayMs: number): void {
+    if (this.#watchdog !== null || this.#closed) return;
+    this.#watchdog = setTimeout(() => {
+      this.#watchdog = null;
+      const label = this.#running;
+      if (label === null) return;
+      const ran = performance.now() - this.#runningSince;
+      if (ran < this.timeoutMs) {
+        this.#watch(Math.max(1, this.timeoutMs - ran));
+        return;
+      }
+      this.#fail(
+        new RpcTimeoutError(
+          `RPC ${this.endpoint}: ${label}: no reply within ${this.timeoutMs} ms; connection closed`,
+        ),
+      );
+    }, delayMs);
+    Deno.unrefTimer(this.#watchdog as unknown as number);
   }
 
   /**
@@ -218,10 +243,11 @@ export class RpcConnection {
 
   /** Closes the socket; queued commands reject. */
   close(): void {
-    if (this.#holdTimer !== null) {
-      clearTimeout(this.#holdTimer);
-      this.#holdTimer = null;
+    for (const timer of [this.#holdTimer, this.#watchdog]) {
+      if (timer !== null) clearTimeout(timer);
     }
+    this.#holdTimer = null;
+    this.#watchdog = null;
     if (this.#closed) return;
     this.#closed = true;
     try {

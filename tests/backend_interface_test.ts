@@ -13,8 +13,10 @@ import {
   liveAllocations,
   mulMat,
   PlacementError,
+  WasmBackend,
 } from "../mod.ts";
 import { assertNothingLive } from "./leaks.ts";
+import { checkReadInto } from "./read_into.ts";
 
 const baseline = liveAllocations();
 
@@ -72,6 +74,13 @@ Deno.test("every backend answers supportsOp (the interface requires it)", () => 
   const ctx = new Context();
   const y = mulMat(ctx.newTensor("f32", [4, 3]), ctx.newTensor("f32", [4, 2]));
   assert.equal(backend.supportsOp(y), true);
+});
+
+Deno.test("getTensorIntoAsync reads into the caller's array on the CPU and WASM backends", async () => {
+  using cpu = new CpuBackend({ threads: 2 });
+  await checkReadInto(cpu);
+  using wasm = await WasmBackend.create();
+  await checkReadInto(wasm);
 });
 
 Deno.test("backend interface: nothing native is left alive", () => assertNothingLive(baseline));

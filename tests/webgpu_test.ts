@@ -6,6 +6,7 @@
 
 import assert from "node:assert/strict";
 import { closeSharedWebGpuTest, sharedWebGpu } from "./gpu.ts";
+import { checkReadInto } from "./read_into.ts";
 import { samePlanOtherWeights, unplacedTensor } from "./plan_identity.ts";
 import {
   add,
@@ -52,6 +53,8 @@ function test(name: string, fn: (gpu: WebGpuBackend) => Promise<void> | void): v
     fn: () => fn(gpu!),
   });
 }
+
+test("getTensorIntoAsync reads into the caller's array", (gpu) => checkReadInto(gpu));
 
 test("reports its name, adapter and storage alignment", (gpu) => {
   assert.equal(gpu.name, "webgpu");

@@ -116,6 +116,12 @@ export interface Backend extends Disposable {
   setTensorAsync(tensor: Tensor, data: ArrayBufferView, offset?: number): Promise<void>;
   /** Like {@link getTensor}; completes in order with other async work. */
   getTensorAsync(tensor: Tensor, offset?: number, size?: number): Promise<TensorData>;
+  /**
+   * Reads all of `tensor` into `into` (its dtype's typed array, or bytes: exactly the tensor's
+   * size); completes in order with other async work. For outputs read every step (a model's
+   * logits): the caller's array is reused instead of a new one each read.
+   */
+  getTensorIntoAsync(tensor: Tensor, into: ArrayBufferView): Promise<void>;
   /** Waits for all queued work of this backend. */
   synchronize(): Promise<void>;
   /**

@@ -67,6 +67,20 @@ export function requireTensorData(verb: string, tensor: Tensor, data: unknown): 
   }
 }
 
+/**
+ * A whole-tensor read into the caller's array (`getTensorIntoAsync`): an array of the tensor's
+ * dtype (or raw bytes) with exactly its bytes.
+ */
+export function requireWholeTensorArray(verb: string, tensor: Tensor, into: unknown): void {
+  requireTensorData(verb, tensor, into);
+  const bytes = (into as ArrayBufferView).byteLength;
+  if (bytes !== tensor.nbytes) {
+    throw new ArgumentError(
+      `${verb}: ${tensor.label} is ${tensor.nbytes} bytes, the array ${bytes}`,
+    );
+  }
+}
+
 /** Whether a compute node writes into a leaf's memory (a `cpy` into a leaf or a view of one). */
 export function writesLeaf(node: Tensor): boolean {
   return node.memoryOwner !== node && node.memoryOwner.op === Op.none;

@@ -7,13 +7,10 @@
  */
 
 import type { Backend, BackendBuffer } from "../backend/backend.ts";
-import type { TensorData } from "../dtype.ts";
 import type { Tensor } from "../tensor.ts";
 import { GraftError } from "../errors.ts";
 import { Schedule } from "../sched/schedule.ts";
 import { allocTensors } from "../alloc/alloc_tensors.ts";
-import { CpuBackend } from "../backend/cpu/backend.ts";
-import { RpcBackend } from "../backend/rpc/backend.ts";
 import { allocGraph, type MemoryPlan, planGraph } from "../alloc/planner.ts";
 import type { LlamaHParams } from "./hparams.ts";
 import type { KvCache } from "./kv_cache.ts";
@@ -56,8 +53,8 @@ interface Entry {
   readonly inputs: BackendBuffer;
   readonly mask: Float32Array;
   readonly vIndices: Int32Array;
-  /** Computes the graph (inputs written) and reads the logits. */
-  readonly compute: () => Promise<TensorData>;
+  /** Computes the graph (inputs written) and reads the logits into the plan's array. */
+  readonly compute: () => Promise<Float32Array>;
   readonly free: () => void;
 }
 
@@ -106,8 +103,8 @@ export class PlanCache implements Disposable {
 
   /**
    * Evaluates `tokens` at positions `nPast...`; returns the logits of the last token, or of each
-   * with `all`. On the CPU and from an RPC server the array is the plan's own, overwritten by its
-   * next run: copy what must outlive it (so that generating allocates nothing per token).
+   * with `all`. The array is the plan's own, overwritten by its next run: copy what must outlive
+   * it (so that generating allocates nothing per token).
    */
   async run(tokens: readonly number[], nPast: number, all: boolean): Promise<Float32Array> {
     const shape: LlamaGraphShape = {
@@ -133,7 +130,7 @@ export class PlanCache implements Disposable {
     const { headDim, nHeadKv } = this.#hparams;
     vCacheIndices(entry.vIndices, headDim * nHeadKv, this.#cache.nCtx, nPast);
     backend.setTensor(built.vIndices, entry.vIndices);
-    return (await entry.compute()) as Float32Array;
+    return await entry.compute();
   }
 
   /**
@@ -191,15 +188,10 @@ export class PlanCache implements Disposable {
       const plan = backend.graphPlanCreate(built.graph);
       const logits = new Float32Array(built.logits.nelements);
       return {
-        compute: (): Promise<TensorData> => {
+        compute: async (): Promise<Float32Array> => {
           backend.graphPlanCompute(plan);
-          // The CPU reads its memory synchronously, into the plan's array; other backends'
-          // getTensor may refuse to.
-          if (backend instanceof CpuBackend) {
-            backend.getTensorInto(built.logits, logits);
-            return Promise.resolve(logits);
-          }
-          return backend.getTensorAsync(built.logits);
+          await backend.getTensorIntoAsync(built.logits, logits);
+          return logits;
         },
         free: (): void => {
           plan.dispose();
@@ -234,19 +226,14 @@ export class PlanCache implements Disposable {
       cuts,
       (backend, graphs, options) => allocGraph(backend, graphs, options),
     );
-    // An RPC server's logits are read into the plan's own array: a fresh 196 KB array a token
-    // was most of what the client allocated, and V8 collected it on the cores the server needs.
-    const out = schedule.result(built.logits);
-    const outBackend = out.placement?.buffer.backend;
+    // The logits are read into the plan's own array: a fresh 196 KB array a token was most of
+    // what an RPC client allocated, and V8 collected it on the cores the server needs.
     const logits = new Float32Array(built.logits.nelements);
     return {
-      compute: async (): Promise<TensorData> => {
+      compute: async (): Promise<Float32Array> => {
         await schedule.compute();
-        if (outBackend instanceof RpcBackend) {
-          await outBackend.getTensorIntoAsync(out, logits);
-          return logits;
-        }
-        return await schedule.getOutput(built.logits);
+        await schedule.getOutputInto(built.logits, logits);
+        return logits;
       },
       free: (): void => schedule.dispose(),
     };

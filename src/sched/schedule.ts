@@ -206,6 +206,12 @@ export class Schedule implements Disposable {
     return local.placement!.buffer.backend.getTensorAsync(local);
   }
 
+  /** Reads an output's value into `into` (exactly its bytes), as {@link getOutput} without a new array. */
+  getOutputInto(tensor: Tensor, into: ArrayBufferView): Promise<void> {
+    const local = this.result(tensor);
+    return local.placement!.buffer.backend.getTensorIntoAsync(local, into);
+  }
+
   /**
    * Copies each split's inputs, then computes it, in order, and resolves once every backend
    * has finished. An input that is a leaf (or a view of one) in a buffer that counts its writes

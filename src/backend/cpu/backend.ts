@@ -21,7 +21,12 @@ import type { Tensor } from "../../tensor.ts";
 import type { Backend, BufferType, GraphPlan } from "../backend.ts";
 import { isViewOp, opInfo } from "../../op.ts";
 import { requireByteCount, showValue } from "../../args.ts";
-import { requireSameLayout, requireTensorData, requireTensorRange } from "../checks.ts";
+import {
+  requireSameLayout,
+  requireTensorData,
+  requireTensorRange,
+  requireWholeTensorArray,
+} from "../checks.ts";
 import { requireReadable } from "../../alloc/reuse.ts";
 import { CPU_ALIGNMENT, CpuBuffer, CpuMappedBuffer } from "./buffer.ts";
 import { CpuPlan, type CpuPlanOptions } from "./plan.ts";
@@ -324,6 +329,15 @@ export class CoreBackend implements Backend {
 
   getTensorAsync(tensor: Tensor, offset = 0, size?: number): Promise<TensorData> {
     return this.#enqueue(() => this.#withIdle(() => this.getTensor(tensor, offset, size)));
+  }
+
+  getTensorIntoAsync(tensor: Tensor, into: ArrayBufferView): Promise<void> {
+    try {
+      requireWholeTensorArray("getTensorIntoAsync", tensor, into);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.#enqueue(() => this.#withIdle(() => this.getTensorInto(tensor, into)));
   }
 
   // Queued work runs when everything before it has finished; it counts itself as pending, so

@@ -28,7 +28,13 @@ import type { Graph } from "../../graph.ts";
 import { isViewOp, Op, type OpName, opName } from "../../op.ts";
 import type { Tensor } from "../../tensor.ts";
 import type { Backend, BackendBuffer, BufferType, GraphPlan } from "../backend.ts";
-import { requireSameLayout, requireTensorData, requireTensorRange, writesLeaf } from "../checks.ts";
+import {
+  requireSameLayout,
+  requireTensorData,
+  requireTensorRange,
+  requireWholeTensorArray,
+  writesLeaf,
+} from "../checks.ts";
 import { PlanIdentity } from "../plan_identity.ts";
 import { requireReadable } from "../../alloc/reuse.ts";
 import { encodeGgmlOp, GRAFT_TO_GGML } from "../../rpc/ggml_ops.ts";
@@ -157,11 +163,11 @@ export class RpcPlan implements GraphPlan {
   /** True once freed. */
   disposed = false;
   /**
-   * The server buffers the graph uses, each with one of its tensors (for messages), and those
-   * its nodes write that outlive it (a KV cache): a compute checks and marks these, not every
-   * tensor (the identity check catches tensors that moved).
+   * The server buffers the graph uses, each with one of its tensors (for messages): a compute
+   * checks these, not every tensor (the identity check catches tensors that moved).
    */
   readonly buffers: ReadonlyMap<RpcBuffer, Tensor>;
+  /** The buffers its nodes write that outlive it (a KV cache): a compute marks them written. */
   readonly writes: readonly RpcBuffer[];
   readonly #onDispose: (plan: RpcPlan) => void;
 
@@ -617,12 +623,7 @@ export class RpcBackend implements Backend {
     this.#alive("getTensorIntoAsync");
     requireReadable("getTensorIntoAsync", tensor);
     this.bufferOf(tensor, "getTensorIntoAsync");
-    requireTensorData("getTensorIntoAsync", tensor, into);
-    if (into.byteLength !== tensor.nbytes) {
-      throw new ArgumentError(
-        `getTensorIntoAsync: ${tensor.label} is ${tensor.nbytes} bytes, the array ${into.byteLength}`,
-      );
-    }
+    requireWholeTensorArray("getTensorIntoAsync", tensor, into);
     const bytes = new Uint8Array(into.buffer, into.byteOffset, into.byteLength);
     const c = this.#connection;
     await c.enqueue("GET_TENSOR", async () => {

@@ -18,7 +18,12 @@ import type { Tensor } from "../../tensor.ts";
 import type { Backend, BufferType, GraphPlan } from "../backend.ts";
 import { isViewOp, opInfo } from "../../op.ts";
 import { kernelFor } from "./kernels.ts";
-import { requireSameLayout, requireTensorData, requireTensorRange } from "../checks.ts";
+import {
+  requireSameLayout,
+  requireTensorData,
+  requireTensorRange,
+  requireWholeTensorArray,
+} from "../checks.ts";
 import { requireReadable } from "../../alloc/reuse.ts";
 import { type TensorBinding, tensorBinding } from "./binding.ts";
 import { WebGpuBuffer } from "./buffer.ts";
@@ -282,6 +287,14 @@ export class WebGpuBackend implements Backend {
     await this.#report("getTensorAsync");
     const count = Math.floor(length / dtypeSize[tensor.dtype]);
     return typedView(tensor.dtype, bytes.buffer as ArrayBuffer, count);
+  }
+
+  /** Reads all of `tensor` into `into` (through a mapped staging buffer, then one copy). */
+  async getTensorIntoAsync(tensor: Tensor, into: ArrayBufferView): Promise<void> {
+    requireWholeTensorArray("getTensorIntoAsync", tensor, into);
+    const data = await this.getTensorAsync(tensor);
+    new Uint8Array(into.buffer, into.byteOffset, into.byteLength)
+      .set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
   }
 
   /** Waits for all queued work; rejects with the device errors and bad inputs it met. */

@@ -6,9 +6,11 @@
 //! of A and one broadcast of B besides: exactly 15, but only when each broadcast is used by its
 //! two fused multiply-adds right after it is loaded. LLVM's scheduling hoists the broadcasts
 //! ahead of their uses, so the engine spills accumulators to the stack, and the spilled ones
-//! become a loop-carried store-to-load chain (about 1.5x slower per step, measured in headless
-//! Chromium). V8 keeps the memory accesses of a wasm function in their order and places each
-//! multiply-add at its wasm position, so this order reaches the machine code as written.
+//! become a loop-carried store-to-load chain. Written in this order, the kernel alone (panels
+//! in L1) measured 54-58 GFLOP/s in headless Chromium 156 on a Sapphire Rapids core, against 40
+//! for a 3 x 4 tile in any order (16 values: it always spills): that V8 follows the order closely
+//! enough not to spill. (Node 20's older V8 still hoisted the loads and spilled; so did every
+//! order LLVM produced for 2 x 6.)
 //!
 //! The function, generated at compile time from the tile shape:
 //!   kernel(a: [kc][MR] f32, b: [kc][NR] f32, kc, out: [NR][MR / 4] v128)

@@ -64,17 +64,27 @@ const has_avx2 = is_x86 and std.Target.x86.featureSetHas(builtin.cpu.features, .
 /// f32 lanes of one vector register.
 pub const lanes: usize = if (has_avx512) 16 else if (has_avx2) 8 else 4;
 const V = @Vector(lanes, f32);
-/// Vectors along m in one micro-tile. wasm (SIMD128; V8 on x86-64 has 16 v128 registers): a
-/// 3 x 4 tile (12 accumulators, 3 vectors of A, 1 of B) measured best at n=512, about 1.2x the
-/// 2 x 6 tile and 1.4x 3 x 5 (which spills).
-pub const mr_vectors: usize = if (builtin.cpu.arch.isWasm()) 3 else 2;
+const is_wasm = builtin.cpu.arch.isWasm();
+/// Vectors along m in one micro-tile.
+pub const mr_vectors: usize = if (is_wasm) wasm_tile.mr_vectors else 2;
 /// Micro-tile: MR elements of m (vectors) by NR elements of n (broadcasts).
 pub const mr: usize = mr_vectors * lanes;
-pub const nr: usize = if (has_avx512) 12 else if (has_avx2) 6 else 4;
+pub const nr: usize = if (has_avx512) 12 else if (has_avx2) 6 else if (is_wasm) wasm_tile.nr else 4;
+/// wasm (SIMD128): V8 on x86-64 gives wasm values 15 xmm registers. With relaxed SIMD a 2 x 6
+/// tile: 12 accumulators, 2 vectors of A and 1 broadcast of B, all 15, in the instruction order
+/// of wasm_micro_kernel.zig (sgemm n=512 in headless Chromium: 1.45-1.7x the 3 x 4 tile as LLVM
+/// scheduled it, which spilled two accumulators; a 3 x 3 tile fits without care but measured
+/// 0.85x of 2 x 6). Without relaxed SIMD each multiply-add needs a register for its product:
+/// 2 x 5 (1.2x the 3 x 4 tile; 3 x 3 about the same).
+const wasm_tile: struct { mr_vectors: usize, nr: usize } = if (common.has_relaxed_madd)
+    .{ .mr_vectors = 2, .nr = 6 }
+else
+    .{ .mr_vectors = 2, .nr = 5 };
+const wasm_kernel = if (is_wasm) @import("wasm_micro_kernel.zig").Kernel(mr_vectors, nr) else void;
 /// Cache blocks: a KC x NR panel of B stays in L1, an MC x KC block of A in L2, a KC x NC block of
 /// B in L3.
 pub const kc_max: usize = 256;
-/// A multiple of MR (256 natively, 252 for wasm's 12).
+/// A multiple of MR.
 pub const mc_max: usize = 256 - 256 % mr;
 pub const nc_max: usize = 2048 - 2048 % nr;
 /// Largest N that takes the dot-product path.
@@ -261,17 +271,14 @@ const CTile = struct {
     elem_stride: isize, // between m
 };
 
-/// C tile (mr x cols) (+)= A panel [kc][mr] x B panel [kc][nr] (first `cols` columns used).
-fn microKernel(
+/// acc = A panel [kc][mr] x B panel [kc][nr] (first `cols` columns used), from zero, k in order.
+inline fn accumulateTile(
     comptime cols: usize,
     kc: usize,
     a: [*]const f32,
     b: [*]const f32,
-    c: CTile,
-    m_valid: usize,
-    accumulate: bool,
+    acc: *[cols][mr_vectors]V,
 ) void {
-    var acc: [cols][mr_vectors]V = undefined;
     inline for (0..cols) |j| {
         inline for (0..mr_vectors) |v| acc[j][v] = @splat(0);
     }
@@ -287,6 +294,22 @@ fn microKernel(
         pa += mr;
         pb += nr;
     }
+}
+
+/// C tile (mr x cols) (+)= A panel [kc][mr] x B panel [kc][nr] (first `cols` columns used).
+fn microKernel(
+    comptime cols: usize,
+    kc: usize,
+    a: [*]const f32,
+    b: [*]const f32,
+    c: CTile,
+    m_valid: usize,
+    accumulate: bool,
+) void {
+    var acc: [cols][mr_vectors]V = undefined;
+    if (comptime is_wasm and cols == nr) {
+        wasm_kernel.run(kc, a, b, &acc);
+    } else accumulateTile(cols, kc, a, b, &acc);
     if (c.elem_stride == @sizeOf(f32) and m_valid == mr) {
         inline for (0..cols) |j| {
             const row: [*]u8 = offsetPtr(c.ptr, @as(isize, @intCast(j)) * c.row_stride);

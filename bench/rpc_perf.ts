@@ -3,8 +3,9 @@
  * `ggml-rpc-server` (the pinned build of `deno task llama:build`) on a loopback port:
  *
  *   perf rpc_tg32_vs_local graft=<tok/s>tok/s graft_local=<tok/s>tok/s ratio=...
- *     Graft with every block and the output on the server (the embedding local, as llama.cpp's
- *     `-ngl 99 --rpc`) against Graft on the local CPU: the protocol's overhead.
+ *     Graft with the whole model on the server (`LLM.load` with one `rpc` server: the blocks,
+ *     the output and the embedding, which llama.cpp's `-ngl 99 --rpc` keeps on the CPU) against
+ *     Graft on the local CPU: the protocol's overhead.
  *   perf rpc_client_tg32 graft=<tok/s>tok/s llama_bench_rpc=<tok/s>tok/s ratio=...
  *   perf rpc_client_pp64 graft=<tok/s>tok/s llama_bench_rpc=<tok/s>tok/s ratio=...
  *     Graft's RPC client against llama.cpp's (llama-bench --rpc -ngl 99 -fa 0), same server.

@@ -9,7 +9,8 @@
  * with special tokens parsed (as llama.cpp's CLI); `--chat` wraps it as a user turn in the
  * model's chat template. `--json` prints one object instead: `{"prompt_ids":[…],"ids":[…],
  * "text":"…"}`. `--rpc` (llama.cpp's flag) runs every block and the output on those ggml RPC
- * servers (`ggml-rpc-server`, or Graft's), split by their free memory; the embedding stays local.
+ * servers (`ggml-rpc-server`, or Graft's), split by their free memory; with several the embedding
+ * stays local, with one the whole model runs there.
  * The model defaults to the cached SmolLM2 file (fetched on first use).
  * @module
  */

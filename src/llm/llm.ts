@@ -45,8 +45,10 @@ export interface LLMLoadOptions {
    * RPC servers (llama.cpp's `--rpc host:port,...`), as "host:port" strings (connected, and
    * disconnected with the model) or backends of your own: every block and the output run on
    * them, in order, each taking a share of the blocks in proportion to its free memory
-   * (GET_DEVICE_MEMORY); the embedding and the graph's inputs stay on the local backend, as
-   * llama.cpp keeps the token embedding on the CPU. Not with `gpuLayers`.
+   * (GET_DEVICE_MEMORY). With several, the embedding and the graph's inputs stay on the local
+   * backend, as llama.cpp keeps the token embedding on the CPU; with one, the whole model runs
+   * on it (the embedding too, and the inputs are written there), as with `backend` set to
+   * that server, so no local backend is used. Not with `gpuLayers`.
    */
   readonly rpc?: readonly (string | Backend)[];
   /** Milliseconds one RPC command may take (default: RpcBackend's). */
@@ -295,6 +297,18 @@ export class LLM implements Disposable {
         stages = [{ backend: second, from: Math.max(0, hparams.nLayer - gpuLayers) }];
       } else if (options.rpc && options.rpc.length > 0) {
         stages = await rpcStages(options.rpc, hparams.nLayer, owned, options.rpcTimeoutMs);
+        if (stages.length === 1) {
+          // One server takes every block and the output: the whole model runs there, the
+          // embedding too (a tied output keeps a copy there anyway), and the inputs are written
+          // straight to it. A token is then one compute and one read, with no local split
+          // to compute and no copies across (ggml's scheduler would copy the inputs over).
+          if (choice === "cpu") {
+            owned.splice(owned.indexOf(backend), 1);
+            backend.dispose();
+          }
+          backend = stages[0]!.backend;
+          stages = [];
+        }
       }
       let split: LayerSplit | null = null;
       let model: LlamaWeights;

@@ -314,8 +314,8 @@ Deno.test({
 });
 
 Deno.test({
-  name: "rpc: writes that need no reply wait for the compute and go out with it in one write; " +
-    "alone, they go out on the next turn",
+  name: "rpc: writes that need no reply wait for the compute and go out with it in one write, " +
+    "a read queued behind the compute too; alone, they go out on the next turn",
   ...opts,
   fn: async () => {
     await using server = await GgmlRpcServer.start(binDir, 1);
@@ -349,6 +349,13 @@ Deno.test({
           [11, 22, 33, 44].map((v, i) => v + (step - 1) * (i + 1)),
         );
       }
+      // A read queued straight after the compute: the compute waits for it, one write for all.
+      writes = 0;
+      rpc.setTensor(a, new Float32Array([2, 4, 6, 8]));
+      rpc.graphCompute(graph);
+      const read = rpc.getTensorAsync(y);
+      assert.deepEqual([...await read], [12, 24, 36, 48]);
+      assert.equal(writes, 1, "SET_TENSOR, the compute and GET_TENSOR in one write");
       // A write with nothing after it still reaches the server, on the next turn of the loop:
       // the server applies it before the read that follows.
       writes = 0;

@@ -74,6 +74,8 @@ export class RpcConnection {
   #watchdog: ReturnType<typeof setTimeout> | null = null;
   /** Held requests go out by this timer if nothing else sends them first. */
   #holdTimer: ReturnType<typeof setTimeout> | null = null;
+  /** Tasks queued and not yet started: while there are any, requests wait for theirs. */
+  #waiting = 0;
 
   private constructor(endpoint: string, conn: Deno.TcpConn, timeoutMs: number) {
     this.endpoint = endpoint;
@@ -149,7 +151,11 @@ export class RpcConnection {
    * later one) rejects with RpcTimeoutError.
    */
   enqueue<T>(label: string, task: () => Promise<T>): Promise<T> {
-    const run = this.#tail.then(() => this.#run(label, task));
+    this.#waiting++;
+    const run = this.#tail.then(() => {
+      this.#waiting--;
+      return this.#run(label, task);
+    });
     this.#tail = run.then(() => {}, () => {});
     return run;
   }
@@ -277,11 +283,12 @@ export class RpcConnection {
   /**
    * Writes a request whose payload is the concatenation of `parts`. A small one is queued for
    * the writer (see `#outbox`) and this resolves at once; a large one waits for the queue to be
-   * written, then goes out without a copy of its data. With `hold`, a small request waits in
-   * the queue for the next request sent without it (or {@link flush}, {@link drain}, a reply
-   * awaited, or at the latest the next turn of the event loop): for requests with no reply,
-   * whose only reader is a later command. A write that fails fails the connection, so the next
-   * command reports it.
+   * written, then goes out without a copy of its data. With `hold`, or while other tasks are
+   * queued behind the running one, a small request waits in the queue for the next request
+   * sent without it (or {@link flush}, {@link drain}, a reply awaited, or at the latest the
+   * next turn of the event loop): for requests with no reply, whose only reader is a later
+   * command, and for requests that a queued command follows at once anyway. A write that fails
+   * fails the connection, so the next command reports it.
    */
   async send(cmd: RpcCmdCode, parts: readonly Uint8Array[], hold = false): Promise<void> {
     const size = parts.reduce((sum, p) => sum + p.byteLength, 0);
@@ -294,7 +301,9 @@ export class RpcConnection {
       if (this.#failure) throw this.#failure;
       this.#outbox.push(encodeRequest(cmd, payload));
       this.#outboxBytes += size + RPC_REQUEST_HEADER_SIZE;
-      if (!hold) this.flush();
+      // A task queued behind this one sends (or reads) next, so this request can wait for it:
+      // a decode step's compute and the read of its logits go out in one write.
+      if (!hold && this.#waiting === 0) this.flush();
       else if (this.#writer === null) this.#holdTimer ??= setTimeout(() => this.flush(), 0);
       return;
     }

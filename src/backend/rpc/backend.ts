@@ -37,7 +37,7 @@ import {
 } from "../checks.ts";
 import { PlanIdentity } from "../plan_identity.ts";
 import { requireReadable } from "../../alloc/reuse.ts";
-import { encodeGgmlOp, GRAFT_TO_GGML } from "../../rpc/ggml_ops.ts";
+import { encodeGgmlOp, GgmlGluOp, GgmlOp, GRAFT_TO_GGML } from "../../rpc/ggml_ops.ts";
 import {
   emptyRpcTensor,
   fnv1a64,
@@ -874,26 +874,40 @@ export class RpcBackend implements Backend {
   // ggml's serialize_graph: node ids in order, then every tensor they reach once, with the
   // number of graph nodes that use it (ggml-cpu's fusion checks read it).
   #serializeGraph(graph: Graph): Uint8Array {
+    const glus = swigluPairs(graph);
+    const nodes = graph.nodes.filter((n) => !glus.silus.has(n));
+    const srcOf = (t: Tensor): readonly Tensor[] => {
+      const gate = glus.gates.get(t);
+      return gate ? [gate, t.src[1]!] : t.src;
+    };
     const useCount = new Map<Tensor, number>();
-    for (const node of graph.nodes) {
-      for (const s of node.src) useCount.set(s, (useCount.get(s) ?? 0) + 1);
+    for (const node of nodes) {
+      for (const s of srcOf(node)) useCount.set(s, (useCount.get(s) ?? 0) + 1);
     }
     const tensors: RpcTensor[] = [];
     const seen = new Set<Tensor>();
     const add = (t: Tensor): void => {
       if (seen.has(t)) return;
       seen.add(t);
-      for (const s of t.src) add(s);
+      const src = srcOf(t);
+      for (const s of src) add(s);
       if (t.viewSource) add(t.memoryOwner);
       const r = this.#rpcTensor(t, "graphCompute");
+      if (src !== t.src) {
+        r.op = GgmlOp.GLU;
+        r.opParams = new Int32Array(r.opParams.length);
+        r.opParams[0] = GgmlGluOp.SWIGLU;
+        r.src.fill(0n);
+        src.forEach((s, i) => r.src[i] = BigInt(s.id));
+      }
       r.useCount = useCount.get(t) ?? 0;
       if (t.op !== Op.none) r.flags = GGML_TENSOR_FLAG_COMPUTE;
       tensors.push(r);
     };
-    for (const node of graph.nodes) add(node);
+    for (const node of nodes) add(node);
     return packGraph({
       device: this.device,
-      nodes: graph.nodes.map((n) => BigInt(n.id)),
+      nodes: nodes.map((n) => BigInt(n.id)),
       tensors,
     });
   }
@@ -936,4 +950,35 @@ export class RpcBackend implements Backend {
   [Symbol.dispose](): void {
     if (!this.#disposed) this.dispose();
   }
+}
+
+/**
+ * The `mul(silu(gate), up)` pairs of `graph` that go to the server as one ggml GLU node
+ * (SWIGLU, split form: `ggml_swiglu_split(gate, up)`), as llama.cpp sends a gated FFN: one node
+ * and one barrier fewer for ggml-cpu, same bits (its swiglu is silu then the product). Only where
+ * the silu feeds that product alone and is no output, so nothing reads the node left out, and
+ * where ggml's GLU takes the operands: f32, same shape, contiguous.
+ */
+function swigluPairs(graph: Graph): { gates: Map<Tensor, Tensor>; silus: Set<Tensor> } {
+  const uses = new Map<Tensor, number>();
+  for (const node of graph.nodes) {
+    for (const s of node.src) uses.set(s, (uses.get(s) ?? 0) + 1);
+  }
+  const outputs = new Set(graph.outputs);
+  const gates = new Map<Tensor, Tensor>();
+  const silus = new Set<Tensor>();
+  const plain = (t: Tensor): boolean => t.dtype === "f32" && t.isContiguous;
+  for (const node of graph.nodes) {
+    const [silu, up] = node.src;
+    if (node.op !== Op.mul || !silu || !up || silu.op !== Op.silu) continue;
+    const gate = silu.src[0]!;
+    if (uses.get(silu) !== 1 || outputs.has(silu) || silu.isOutput || silu.viewSource) continue;
+    const same = [gate, up, silu, node].every((t) =>
+      plain(t) && t.ne.every((n, d) => n === node.ne[d])
+    );
+    if (!same) continue;
+    gates.set(node, gate);
+    silus.add(silu);
+  }
+  return { gates, silus };
 }

@@ -478,3 +478,59 @@ Deno.test({
 });
 
 Deno.test("gguf mmap: nothing native is left alive", () => assertNothingLive(baseline));
+
+Deno.test("load with fuse: alike tensors become views of consecutive rows of one tensor, others stay", async () => {
+  const rows = [5, 3, 7];
+  const data = [
+    ...rows.map((r, i) => bytesOf(randomF32(K * r, 10 + i))),
+    quantize(randomF32(K * 4, 20), "q8_0"),
+    bytesOf(randomF32(2 * K * 2, 21)),
+  ];
+  const infos = layoutTensors([
+    ...rows.map((r, i) => ({
+      name: `w${i}`,
+      dims: [K, r],
+      type: type("f32"),
+      nbytes: data[i]!.length,
+    })),
+    { name: "q", dims: [K, 4], type: type("q8_0"), nbytes: data[3]!.length },
+    { name: "wide", dims: [2 * K, 2], type: type("f32"), nbytes: data[4]!.length },
+  ]);
+  const path = await Deno.makeTempFile({ suffix: ".gguf" });
+  try {
+    await Deno.writeFile(
+      path,
+      writeGGUF({ metadata: sampleMetadata(false), tensors: infos, data: (i) => data[i]! }),
+    );
+    using file = GGUFFile.open(path);
+    using cpu = new CpuBackend({ threads: 1 });
+    const fuse = [["w0", "w1", "w2"], ["w0", "q"], ["w1", "wide"], ["w2", "absent"]];
+    {
+      using streamed = file.load(cpu, { mmap: false, fuse });
+      const [w0, w1, w2] = ["w0", "w1", "w2"].map((n) => streamed.tensors.get(n)!);
+      const whole = w0!.viewSource!;
+      assert.ok(whole !== null && whole.viewSource === null);
+      assert.deepEqual([...whole.ne], [K, 15, 1, 1]);
+      assert.deepEqual([w0, w1, w2].map((t) => t!.viewSource), [whole, whole, whole]);
+      assert.deepEqual([w0, w1, w2].map((t) => t!.viewOffset), [0, 5 * K * 4, 8 * K * 4]);
+      assert.deepEqual([w0, w1, w2].map((t) => t!.name), ["w0", "w1", "w2"]);
+      for (const name of ["w0", "w1", "w2", "q", "wide"]) {
+        assert.deepEqual(
+          tensorBytes(cpu, streamed.tensors.get(name)!),
+          file.readTensorData(file.tensor(name)),
+          name,
+        );
+      }
+      // Another dtype, another row length, a member not loaded: those groups stay apart.
+      for (const name of ["q", "wide"]) assert.equal(streamed.tensors.get(name)!.viewSource, null);
+      using partial = file.load(cpu, { mmap: false, fuse, names: ["w2", "q"] });
+      assert.equal(partial.tensors.get("w2")!.viewSource, null);
+    }
+    // Mapped, the tensors stay where the file has them.
+    using mapped = file.load(cpu, { fuse });
+    assert.equal(mapped.tensors.get("w0")!.viewSource, null);
+    assert.equal(mapped.tensors.get("w1")!.placement!.buffer, mapped.mapping);
+  } finally {
+    await Deno.remove(path);
+  }
+});

@@ -18,6 +18,7 @@ import { graftDType } from "./types.ts";
 import { writeGGUF } from "./writer.ts";
 import { dequantize, isQuantDType } from "../quant.ts";
 import type { Shape } from "../context.ts";
+import { view } from "../ops/view.ts";
 
 /** Bytes copied from the file into a backend at a time while loading. */
 export const LOAD_CHUNK_BYTES = 8 << 20;
@@ -44,6 +45,15 @@ export interface GGUFLoadOptions {
    * WILLNEED), instead of page by page on first use (default false).
    */
   readonly prefetch?: boolean;
+  /**
+   * Groups of 2-D tensors (by name) to store one after another as the rows of one tensor, each
+   * member then a view of its rows: a product with every member of a group can be one product
+   * with the whole (`llm`: the q, k and v projections of a block, sent to an RPC server as one
+   * matrix product a token). A group applies where its members are all loaded, copied (not
+   * mapped: mapped tensors stay where the file has them), and share a dtype and a row length;
+   * any other group is left as it is.
+   */
+  readonly fuse?: readonly (readonly string[])[];
 }
 
 /** Weights loaded from a file: the tensors by name and the buffers that hold them. */
@@ -222,7 +232,9 @@ export class GGUFFile implements Disposable {
     const total = wanted.reduce((sum, t) => sum + t.nbytes, 0);
     const progress = { done: 0, total, report: options.onProgress };
     if (!mmap) {
-      const buffers = allocWeights(backend, [...tensors.values()]);
+      for (const group of options.fuse ?? []) fuseRows(ctx, tensors, group);
+      // Fused tensors are views: their owner takes the memory.
+      const buffers = allocWeights(backend, [...tensors.values()].map((t) => t.memoryOwner));
       try {
         this.#stream(backend, wanted, tensors, progress);
       } catch (error) {
@@ -333,5 +345,29 @@ export class GGUFFile implements Disposable {
   /** Same as {@link close} (for `using`). */
   [Symbol.dispose](): void {
     this.close();
+  }
+}
+
+/**
+ * Makes the tensors named in `group` views of consecutive rows of one new tensor (see
+ * `GGUFLoadOptions.fuse`), where they are all in `tensors`, unplaced, 2-D and alike.
+ */
+function fuseRows(ctx: Context, tensors: Map<string, Tensor>, group: readonly string[]): void {
+  const members = group.map((name) => tensors.get(name));
+  const first = members[0];
+  if (group.length < 2 || !first) return;
+  const alike = members.every((t): t is Tensor =>
+    t !== undefined && !t.placement && t.dtype === first.dtype && t.ne[0] === first.ne[0] &&
+    t.ne[2] === 1 && t.ne[3] === 1
+  );
+  if (!alike) return;
+  const rows = members.reduce((sum, t) => sum + t.ne[1]!, 0);
+  const whole = ctx.newTensor(first.dtype, [first.ne[0]!, rows], group.join("+"));
+  let offset = 0;
+  for (const t of members) {
+    const part = view(whole, [t.ne[0]!, t.ne[1]!], { offset });
+    part.name = t.name;
+    tensors.set(t.name, part);
+    offset += t.nbytes;
   }
 }

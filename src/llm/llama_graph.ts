@@ -192,6 +192,40 @@ export interface LlamaGraph {
 }
 
 /**
+ * The products of the weights `ws` with `x`. For one token, where the loader stored them as
+ * the consecutive rows of one tensor (`GGUFLoadOptions.fuse`), one product with the whole and
+ * a view of each one's rows: one matrix product for the backend instead of several (on an RPC
+ * server, one node and one quantization of `x` fewer each), the same numbers (an output row is
+ * its weight row's dot product alone). Else, and for several tokens (whose rows the views
+ * would leave strided), one product each. `name` names the whole product.
+ */
+function products(
+  ws: readonly Tensor[],
+  x: Tensor,
+  mulMat: (a: Tensor, b: Tensor) => Tensor,
+  name: (t: Tensor) => Tensor,
+): Tensor[] {
+  const whole = ws[0]!.viewSource;
+  let rows = 0;
+  const consecutive = whole !== null && !whole.viewSource && ws.every((w) => {
+    const next = w.viewSource === whole && w.viewOffset === rows * whole.nb[1]! &&
+      w.ne[0] === whole.ne[0] && w.nb[1] === whole.nb[1];
+    rows += w.ne[1]!;
+    return next;
+  }) && rows === whole.ne[1];
+  if (!consecutive || x.ne[1] !== 1 || x.ne[2] !== 1 || x.ne[3] !== 1) {
+    return ws.map((w) => mulMat(w, x));
+  }
+  const all = name(mulMat(whole, x)); // [rows, 1]
+  let offset = 0;
+  return ws.map((w) => {
+    const part = view(all, [w.ne[1]!, 1], { offset });
+    offset += part.nbytes;
+    return part;
+  });
+}
+
+/**
  * Builds the llama graph for `shape` over `weights` and `cache`. `ggml` (default true): every
  * product computes as ggml's CPU backend does (`mulMat`'s `ggml` option), so logits are
  * llama.cpp's bit for bit on the CPU; false lets prompts of 20+ tokens take the f32 GEMM.
@@ -243,15 +277,16 @@ export function buildLlamaGraph(
     const layer = cache.layers[il]!;
     const layerRope = w.ropeFactors ? { ...ropeOptions, freqFactors: w.ropeFactors } : ropeOptions;
     const h = named(mul(rmsNorm(x, rmsEps), w.attnNorm), "attn_norm");
+    const [qCur, kCur, vCur] = products([w.wq, w.wk, w.wv], h, mulMat, (t) => named(t, "qkv"));
     const q = named(
-      rope(reshape(named(mulMat(w.wq, h), "Qcur"), [hd, nHead, T]), positions, layerRope),
+      rope(reshape(named(qCur!, "Qcur"), [hd, nHead, T]), positions, layerRope),
       "Qrope",
     );
     const k = named(
-      rope(reshape(named(mulMat(w.wk, h), "Kcur"), [hd, g, T]), positions, layerRope),
+      rope(reshape(named(kCur!, "Kcur"), [hd, g, T]), positions, layerRope),
       "Krope",
     );
-    const v = named(mulMat(w.wv, h), "Vcur"); // [width, T]
+    const v = named(vCur!, "Vcur"); // [width, T]
     const kWritten = setRows(layer.k, reshape(k, [width, T]), positions);
     // The V cache is [nCtx, width]; its transpose's rows are positions.
     const vT = view(layer.v, [width, nCtx], {
@@ -294,8 +329,9 @@ export function buildLlamaGraph(
     }
     x = named(add(x, attnOut), "ffn_inp");
     const n2 = named(mul(rmsNorm(x, rmsEps), w.ffnNorm), "ffn_norm");
-    const gate = named(mulMat(w.wGate, n2), "ffn_gate");
-    const up = named(mulMat(w.wUp, n2), "ffn_up");
+    const [gateCur, upCur] = products([w.wGate, w.wUp], n2, mulMat, (t) => named(t, "ffn_gate_up"));
+    const gate = named(gateCur!, "ffn_gate");
+    const up = named(upCur!, "ffn_up");
     const gated = named(mul(silu(gate), up), "ffn_swiglu");
     x = add(x, named(mulMat(w.wDown, gated), "ffn_out"));
     x.name = `l_out-${il}`; // llama.cpp's name for the layer's output

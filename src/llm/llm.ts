@@ -51,6 +51,13 @@ export interface LLMLoadOptions {
    * that server, so no local backend is used. Not with `gpuLayers`.
    */
   readonly rpc?: readonly (string | Backend)[];
+  /**
+   * On RPC servers, store each block's q, k and v projections as one matrix, and its gate and
+   * up projections as another, so that a decoding step is two matrix products a block fewer
+   * on the server, with the same logits bit for bit (default true). False sends llama.cpp's
+   * graph shape.
+   */
+  readonly fuseProjections?: boolean;
   /** Milliseconds one RPC command may take (default: RpcBackend's). */
   readonly rpcTimeoutMs?: number;
   /** Context size: positions the KV cache holds (default min(4096, the trained context)). */
@@ -338,7 +345,8 @@ export class LLM implements Disposable {
           const stageNames = names.filter((n) => stageOf(n) === i);
           if (i === last && tied) stageNames.push("token_embd.weight");
           if (factors) stageNames.push(factors);
-          weights.push(file.load(stages[i]!.backend, { names: stageNames, ...progress }));
+          const fuse = fuseFor(stages[i]!.backend, hparams.nLayer, options);
+          weights.push(file.load(stages[i]!.backend, { names: stageNames, ...fuse, ...progress }));
         }
         // Where a name is loaded twice (the tied embedding), the local copy is the one blocks use.
         const all = new Map([...weights].reverse().flatMap((w) => [...w.tensors]));
@@ -353,7 +361,13 @@ export class LLM implements Disposable {
           ),
         });
       } else {
-        weights.push(file.load(backend, { ...mmap, ...progress }));
+        weights.push(
+          file.load(backend, {
+            ...mmap,
+            ...fuseFor(backend, hparams.nLayer, options),
+            ...progress,
+          }),
+        );
         model = llamaWeights(weights[0]!.tensors, hparams, { nCtx });
       }
       const cache = new KvCache(
@@ -627,6 +641,27 @@ export class LLM implements Disposable {
   [Symbol.dispose](): void {
     this.dispose();
   }
+}
+
+/**
+ * The weights an RPC server gets fused (`GGUFLoadOptions.fuse`): each block's q, k and v
+ * projections, and its gate and up projections, so that a decoding step sends one matrix
+ * product for each group (llama_graph.ts `products`). Elsewhere none: the CPU maps the file
+ * (a fused copy would cost memory), and other backends keep the graph they were tested with.
+ */
+function fuseFor(
+  backend: Backend,
+  nLayer: number,
+  options: LLMLoadOptions,
+): { fuse?: string[][] } {
+  if (!(backend instanceof RpcBackend) || options.fuseProjections === false) return {};
+  const fuse: string[][] = [];
+  for (let il = 0; il < nLayer; il++) {
+    const blk = `blk.${il}.`;
+    fuse.push([`${blk}attn_q.weight`, `${blk}attn_k.weight`, `${blk}attn_v.weight`]);
+    fuse.push([`${blk}ffn_gate.weight`, `${blk}ffn_up.weight`]);
+  }
+  return { fuse };
 }
 
 function positiveOption(name: string, value: number | undefined, fallback: number): number {

@@ -530,12 +530,17 @@ export class RpcBackend implements Backend {
     bytes.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
     buffer.markWritten();
     const c = this.#connection;
-    const init = DTYPES[tensor.dtype].quantized && tensor.ne[0] % 512 !== 0 &&
-      !tensor.viewSource && !this.#initialized.has(tensor);
-    if (init) this.#initialized.add(tensor);
+    // A view's rows are its owner's (weights fused into one tensor): the owner is announced.
+    const owner = tensor.memoryOwner;
+    const init = DTYPES[owner.dtype].quantized && owner.ne[0] % 512 !== 0 &&
+      !this.#initialized.has(owner);
+    if (init) this.#initialized.add(owner);
     return c.enqueue("SET_TENSOR", async () => {
       const t = this.#rpcTensor(tensor, verb);
-      if (init) await c.call(RpcCmd.INIT_TENSOR, packInitTensorRequest(t), null);
+      if (init) {
+        const o = owner === tensor ? t : this.#rpcTensor(owner, verb);
+        await c.call(RpcCmd.INIT_TENSOR, packInitTensorRequest(o), null);
+      }
       let cacheFlag = 0;
       if (bytes.byteLength > RPC_HASH_THRESHOLD) {
         const hash = fnv1a64(bytes);

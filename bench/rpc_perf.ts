@@ -9,6 +9,10 @@
  *   perf rpc_client_tg32 graft=<tok/s>tok/s llama_bench_rpc=<tok/s>tok/s ratio=...
  *   perf rpc_client_pp64 graft=<tok/s>tok/s llama_bench_rpc=<tok/s>tok/s ratio=...
  *     Graft's RPC client against llama.cpp's (llama-bench --rpc -ngl 99 -fa 0), same server.
+ *     The graphs differ where Graft's client is built to: it stores each block's q, k, v and
+ *     its gate, up projections fused on the server (`LLMLoadOptions.fuseProjections`) and sends
+ *     silu * up as ggml's GLU, so a decoding step is 181 matrix products where llama.cpp's is
+ *     271 (same logits bit for bit: tests/rpc_llm_test.ts).
  *
  * tg: N_GEN decodes of one token each from an empty cache; pp: N_PROMPT tokens in one eval; a
  * warmup (Graft: one untimed run of each, see `graft`; llama-bench: its own), then REPS timed

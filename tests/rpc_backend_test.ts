@@ -49,12 +49,9 @@ import {
   packHelloResponse,
   RPC_REQUEST_HEADER_SIZE,
   RpcCmd,
-  type RpcCmdCode,
   type RpcGraph,
-  unpackGraph,
 } from "../src/rpc/protocol.ts";
-import { RpcConnection } from "../src/backend/rpc/connection.ts";
-import { ggmlOpName } from "../src/rpc/ggml_ops.ts";
+import { nodeOps, watchSentGraphs } from "./rpc_sent_graphs.ts";
 import { CASES, Inputs, nmseOf, runGraph, type SuiteCase } from "./op_suite.ts";
 import { freePort, GgmlRpcServer, llamaBinDir } from "./rpc_server.ts";
 import { Rng } from "./reference.ts";
@@ -288,50 +285,29 @@ Deno.test({
     using rpc = await RpcBackend.connect(server.endpoint);
     // The graphs the connection sends (GRAPH_COMPUTE's payload), decoded.
     const sent: RpcGraph[] = [];
-    const proto = RpcConnection.prototype;
-    const call = proto.call;
-    proto.call = function (
-      this: RpcConnection,
-      cmd: RpcCmdCode,
-      payload: Uint8Array,
-      replySize: number | null,
-    ): Promise<Uint8Array | null> {
-      if (cmd === RpcCmd.GRAPH_COMPUTE) sent.push(unpackGraph(payload));
-      return (call as (
-        c: RpcCmdCode,
-        p: Uint8Array,
-        r: number | null,
-      ) => Promise<Uint8Array | null>)
-        .call(this, cmd, payload, replySize);
-    } as typeof call;
-    try {
-      const run = async (keepSilu: boolean): Promise<{ out: number[]; ops: string[] }> => {
-        const ctx = new Context();
-        const gate = ctx.newTensor("f32", [37, 3], "gate");
-        const up = ctx.newTensor("f32", [37, 3], "up");
-        const act = silu(gate);
-        const out = mul(act, up);
-        // The silu as an output too: then it must be computed, and nothing is fused.
-        const graph = Graph.build(...(keepSilu ? [out, act] : [out]));
-        using _buffer = allocTensors(rpc, [gate, up, ...graph.nodes]);
-        const r = new Rng(3);
-        rpc.setTensor(gate, Float32Array.from({ length: 111 }, () => r.uniform(-12, 12)));
-        rpc.setTensor(up, Float32Array.from({ length: 111 }, () => r.uniform()));
-        rpc.graphCompute(graph);
-        const values = [...(await rpc.getTensorAsync(out) as Float32Array)];
-        const g = sent.at(-1)!;
-        const byId = new Map(g.tensors.map((t) => [t.id, t]));
-        return { out: values, ops: g.nodes.map((id) => ggmlOpName(byId.get(id)!.op)!) };
-      };
-      const fused = await run(false);
-      const apart = await run(true);
-      assert.deepEqual(fused.ops, ["GLU"]);
-      assert.deepEqual(apart.ops, ["UNARY", "MUL"]);
-      assert.ok(fused.out.some((v) => v !== 0));
-      assert.deepEqual(fused.out, apart.out, "ggml's swiglu computes silu then the product");
-    } finally {
-      proto.call = call;
-    }
+    using _watch = watchSentGraphs((g) => sent.push(g));
+    const run = async (keepSilu: boolean): Promise<{ out: number[]; ops: string[] }> => {
+      const ctx = new Context();
+      const gate = ctx.newTensor("f32", [37, 3], "gate");
+      const up = ctx.newTensor("f32", [37, 3], "up");
+      const act = silu(gate);
+      const out = mul(act, up);
+      // The silu as an output too: then it must be computed, and nothing is fused.
+      const graph = Graph.build(...(keepSilu ? [out, act] : [out]));
+      using _buffer = allocTensors(rpc, [gate, up, ...graph.nodes]);
+      const r = new Rng(3);
+      rpc.setTensor(gate, Float32Array.from({ length: 111 }, () => r.uniform(-12, 12)));
+      rpc.setTensor(up, Float32Array.from({ length: 111 }, () => r.uniform()));
+      rpc.graphCompute(graph);
+      const values = [...(await rpc.getTensorAsync(out) as Float32Array)];
+      return { out: values, ops: nodeOps(sent.at(-1)!) };
+    };
+    const fused = await run(false);
+    const apart = await run(true);
+    assert.deepEqual(fused.ops, ["GLU"]);
+    assert.deepEqual(apart.ops, ["UNARY", "MUL"]);
+    assert.ok(fused.out.some((v) => v !== 0));
+    assert.deepEqual(fused.out, apart.out, "ggml's swiglu computes silu then the product");
   },
 });
 

@@ -9,9 +9,7 @@ import assert from "node:assert/strict";
 import { LLM } from "../mod.ts";
 import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
 import { GgmlRpcServer, llamaBinDir } from "./rpc_server.ts";
-import { RpcConnection } from "../src/backend/rpc/connection.ts";
-import { RpcCmd, type RpcCmdCode, unpackGraph } from "../src/rpc/protocol.ts";
-import { GgmlOp } from "../src/rpc/ggml_ops.ts";
+import { nodeOps, watchSentGraphs } from "./rpc_sent_graphs.ts";
 
 const bin = llamaBinDir();
 const skip = "skip" in bin
@@ -112,53 +110,32 @@ Deno.test({
     await using server = await GgmlRpcServer.start(binDir, 1);
     // The matrix products of each graph the connection sends (GRAPH_COMPUTE), by graph.
     const products: number[] = [];
-    const proto = RpcConnection.prototype;
-    const call = proto.call;
-    proto.call = function (
-      this: RpcConnection,
-      cmd: RpcCmdCode,
-      payload: Uint8Array,
-      replySize: number | null,
-    ): Promise<Uint8Array | null> {
-      if (cmd === RpcCmd.GRAPH_COMPUTE) {
-        const g = unpackGraph(payload);
-        const ops = new Map(g.tensors.map((t) => [t.id, t.op]));
-        products.push(g.nodes.filter((id) => ops.get(id) === GgmlOp.MUL_MAT).length);
-      }
-      return (call as (
-        c: RpcCmdCode,
-        p: Uint8Array,
-        r: number | null,
-      ) => Promise<Uint8Array | null>)
-        .call(this, cmd, payload, replySize);
-    } as typeof call;
-    try {
-      const run = async (fuse: boolean): Promise<{ logits: Float32Array[]; decode: number }> => {
-        using llm = await LLM.load(SMOLLM2_PATH, {
-          threads: 1,
-          nCtx: 64,
-          rpc: [server.endpoint],
-          fuseProjections: fuse,
-        });
-        const logits = [Float32Array.from(await llm.eval(PROMPT))];
-        products.length = 0;
-        for (const id of [12, 7, 300, 4000]) logits.push(Float32Array.from(await llm.eval([id])));
-        return { logits, decode: products[0]! };
-      };
-      const fused = await run(true);
-      const apart = await run(false);
-      const nLayer = 30;
-      // A block: 7 weight products apart (q, k, v, o, gate, up, down), 4 fused (qkv, o, gate+up,
-      // down), and 2 attention products; then the output.
-      assert.equal(apart.decode, 7 * nLayer + 1 + 2 * nLayer);
-      assert.equal(fused.decode, apart.decode - 3 * nLayer);
-      fused.logits.forEach((l, step) => {
-        const other = apart.logits[step]!;
-        const at = l.findIndex((v, i) => !Object.is(v, other[i]));
-        assert.equal(at, -1, `step ${step}: logit ${at} is ${l[at]} fused, ${other[at]} apart`);
+    using _watch = watchSentGraphs((g) =>
+      products.push(nodeOps(g).filter((op) => op === "MUL_MAT").length)
+    );
+    const run = async (fuse: boolean): Promise<{ logits: Float32Array[]; decode: number }> => {
+      using llm = await LLM.load(SMOLLM2_PATH, {
+        threads: 1,
+        nCtx: 64,
+        rpc: [server.endpoint],
+        fuseProjections: fuse,
       });
-    } finally {
-      proto.call = call;
-    }
+      const logits = [Float32Array.from(await llm.eval(PROMPT))];
+      products.length = 0;
+      for (const id of [12, 7, 300, 4000]) logits.push(Float32Array.from(await llm.eval([id])));
+      return { logits, decode: products[0]! };
+    };
+    const fused = await run(true);
+    const apart = await run(false);
+    const nLayer = 30;
+    // A block: 7 weight products apart (q, k, v, o, gate, up, down), 4 fused (qkv, o, gate+up,
+    // down), and 2 attention products; then the output.
+    assert.equal(apart.decode, 7 * nLayer + 1 + 2 * nLayer);
+    assert.equal(fused.decode, apart.decode - 3 * nLayer);
+    fused.logits.forEach((l, step) => {
+      const other = apart.logits[step]!;
+      const at = l.findIndex((v, i) => !Object.is(v, other[i]));
+      assert.equal(at, -1, `step ${step}: logit ${at} is ${l[at]} fused, ${other[at]} apart`);
+    });
   },
 });

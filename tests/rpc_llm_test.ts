@@ -102,7 +102,7 @@ Deno.test({
 
 Deno.test({
   name: "rpc llm: one server gets q, k, v and gate, up fused: 3 matrix products a block for a " +
-    "token, not 5, and the logits of the unfused graph bit for bit",
+    "token, not 5 (a prompt: 4), and the logits of the unfused graph bit for bit",
   ignore: skip !== null,
   sanitizeResources: false,
   sanitizeOps: false,
@@ -113,17 +113,19 @@ Deno.test({
     using _watch = watchSentGraphs((g) =>
       products.push(nodeOps(g).filter((op) => op === "MUL_MAT").length)
     );
-    const run = async (fuse: boolean): Promise<{ logits: Float32Array[]; decode: number }> => {
+    const run = async (
+      fuse: boolean,
+    ): Promise<{ logits: Float32Array[]; prompt: number; decode: number }> => {
       using llm = await LLM.load(SMOLLM2_PATH, {
         threads: 1,
         nCtx: 64,
         rpc: [server.endpoint],
         fuseProjections: fuse,
       });
-      const logits = [Float32Array.from(await llm.eval(PROMPT))];
       products.length = 0;
+      const logits = [Float32Array.from(await llm.eval(PROMPT))];
       for (const id of [12, 7, 300, 4000]) logits.push(Float32Array.from(await llm.eval([id])));
-      return { logits, decode: products[0]! };
+      return { logits, prompt: products[0]!, decode: products[1]! };
     };
     const fused = await run(true);
     const apart = await run(false);
@@ -132,6 +134,10 @@ Deno.test({
     // down), and 2 attention products; then the output.
     assert.equal(apart.decode, 7 * nLayer + 1 + 2 * nLayer);
     assert.equal(fused.decode, apart.decode - 3 * nLayer);
+    // A prompt: q, k, v as one product (strided views); gate and up apart, but in the last
+    // block, whose feed-forward runs for the last token alone.
+    assert.equal(apart.prompt, apart.decode);
+    assert.equal(fused.prompt, apart.prompt - 2 * nLayer - 1);
     fused.logits.forEach((l, step) => {
       const other = apart.logits[step]!;
       const at = l.findIndex((v, i) => !Object.is(v, other[i]));

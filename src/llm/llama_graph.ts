@@ -192,18 +192,20 @@ export interface LlamaGraph {
 }
 
 /**
- * The products of the weights `ws` with `x`. For one token, where the loader stored them as
- * the consecutive rows of one tensor (`GGUFLoadOptions.fuse`), one product with the whole and
- * a view of each one's rows: one matrix product for the backend instead of several (on an RPC
- * server, one node and one quantization of `x` fewer each), the same numbers (an output row is
- * its weight row's dot product alone). Else, and for several tokens (whose rows the views
- * would leave strided), one product each. `name` names the whole product.
+ * The products of the weights `ws` with `x`. Where the loader stored them as the consecutive
+ * rows of one tensor (`GGUFLoadOptions.fuse`), one product with the whole and a view of each
+ * one's rows: one matrix product for the backend instead of several (on an RPC server, one node
+ * and one quantization of `x` fewer each), the same numbers (an output row is its weight row's
+ * dot product alone). For several tokens the views are strided (a token's column of the whole
+ * is `rows` apart): only where `strided` says the caller takes that; else, and for weights
+ * apart, one product each. `name` names the whole product.
  */
 function products(
   ws: readonly Tensor[],
   x: Tensor,
   mulMat: (a: Tensor, b: Tensor) => Tensor,
   name: (t: Tensor) => Tensor,
+  strided = false,
 ): Tensor[] {
   const whole = ws[0]!.viewSource;
   let rows = 0;
@@ -213,16 +215,27 @@ function products(
     rows += w.ne[1]!;
     return next;
   }) && rows === whole.ne[1];
-  if (!consecutive || x.ne[1] !== 1 || x.ne[2] !== 1 || x.ne[3] !== 1) {
+  const T = x.ne[1]!;
+  if (!consecutive || (T !== 1 && !strided) || x.ne[2] !== 1 || x.ne[3] !== 1) {
     return ws.map((w) => mulMat(w, x));
   }
-  const all = name(mulMat(whole, x)); // [rows, 1]
+  const all = name(mulMat(whole, x)); // [rows, T]
   let offset = 0;
   return ws.map((w) => {
-    const part = view(all, [w.ne[1]!, 1], { offset });
-    offset += part.nbytes;
+    // One token: each part is dense. Several: a token's column is the whole's rows apart.
+    const nb = T === 1 ? {} : { nb: [all.nb[0]!, all.nb[1]!, all.nb[2]!, all.nb[3]!] as const };
+    const part = view(all, [w.ne[1]!, T], { offset, ...nb });
+    offset += w.ne[1]! * all.nb[0]!;
     return part;
   });
+}
+
+/** `t` ([hd * n, T], its rows perhaps strided: see `products`) as `[hd, n, T]`. */
+function heads(t: Tensor, hd: number, n: number): Tensor {
+  const T = t.ne[1]!;
+  if (t.isContiguous) return reshape(t, [hd, n, T]);
+  const [e, row] = [t.nb[0]!, t.nb[1]!];
+  return view(t.viewSource!, [hd, n, T], { offset: t.viewOffset, nb: [e, hd * e, row, row * T] });
 }
 
 /**
@@ -277,16 +290,17 @@ export function buildLlamaGraph(
     const layer = cache.layers[il]!;
     const layerRope = w.ropeFactors ? { ...ropeOptions, freqFactors: w.ropeFactors } : ropeOptions;
     const h = named(mul(rmsNorm(x, rmsEps), w.attnNorm), "attn_norm");
-    const [qCur, kCur, vCur] = products([w.wq, w.wk, w.wv], h, mulMat, (t) => named(t, "qkv"));
-    const q = named(
-      rope(reshape(named(qCur!, "Qcur"), [hd, nHead, T]), positions, layerRope),
-      "Qrope",
+    // Fused, several tokens' q and k are strided views: rope reads them so.
+    const [qCur, kCur, vCur] = products(
+      [w.wq, w.wk, w.wv],
+      h,
+      mulMat,
+      (t) => named(t, "qkv"),
+      true,
     );
-    const k = named(
-      rope(reshape(named(kCur!, "Kcur"), [hd, g, T]), positions, layerRope),
-      "Krope",
-    );
-    const v = named(vCur!, "Vcur"); // [width, T]
+    const q = named(rope(heads(named(qCur!, "Qcur"), hd, nHead), positions, layerRope), "Qrope");
+    const k = named(rope(heads(named(kCur!, "Kcur"), hd, g), positions, layerRope), "Krope");
+    const v = named(vCur!.isContiguous ? vCur! : cont(vCur!), "Vcur"); // [width, T]
     const kWritten = setRows(layer.k, reshape(k, [width, T]), positions);
     // The V cache is [nCtx, width]; its transpose's rows are positions.
     const vT = view(layer.v, [width, nCtx], {

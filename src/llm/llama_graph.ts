@@ -230,6 +230,30 @@ function products(
   });
 }
 
+/**
+ * `rope` of the query and key heads. Where `q` and `k` are one token's adjacent parts of one
+ * fused product (`products`), one rope over all their heads and a view of each: one node
+ * fewer, the same numbers (rope turns each head alone). Else each its own.
+ */
+function ropeQK(
+  q: Tensor,
+  k: Tensor,
+  hd: number,
+  rope: (t: Tensor) => Tensor,
+): [Tensor, Tensor] {
+  const whole = q.viewSource;
+  const adjacent = whole !== null && k.viewSource === whole && q.ne[1] === 1 &&
+    q.isContiguous && k.isContiguous && k.viewOffset === q.viewOffset + q.nbytes;
+  const nq = q.ne[0]! / hd;
+  const nk = k.ne[0]! / hd;
+  if (!adjacent) return [rope(heads(q, hd, nq)), rope(heads(k, hd, nk))];
+  const both = rope(view(whole, [hd, nq + nk, 1], { offset: q.viewOffset }));
+  return [
+    view(both, [hd, nq, 1]),
+    view(both, [hd, nk, 1], { offset: nq * both.nb[1]! }),
+  ];
+}
+
 /** `t` ([hd * n, T], its rows perhaps strided: see `products`) as `[hd, n, T]`. */
 function heads(t: Tensor, hd: number, n: number): Tensor {
   const T = t.ne[1]!;
@@ -298,8 +322,14 @@ export function buildLlamaGraph(
       (t) => named(t, "qkv"),
       true,
     );
-    const q = named(rope(heads(named(qCur!, "Qcur"), hd, nHead), positions, layerRope), "Qrope");
-    const k = named(rope(heads(named(kCur!, "Kcur"), hd, g), positions, layerRope), "Krope");
+    const [qRoped, kRoped] = ropeQK(
+      named(qCur!, "Qcur"),
+      named(kCur!, "Kcur"),
+      hd,
+      (t) => rope(t, positions, layerRope),
+    );
+    const q = named(qRoped, "Qrope");
+    const k = named(kRoped, "Krope");
     const v = named(vCur!.isContiguous ? vCur! : cont(vCur!), "Vcur"); // [width, T]
     const kWritten = setRows(layer.k, reshape(k, [width, T]), positions);
     // The V cache is [nCtx, width]; its transpose's rows are positions.

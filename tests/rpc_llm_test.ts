@@ -102,7 +102,7 @@ Deno.test({
 
 Deno.test({
   name: "rpc llm: one server gets q, k, v and gate, up fused: 3 matrix products a block for a " +
-    "token, not 5 (a prompt: 4), and the logits of the unfused graph bit for bit",
+    "token, not 5 (a prompt: 4), one rope, and the logits of the unfused graph bit for bit",
   ignore: skip !== null,
   sanitizeResources: false,
   sanitizeOps: false,
@@ -110,12 +110,16 @@ Deno.test({
     await using server = await GgmlRpcServer.start(binDir, 1);
     // The matrix products of each graph the connection sends (GRAPH_COMPUTE), by graph.
     const products: number[] = [];
-    using _watch = watchSentGraphs((g) =>
-      products.push(nodeOps(g).filter((op) => op === "MUL_MAT").length)
-    );
+    const ropes: number[] = [];
+    using _watch = watchSentGraphs((g) => {
+      products.push(nodeOps(g).filter((op) => op === "MUL_MAT").length);
+      ropes.push(nodeOps(g).filter((op) => op === "ROPE").length);
+    });
     const run = async (
       fuse: boolean,
-    ): Promise<{ logits: Float32Array[]; prompt: number; decode: number }> => {
+    ): Promise<
+      { logits: Float32Array[]; prompt: number; decode: number; decodeRopes: number }
+    > => {
       using llm = await LLM.load(SMOLLM2_PATH, {
         threads: 1,
         nCtx: 64,
@@ -123,9 +127,10 @@ Deno.test({
         fuseProjections: fuse,
       });
       products.length = 0;
+      ropes.length = 0;
       const logits = [Float32Array.from(await llm.eval(PROMPT))];
       for (const id of [12, 7, 300, 4000]) logits.push(Float32Array.from(await llm.eval([id])));
-      return { logits, prompt: products[0]!, decode: products[1]! };
+      return { logits, prompt: products[0]!, decode: products[1]!, decodeRopes: ropes[1]! };
     };
     const fused = await run(true);
     const apart = await run(false);
@@ -134,6 +139,8 @@ Deno.test({
     // down), and 2 attention products; then the output.
     assert.equal(apart.decode, 7 * nLayer + 1 + 2 * nLayer);
     assert.equal(fused.decode, apart.decode - 3 * nLayer);
+    // A token's q and k heads, adjacent in the fused product, turned by one rope.
+    assert.deepEqual([apart.decodeRopes, fused.decodeRopes], [2 * nLayer, nLayer]);
     // A prompt: q, k, v as one product (strided views); gate and up apart, but in the last
     // block, whose feed-forward runs for the last token alone.
     assert.equal(apart.prompt, apart.decode);

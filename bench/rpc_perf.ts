@@ -11,8 +11,9 @@
  *     Graft's RPC client against llama.cpp's (llama-bench --rpc -ngl 99 -fa 0), same server.
  *     The graphs differ where Graft's client is built to: it stores each block's q, k, v and
  *     its gate, up projections fused on the server (`LLMLoadOptions.fuseProjections`) and sends
- *     silu * up as ggml's GLU, so a decoding step is 181 matrix products where llama.cpp's is
- *     271 (same logits bit for bit: tests/rpc_llm_test.ts).
+ *     silu * up as ggml's GLU, and turns a token's q and k heads with one rope, so a decoding
+ *     step is 514 compute nodes (181 matrix products) where llama.cpp's is 665 (271), with the
+ *     same logits bit for bit (tests/rpc_llm_test.ts).
  *
  * tg: N_GEN decodes of one token each from an empty cache; pp: N_PROMPT tokens in one eval; a
  * warmup (Graft: one untimed run of each, see `graft`; llama-bench: its own), then REPS timed

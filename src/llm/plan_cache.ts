@@ -53,6 +53,9 @@ interface Entry {
   readonly inputs: BackendBuffer;
   readonly mask: Float32Array;
   readonly vIndices: Int32Array;
+  /** The token ids and positions written as inputs (the plan's own arrays, reused). */
+  readonly tokens: Int32Array;
+  readonly positions: Int32Array;
   /** Computes the graph (inputs written) and reads the logits into the plan's array. */
   readonly compute: () => Promise<Float32Array>;
   readonly free: () => void;
@@ -68,6 +71,9 @@ export class PlanCache implements Disposable {
   readonly #split: LayerSplit | null;
   readonly #ggml: boolean;
   readonly #entries = new Map<string, Entry>();
+  /** The most recently used entry and its key (also in #entries). */
+  #lastKey: string | null = null;
+  #last: Entry | null = null;
 
   /**
    * Plans for `weights` and `cache` on `backend`, or split by layers (`split`: then `backend` is
@@ -116,8 +122,16 @@ export class PlanCache implements Disposable {
     const { built, mask } = entry;
     const backend = this.#backend;
     const T = tokens.length;
-    backend.setTensor(built.tokens, Int32Array.from(tokens));
-    backend.setTensor(built.positions, Int32Array.from({ length: T }, (_, t) => nPast + t));
+    // The plan's arrays: a decoding step allocates nothing here (an RPC client's garbage is
+    // collected on the cores its server computes on).
+    const ids = entry.tokens;
+    const positions = entry.positions;
+    for (let t = 0; t < T; t++) {
+      ids[t] = tokens[t]!;
+      positions[t] = nPast + t;
+    }
+    backend.setTensor(built.tokens, ids);
+    backend.setTensor(built.positions, positions);
     // Row t is token t's (llama_graph.ts): keys up to its position are visible.
     const nKv = shape.nKv;
     for (let t = 0; t < T; t++) {
@@ -145,8 +159,12 @@ export class PlanCache implements Disposable {
 
   #entry(shape: LlamaGraphShape): Entry {
     const key = `${shape.nTokens}:${shape.nKv}:${shape.allLogits}`;
+    // Decoding asks for the plan of the step before: it is already the most recent.
+    if (this.#lastKey === key) return this.#last!;
     const found = this.#entries.get(key);
     if (found) {
+      this.#lastKey = key;
+      this.#last = found;
       // Most recently used last.
       this.#entries.delete(key);
       this.#entries.set(key, found);
@@ -161,6 +179,8 @@ export class PlanCache implements Disposable {
         inputs,
         mask: new Float32Array(built.mask.nelements),
         vIndices: new Int32Array(built.vIndices.nelements),
+        tokens: new Int32Array(built.tokens.nelements),
+        positions: new Int32Array(built.positions.nelements),
         compute: run.compute,
         free: () => {
           run.free();
@@ -168,6 +188,8 @@ export class PlanCache implements Disposable {
         },
       };
       this.#entries.set(key, entry);
+      this.#lastKey = key;
+      this.#last = entry;
       while (this.#entries.size > PLANS_KEPT) {
         const [oldest, old] = this.#entries.entries().next().value!;
         this.#entries.delete(oldest);
@@ -243,6 +265,8 @@ export class PlanCache implements Disposable {
   dispose(): void {
     for (const entry of this.#entries.values()) entry.free();
     this.#entries.clear();
+    this.#lastKey = null;
+    this.#last = null;
   }
 
   /** Same as {@link dispose}. */

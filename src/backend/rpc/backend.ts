@@ -247,6 +247,10 @@ export class RpcBackend implements Backend {
   #oneOff: RpcPlan | null = null;
   /** Tensors INIT_TENSOR was sent for (see {@link setTensor}). */
   #initialized = new WeakSet<Tensor>();
+  #packed = new WeakMap<
+    Tensor,
+    { buffer: BackendBuffer; offset: number; name: string; bytes: Uint8Array }
+  >();
   /** GRAPH_COMPUTE and GRAPH_RECOMPUTE commands sent, for tests and reports. */
   readonly stats = { graphComputes: 0, graphRecomputes: 0, hashHits: 0, hashMisses: 0 };
 
@@ -461,6 +465,27 @@ export class RpcBackend implements Backend {
   }
 
   /**
+   * `tensor` packed as the protocol carries it (see {@link #rpcTensor}), kept while the tensor
+   * stays in the same buffer at the same offset under the same name: a decoding step writes the
+   * same inputs and reads the same logits every token. Run inside a queued task.
+   */
+  #packedTensor(tensor: Tensor, verb: string): Uint8Array {
+    const at = tensor.placement;
+    const kept = this.#packed.get(tensor);
+    if (
+      kept && at && kept.buffer === at.buffer && kept.offset === at.offset &&
+      kept.name === tensor.name
+    ) {
+      return kept.bytes;
+    }
+    const bytes = packInitTensorRequest(this.#rpcTensor(tensor, verb));
+    if (at) {
+      this.#packed.set(tensor, { buffer: at.buffer, offset: at.offset, name: tensor.name, bytes });
+    }
+    return bytes;
+  }
+
+  /**
    * `tensor` as the protocol carries it: its server buffer and address, shape, strides, op and
    * params, sources and view source by id. Run inside a queued task (buffer handles known).
    */
@@ -536,14 +561,14 @@ export class RpcBackend implements Backend {
       !this.#initialized.has(owner);
     if (init) this.#initialized.add(owner);
     return c.enqueue("SET_TENSOR", async () => {
-      const t = this.#rpcTensor(tensor, verb);
       if (init) {
-        const o = owner === tensor ? t : this.#rpcTensor(owner, verb);
+        const o = this.#rpcTensor(owner, verb);
         await c.call(RpcCmd.INIT_TENSOR, packInitTensorRequest(o), null);
       }
       let cacheFlag = 0;
       if (bytes.byteLength > RPC_HASH_THRESHOLD) {
         const hash = fnv1a64(bytes);
+        const t = this.#rpcTensor(tensor, verb);
         const req = packSetTensorHashRequest({ tensor: t, offset: BigInt(offset), hash });
         if (unpackU8("result", await c.call(RpcCmd.SET_TENSOR_HASH, req, 1)) !== 0) {
           this.stats.hashHits++;
@@ -554,7 +579,7 @@ export class RpcBackend implements Backend {
       }
       const header = new Uint8Array(SET_TENSOR_HEADER_SIZE);
       const view = new DataView(header.buffer);
-      new Uint8Array(header.buffer, 0, RPC_TENSOR_SIZE).set(packInitTensorRequest(t));
+      header.set(this.#packedTensor(tensor, verb));
       view.setUint8(RPC_TENSOR_SIZE, cacheFlag);
       view.setBigUint64(RPC_TENSOR_SIZE + 1, BigInt(offset), true);
       // Held: it goes out with the next command that is not (a decode step's compute).
@@ -632,12 +657,9 @@ export class RpcBackend implements Backend {
     const bytes = new Uint8Array(into.buffer, into.byteOffset, into.byteLength);
     const c = this.#connection;
     await c.enqueue("GET_TENSOR", async () => {
-      const req = packGetTensorRequest({
-        tensor: this.#rpcTensor(tensor, "getTensorIntoAsync"),
-        offset: 0n,
-        size: BigInt(bytes.byteLength),
-      });
-      await c.send(RpcCmd.GET_TENSOR, [req]);
+      const range = new Uint8Array(16);
+      new DataView(range.buffer).setBigUint64(8, BigInt(bytes.byteLength), true);
+      await c.send(RpcCmd.GET_TENSOR, [this.#packedTensor(tensor, "getTensorIntoAsync"), range]);
       await c.receiveInto(RpcCmd.GET_TENSOR, bytes);
     });
     this.#takePending();

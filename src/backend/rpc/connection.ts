@@ -200,6 +200,16 @@ export class RpcConnection {
       throw error;
     } finally {
       this.#running = null;
+      // The last task queued left held requests: they go out on the next turn at the latest.
+      if (this.#waiting === 0) this.#backstop();
+    }
+  }
+
+  // Held requests go out by a timer if nothing sends them first. While tasks wait in the queue
+  // there is none: one of them sends or reads next, or the last one sets it (see #run).
+  #backstop(): void {
+    if (this.#outbox.length > 0 && this.#writer === null && this.#waiting === 0) {
+      this.#holdTimer ??= setTimeout(() => this.flush(), 0);
     }
   }
 
@@ -304,7 +314,7 @@ export class RpcConnection {
       // A task queued behind this one sends (or reads) next, so this request can wait for it:
       // a decode step's compute and the read of its logits go out in one write.
       if (!hold && this.#waiting === 0) this.flush();
-      else if (this.#writer === null) this.#holdTimer ??= setTimeout(() => this.flush(), 0);
+      else this.#backstop();
       return;
     }
     this.flush();

@@ -680,7 +680,7 @@ fn check_node_memory(node: *const Node, index: usize, handles: *std.AutoArrayHas
     const status = check_tensor_memory(&node.dst, index, "dst", .write, handles);
     if (status != .ok) return status;
     for (node.src[0..node.src_count], 0..) |*tensor, source_index| {
-        const names = [_][]const u8{ "src0", "src1", "src2" };
+        const names = [node_abi.sources_max][]const u8{ "src0", "src1", "src2", "src3" };
         const source_status = check_tensor_memory(tensor, index, names[source_index], .read, handles);
         if (source_status != .ok) return source_status;
     }

@@ -413,7 +413,16 @@ inline fn multiply_block(
 /// The dot products come vectors_block vectors of positions at a time, and each group's logits
 /// are made from its accumulators while they are still in registers.
 /// noinline, as softmax_block and accumulate_group: see the header comment.
-noinline fn scores_block(comptime logits: Logits, args: *const Args, scratch: *const Scratch, block: *const Block, tile_begin: usize, count: usize, slope: f32, maximum: *[row_slots]f32) void {
+noinline fn scores_block(
+    comptime logits: Logits,
+    args: *const Args,
+    scratch: *const Scratch,
+    block: *const Block,
+    tile_begin: usize,
+    count: usize,
+    slope: f32,
+    maximum: *[row_slots]f32,
+) void {
     var q_rows: [rows_block][*]align(1) const f32 = undefined;
     var mask_rows: [rows_block]common.Strided = undefined;
     for (0..rows_block) |r| {
@@ -452,17 +461,25 @@ const Logits = struct {
 
 /// The logits of one vector of dot products at mask positions [first, first + lanes), of
 /// which `width` are in the tile.
-inline fn logit(comptime logits: Logits, args: *const Args, dot: F32x, mask_at: common.Strided, first: usize, width: usize, slope: f32) F32x {
+inline fn logit(
+    comptime logits: Logits,
+    args: *const Args,
+    dot: F32x,
+    mask_at: common.Strided,
+    first: usize,
+    width: usize,
+    slope: f32,
+) F32x {
     var value = dot * splat(args.scale);
     if (logits.softcap) value = splat(args.softcap) * tanh(value);
     if (width >= lanes) {
         // Mask rows are contiguous (validate.zig).
-        switch (logits.mask) {
-            .none => {},
-            .f32 => value = common.mul_add(splat(slope), @as(*align(1) const [lanes]f32, @ptrFromInt(mask_at.at(first))).*, value),
-            .f16 => value = common.mul_add(splat(slope), common.widen_f16(lanes, @as(*align(1) const [lanes]f16, @ptrFromInt(mask_at.at(first))).*), value),
-        }
-        return value;
+        const mask_value: F32x = switch (logits.mask) {
+            .none => return value,
+            .f32 => @as(*align(1) const [lanes]f32, @ptrFromInt(mask_at.at(first))).*,
+            .f16 => common.widen_f16(lanes, @as(*align(1) const [lanes]f16, @ptrFromInt(mask_at.at(first))).*),
+        };
+        return common.mul_add(splat(slope), mask_value, value);
     }
     if (width == 0) return splat(negative_infinity);
     if (logits.mask != .none) value = common.mul_add(splat(slope), mask_chunk(args.mask.?, mask_at, first, width), value);
@@ -521,11 +538,9 @@ fn exp_nonpositive(x: F32x) F32x {
     const n = z - round;
     const b = common.mul_add(-n, splat(0x1.7f7d1cp-20), common.mul_add(-n, splat(0x1.62e4p-1), xs));
     const u = b * b;
-    const j = common.mul_add(
-        common.mul_add(common.mul_add(splat(0x1.0e4020p-7), b, splat(0x1.573e2ep-5)), u, common.mul_add(splat(0x1.555e66p-3), b, splat(0x1.fffdb6p-2))),
-        u,
-        splat(0x1.ffffecp-1) * b,
-    );
+    const c54 = common.mul_add(splat(0x1.0e4020p-7), b, splat(0x1.573e2ep-5));
+    const c32 = common.mul_add(splat(0x1.555e66p-3), b, splat(0x1.fffdb6p-2));
+    const j = common.mul_add(common.mul_add(c54, u, c32), u, splat(0x1.ffffecp-1) * b);
     // 2^n from n's bits in z's mantissa: n is in [-124, 0], so the exponent is normal.
     const k: F32x = @bitCast((@as(U32x, @bitCast(z)) << @splat(23)) +% @as(U32x, @splat(0x3f800000)));
     return @select(f32, tiny, splat(0), common.mul_add(j, k, k));
@@ -589,7 +604,15 @@ fn accumulate_block(args: *const Args, scratch: *const Scratch, block: *const Bl
 }
 
 /// accumulate_block for vectors [first, first + vectors) of the head dim.
-noinline fn accumulate_group(comptime vectors: usize, args: *const Args, scratch: *const Scratch, block: *const Block, v_rows: Rows, first: usize, count: usize) void {
+noinline fn accumulate_group(
+    comptime vectors: usize,
+    args: *const Args,
+    scratch: *const Scratch,
+    block: *const Block,
+    v_rows: Rows,
+    first: usize,
+    count: usize,
+) void {
     var weights: [rows_block][*]align(1) const f32 = undefined;
     var out: [rows_block][*]f32 = undefined;
     var acc: [rows_block][vectors]F32x = undefined;

@@ -1,0 +1,120 @@
+//! What conv_2d's two paths (kernels/conv2d.zig, kernels/conv2d_direct.zig) share: the
+//! node's geometry, and copies, zeros and f16 rounding of short runs of floats.
+
+const std = @import("std");
+const common = @import("common.zig");
+
+const assert = common.assert;
+const Tensor = common.Tensor;
+const lanes = common.lanes;
+const V = @Vector(lanes, f32);
+
+/// The geometry of a conv_2d node (validate.zig checked it).
+pub const Shape = struct {
+    kw: usize,
+    kh: usize,
+    channels: usize,
+    out_channels: usize,
+    iw: i64,
+    ih: i64,
+    ow: usize,
+    oh: usize,
+    images: usize,
+    stride: [2]i64,
+    pad: [2]i64,
+    dilation: [2]i64,
+    k: usize, // taps: channels * kh * kw
+    pixels: usize, // ow * oh
+
+    pub fn of(n: *const common.Node) Shape {
+        const p = struct {
+            fn int(node: *const common.Node, i: usize) i64 {
+                return @intFromFloat(node.param_f32(i));
+            }
+        };
+        const image = Tensor.from(&n.src[1]);
+        const weights = Tensor.from(&n.src[0]);
+        const dst = Tensor.from(&n.dst);
+        const kw: usize = @intCast(p.int(n, 6));
+        const kh: usize = @intCast(p.int(n, 7));
+        const iw: i64 = @intCast(image.ne[0]);
+        const ih: i64 = @intCast(image.ne[1]);
+        const ow = output_size(iw, @intCast(kw), p.int(n, 0), p.int(n, 2), p.int(n, 4));
+        const oh = output_size(ih, @intCast(kh), p.int(n, 1), p.int(n, 3), p.int(n, 5));
+        const shape: Shape = .{
+            .kw = kw,
+            .kh = kh,
+            .channels = image.ne[2],
+            .out_channels = weights.ne[1],
+            .iw = iw,
+            .ih = ih,
+            .ow = @intCast(ow),
+            .oh = @intCast(oh),
+            .images = image.ne[3],
+            .stride = .{ p.int(n, 0), p.int(n, 1) },
+            .pad = .{ p.int(n, 2), p.int(n, 3) },
+            .dilation = .{ p.int(n, 4), p.int(n, 5) },
+            .k = weights.ne[0],
+            .pixels = @intCast(ow * oh),
+        };
+        assert(shape.k == shape.channels * kh * kw);
+        assert(dst.ne[1] == shape.pixels);
+        return shape;
+    }
+};
+
+/// ggml_calc_conv_output_size: (ins + 2p - d(ks - 1) - 1) / s + 1.
+fn output_size(ins: i64, ks: i64, s: i64, p: i64, d: i64) i64 {
+    return @divFloor(ins + 2 * p - d * (ks - 1) - 1, s) + 1;
+}
+
+/// Powers of two below `lanes`, largest first: the vector widths that finish a run's tail.
+const tail_widths = blk: {
+    var widths: [std.math.log2_int(usize, lanes)]usize = undefined;
+    for (&widths, 0..) |*w, i| w.* = lanes >> (i + 1);
+    break :blk widths;
+};
+
+pub inline fn zero(out: [*]f32, count: usize) void {
+    var i: usize = 0;
+    while (i + lanes <= count) : (i += lanes) out[i..][0..lanes].* = @as(V, @splat(0));
+    inline for (tail_widths) |w| {
+        if ((count - i) & w != 0) {
+            out[i..][0..w].* = @as(@Vector(w, f32), @splat(0));
+            i += w;
+        }
+    }
+    assert(i == count);
+}
+
+/// `count` floats from `from`, `step` floats apart (step 1: vector copies; a run's tail in
+/// halving widths, never reading past its last float).
+pub inline fn copy(out: [*]f32, from: [*]align(1) const f32, count: usize, step: usize) void {
+    if (step == 1) {
+        var i: usize = 0;
+        while (i + lanes <= count) : (i += lanes) {
+            const v: V = from[i..][0..lanes].*;
+            out[i..][0..lanes].* = v;
+        }
+        inline for (tail_widths) |w| {
+            if ((count - i) & w != 0) {
+                const v: @Vector(w, f32) = from[i..][0..w].*;
+                out[i..][0..w].* = v;
+                i += w;
+            }
+        }
+        assert(i == count);
+        return;
+    }
+    for (0..count) |i| out[i] = from[i * step];
+}
+
+/// The values rounded to f16 (kept as f32): f16 weights multiply the image rounded, as ggml.
+pub fn round_f16(values: [*]f32, count: usize) void {
+    var i: usize = 0;
+    while (i + lanes <= count) : (i += lanes) {
+        const v: V = values[i..][0..lanes].*;
+        values[i..][0..lanes].* = common.widen_f16(lanes, common.narrow_f16(lanes, v));
+    }
+    while (i < count) : (i += 1) values[i] = @floatCast(@as(f16, @floatCast(values[i])));
+}

@@ -68,6 +68,44 @@ fn output_size(ins: i64, ks: i64, s: i64, p: i64, d: i64) i64 {
     return @divFloor(ins + 2 * p - d * (ks - 1) - 1, s) + 1;
 }
 
+/// Width of the rows of the padded image copy (conv2d_direct.zig, conv2d_winograd.zig):
+/// max(IW + p0, OW) floats, p0 zeros, the image row, zeros to the end. The p0 zeros that start
+/// a row are also the right padding of the row above: a stride-1 read past a row's end lands
+/// on them, and no tap of a stored output reads further.
+pub fn padded_width(shape: Shape) usize {
+    return @max(@as(usize, @intCast(shape.iw + shape.pad[0])), shape.ow);
+}
+
+/// Padded row `row` of channel `channel` of image `image_index` into `dst` (`pw` floats): zeros
+/// in the padding, the image row rounded to f16 (kept as f32) for f16 weights, which multiply
+/// the image rounded as ggml's im2col into f16 does.
+pub fn pad_row(comptime T: type, n: *const common.Node, shape: Shape, pw: usize, image_index: usize, channel: usize, row: usize, dst: [*]f32) void {
+    const image = Tensor.from(&n.src[1]);
+    const iw: usize = @intCast(shape.iw);
+    const ih: usize = @intCast(shape.ih);
+    const p0: usize = @intCast(shape.pad[0]);
+    const p1: usize = @intCast(shape.pad[1]);
+    if (row < p1 or row >= p1 + ih) return zero(dst, pw);
+    const source = image.base + image_index * image.nb[3] + channel * image.nb[2] + (row - p1) * image.nb[1];
+    zero(dst, p0);
+    copy(dst + p0, @ptrFromInt(source), iw, 1);
+    if (T == f16) round_f16(dst + p0, iw);
+    zero(dst + p0 + iw, pw - p0 - iw);
+}
+
+/// The work buffer of the padded paths starts with the threads' unit counters, each on its
+/// own cache line.
+pub const counter_bytes: usize = 64;
+
+comptime {
+    assert(counter_bytes % 64 == 0); // the regions after them stay 64-byte aligned
+    assert(@sizeOf(std.atomic.Value(usize)) <= counter_bytes);
+}
+
+pub fn counter_of(counters: [*]align(64) [counter_bytes]u8, t: usize) *std.atomic.Value(usize) {
+    return @ptrCast(@alignCast(&counters[t]));
+}
+
 /// Powers of two below `lanes`, largest first: the vector widths that finish a run's tail.
 const tail_widths = blk: {
     var widths: [std.math.log2_int(usize, lanes)]usize = undefined;

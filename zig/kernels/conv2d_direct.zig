@@ -56,12 +56,9 @@ const units_per_thread_min: usize = 8;
 /// prefetches of each: a tile's MR floats and the taps' shifts along the row.
 const prefetch_rows: usize = 4;
 const prefetch_lines: usize = mr * @sizeOf(f32) / 64 + 1;
-/// The work buffer starts with the threads' unit counters, each on its own cache line.
-const counter_bytes: usize = 64;
+const counter_bytes = conv2d_common.counter_bytes;
 
 comptime {
-    assert(counter_bytes % 64 == 0); // the regions after it stay 64-byte aligned
-    assert(@sizeOf(std.atomic.Value(usize)) <= counter_bytes);
     assert(vectors * nr + vectors + 1 <= if (lanes == 16) 32 else 16);
 }
 
@@ -97,7 +94,7 @@ pub const Geometry = struct {
     /// padded image larger than `padded_bytes_max`.
     pub fn of(shape: Shape, thread_count: usize) ?Geometry {
         if (shape.stride[0] != 1 or shape.stride[1] != 1) return null;
-        const pw: usize = @max(@as(usize, @intCast(shape.iw + shape.pad[0])), shape.ow);
+        const pw = conv2d_common.padded_width(shape);
         const ph: usize = @intCast(shape.ih + 2 * shape.pad[1]);
         const plane = pw *| ph;
         const image_floats = plane *| shape.channels;
@@ -173,7 +170,7 @@ pub fn run(comptime T: type, n: *const common.Node, shape: Shape, geo: Geometry,
     const tc: usize = work.thread_count;
     assert(work.scratch_size_bytes >= geo.total_bytes);
     assert(tc <= geo.threads);
-    const counters: [*]align(64) [counter_bytes]u8 = @ptrCast(work.scratch);
+    const counters: [*]align(64) [conv2d_common.counter_bytes]u8 = @ptrCast(work.scratch);
     const offsets: [*]u32 = @ptrCast(@alignCast(work.scratch + geo.offsets_offset));
     const weights: [*]f32 = @ptrCast(@alignCast(work.scratch + geo.weights_offset));
     const padded: [*]f32 = @ptrCast(@alignCast(work.scratch + geo.padded_offset));
@@ -182,7 +179,7 @@ pub fn run(comptime T: type, n: *const common.Node, shape: Shape, geo: Geometry,
     // Each thread resets its counter before anyone claims (the barrier), and the plan's
     // barrier after the node keeps the next compute's resets (and preparations) from
     // overtaking a claim (or a read) of this one.
-    counter_of(counters, t).store(schedule.first_unit(t), .monotonic);
+    conv2d_common.counter_of(counters, t).store(schedule.first_unit(t), .monotonic);
     for (geo.rows * t / tc..geo.rows * (t + 1) / tc) |r| {
         for (0..shape.kw) |kx| {
             offsets[r * shape.kw + kx] = @intCast(tap_offset(shape, geo.pw, r / shape.kh, r % shape.kh, kx));
@@ -198,7 +195,7 @@ pub fn run(comptime T: type, n: *const common.Node, shape: Shape, geo: Geometry,
         for (schedule.first_row(geo, t)..rows_end) |row| {
             const image_index = row / geo.ph;
             const plane = image_index * geo.image_floats + channel * geo.plane;
-            pad_row(T, n, shape, geo, image_index, channel, row % geo.ph, padded + plane + (row % geo.ph) * geo.pw);
+            conv2d_common.pad_row(T, n, shape, geo.pw, image_index, channel, row % geo.ph, padded + plane + (row % geo.ph) * geo.pw);
         }
     }
     if (t == tc - 1) @memset(padded[shape.images * geo.image_floats .. geo.padded_floats], 0);
@@ -208,16 +205,12 @@ pub fn run(comptime T: type, n: *const common.Node, shape: Shape, geo: Geometry,
     for (0..tc) |step| {
         const owner = (t + step) % tc;
         const end = schedule.first_unit(owner + 1);
-        const counter = counter_of(counters, owner);
+        const counter = conv2d_common.counter_of(counters, owner);
         var unit = counter.fetchAdd(1, .monotonic);
         while (unit < end) : (unit = counter.fetchAdd(1, .monotonic)) {
             compute_unit(n, shape, geo, schedule, unit, padded, offsets, weights);
         }
     }
-}
-
-fn counter_of(counters: [*]align(64) [counter_bytes]u8, t: usize) *std.atomic.Value(usize) {
-    return @ptrCast(@alignCast(&counters[t]));
 }
 
 /// One unit: a tile by a group of weight panels.
@@ -253,23 +246,6 @@ fn pack_weights(comptime T: type, n: *const common.Node, shape: Shape, p: usize,
     const oc0 = p * nr;
     const base: [*]const u8 = @ptrFromInt(w.base + oc0 * w.nb[1]);
     gemm.pack_panel(nr, T, base, @intCast(w.nb[1]), @intCast(w.nb[0]), min(nr, shape.out_channels - oc0), shape.k, dst);
-}
-
-/// Padded row `row` of channel `channel` of image `image_index` into `dst` (PW floats): zeros
-/// in the padding, the image row rounded to f16 (kept as f32) for f16 weights, which multiply
-/// the image rounded as ggml's im2col into f16 does.
-fn pad_row(comptime T: type, n: *const common.Node, shape: Shape, geo: Geometry, image_index: usize, channel: usize, row: usize, dst: [*]f32) void {
-    const image = Tensor.from(&n.src[1]);
-    const iw: usize = @intCast(shape.iw);
-    const ih: usize = @intCast(shape.ih);
-    const p0: usize = @intCast(shape.pad[0]);
-    const p1: usize = @intCast(shape.pad[1]);
-    if (row < p1 or row >= p1 + ih) return zero(dst, geo.pw);
-    const source = image.base + image_index * image.nb[3] + channel * image.nb[2] + (row - p1) * image.nb[1];
-    zero(dst, p0);
-    copy(dst + p0, @ptrFromInt(source), iw, 1);
-    if (T == f16) conv2d_common.round_f16(dst + p0, iw);
-    zero(dst + p0 + iw, geo.pw - p0 - iw);
 }
 
 /// Where a tile's sums go: image, first q, first output channel.

@@ -147,6 +147,29 @@ pub inline fn copy(out: [*]f32, from: [*]align(1) const f32, count: usize, step:
     for (0..count) |i| out[i] = from[i * step];
 }
 
+/// `copy` (step 1) of at most `max` floats, `max` a multiple of lanes: straight-line vector
+/// moves, where `copy`'s loop would become a call to memcpy for a few dozen bytes.
+pub inline fn copy_short(comptime max: usize, out: [*]f32, from: [*]align(1) const f32, count: usize) void {
+    comptime assert(max % lanes == 0);
+    assert(count <= max);
+    var i: usize = 0;
+    inline for (0..max / lanes) |_| {
+        if (count - i >= lanes) {
+            const v: V = from[i..][0..lanes].*;
+            out[i..][0..lanes].* = v;
+            i += lanes;
+        }
+    }
+    inline for (tail_widths) |w| {
+        if ((count - i) & w != 0) {
+            const v: @Vector(w, f32) = from[i..][0..w].*;
+            out[i..][0..w].* = v;
+            i += w;
+        }
+    }
+    assert(i == count);
+}
+
 /// The values rounded to f16 (kept as f32): f16 weights multiply the image rounded, as ggml.
 pub fn round_f16(values: [*]f32, count: usize) void {
     var i: usize = 0;

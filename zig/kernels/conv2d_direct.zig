@@ -342,7 +342,7 @@ fn store_tile(
         for (0..cols) |j| {
             const row = base + j * dst.nb[0] + p * dst.nb[1];
             if (dst.nb[1] == @sizeOf(f32)) {
-                copy(@ptrFromInt(row), sums[j][from..].ptr, len, 1);
+                conv2d_common.copy_short(mr, @ptrFromInt(row), sums[j][from..].ptr, len);
             } else {
                 for (0..len) |i| common.store_f32(row + i * dst.nb[1], sums[j][from + i]);
             }

@@ -8,9 +8,9 @@
 //! hold them to the same float64 tolerance).
 //!
 //! Per claimed unit (up to MR consecutive tiles, row-major over the images): the input
-//! transform V[xi][ic][tile] = (B^T d B)[xi] of each window, for every input channel, into this
+//! transform V[ic][xi][tile] = (B^T d B)[xi] of each window, for every input channel, into this
 //! thread's region; then per NR-panel of output channels and per position xi (16) one GEMM
-//! M[xi][oc][tile] = sum over ic of V[xi][ic][tile] * U[xi][ic][oc] (tiles along vectors,
+//! M[xi][oc][tile] = sum over ic of V[ic][xi][tile] * U[xi][ic][oc] (tiles along vectors,
 //! output channels broadcast), and the output transform of the panel's M into dst. Tiles
 //! along a vector are consecutive tiles of one tile row: the padded copy keeps each row as its
 //! even columns then its odd ones, so a window's column c of consecutive tiles is consecutive
@@ -36,7 +36,7 @@ const Tensor = common.Tensor;
 const lanes = gemm.lanes;
 const V = @Vector(lanes, f32);
 const zero = conv2d_common.zero;
-const copy = conv2d_common.copy;
+const copy_short = conv2d_common.copy_short;
 const counter_bytes = conv2d_common.counter_bytes;
 
 /// Vectors of tiles in one GEMM micro-tile, and its output channels (broadcasts): the direct
@@ -87,7 +87,7 @@ pub const Geometry = struct {
     padded_offset: usize,
     padded_floats: usize,
     region_offset: usize,
-    region_floats: usize, // V (positions x channels x v_pitch) then M (positions x NR x v_pitch)
+    region_floats: usize, // V (channels x positions x v_pitch) then M (positions x NR x v_pitch)
     total_bytes: usize,
 
     /// The geometry, or null where this path does not apply.
@@ -243,12 +243,12 @@ fn compute_unit(
     assert(last - first <= mr);
     const v_block = region;
     const m_block = region + positions * shape.channels * v_pitch;
-    for (0..shape.channels) |ic| transform_input(shape, geo, first, last, ic, padded, v_block);
+    for (0..shape.channels) |ic| transform_input(geo, first, last, ic, padded, v_block);
     const vector_count = (last - first + lanes - 1) / lanes;
     for (0..geo.panels) |p| {
         const cols = min(nr, shape.out_channels - p * nr);
         for (0..positions) |xi| {
-            const a = v_block + xi * shape.channels * v_pitch;
+            const a = v_block + xi * v_pitch;
             const b = transformed + (xi * geo.panels + p) * shape.channels * nr;
             const m = m_block + xi * nr * v_pitch;
             switch (vector_count) {
@@ -304,18 +304,19 @@ fn pad_row_split(n: *const common.Node, shape: Shape, half: usize, image_index: 
             x = source[c0 - p0 ..][0..lanes].*;
             y = source[c0 - p0 + lanes ..][0..lanes].*;
         } else {
+            // At an edge: the image's columns of the chunk, zeros around.
             var columns: [2 * lanes]f32 = @splat(0);
-            for (&columns, c0..) |*value, c| {
-                if (c >= p0 and c - p0 < iw) value.* = source[c - p0];
-            }
+            const lo = @max(c0, p0);
+            const hi = @min(c0 + 2 * lanes, p0 + iw);
+            if (hi > lo) copy_short(2 * lanes, columns[lo - c0 ..].ptr, source + (lo - p0), hi - lo);
             x = columns[0..lanes].*;
             y = columns[lanes..].*;
         }
         const count = min(lanes, half - c0 / 2);
         const even: [lanes]f32 = @shuffle(f32, x, y, split_mask(0));
         const odd: [lanes]f32 = @shuffle(f32, x, y, split_mask(1));
-        copy(dst + c0 / 2, &even, count, 1);
-        copy(dst + half + c0 / 2, &odd, count, 1);
+        copy_short(lanes, dst + c0 / 2, &even, count);
+        copy_short(lanes, dst + half + c0 / 2, &odd, count);
     }
 }
 
@@ -334,13 +335,13 @@ inline fn transform_input_line(d: [4]V) [4]V {
     return .{ d[0] - d[2], d[1] + d[2], d[2] - d[1], d[1] - d[3] };
 }
 
-/// V[xi][ic][slot] = (B^T d B)[xi] for the unit's windows of input channel `ic`,
+/// V[ic][xi][slot] = (B^T d B)[xi] for the unit's windows of input channel `ic`,
 /// B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], a vector of tiles at a
 /// time (a run's last vector overruns into the slack or the next run's slots, which are
 /// written after it).
-fn transform_input(shape: Shape, geo: Geometry, first: usize, last: usize, ic: usize, padded: [*]const f32, v_block: [*]f32) void {
-    const Context = struct { geo: Geometry, channels: usize, ic: usize, padded: [*]const f32, v_block: [*]f32 };
-    const context: Context = .{ .geo = geo, .channels = shape.channels, .ic = ic, .padded = padded, .v_block = v_block };
+fn transform_input(geo: Geometry, first: usize, last: usize, ic: usize, padded: [*]const f32, v_block: [*]f32) void {
+    const Context = struct { geo: *const Geometry, ic: usize, padded: [*]const f32, v_block: [*]f32 };
+    const context: Context = .{ .geo = &geo, .ic = ic, .padded = padded, .v_block = v_block };
     for_runs(geo, first, last, context, struct {
         fn visit(c: Context, r: Run) void {
             const half = c.geo.half;
@@ -362,7 +363,7 @@ fn transform_input(shape: Shape, geo: Geometry, first: usize, last: usize, ic: u
                 inline for (0..4) |row| {
                     const t = transform_input_line(u[row]);
                     inline for (0..4) |col| {
-                        const out = c.v_block + ((row * 4 + col) * c.channels + c.ic) * v_pitch + r.slot + i;
+                        const out = c.v_block + (c.ic * positions + row * 4 + col) * v_pitch + r.slot + i;
                         out[0..lanes].* = t[col];
                     }
                 }
@@ -387,7 +388,7 @@ fn product(comptime vc: usize, comptime cols: usize, channels: usize, a: [*]cons
             const bv: V = @splat(pb[j]);
             inline for (0..vc) |v| acc[j][v] = common.fma(V, av[v], bv, acc[j][v]);
         }
-        pa += v_pitch;
+        pa += positions * v_pitch;
         pb += nr;
     }
     inline for (0..cols) |j| {
@@ -403,8 +404,8 @@ inline fn transform_output_line(m: [4]V) [2]V {
 /// Output channel `oc` of the unit's tiles: Y = A^T M A from `m` (M[xi] `nr * v_pitch` floats
 /// apart), stored where inside the output.
 fn transform_output(n: *const common.Node, shape: Shape, geo: Geometry, first: usize, last: usize, oc: usize, m: [*]const f32) void {
-    const Context = struct { n: *const common.Node, shape: Shape, oc: usize, m: [*]const f32 };
-    const context: Context = .{ .n = n, .shape = shape, .oc = oc, .m = m };
+    const Context = struct { n: *const common.Node, shape: *const Shape, oc: usize, m: [*]const f32 };
+    const context: Context = .{ .n = n, .shape = &shape, .oc = oc, .m = m };
     for_runs(geo, first, last, context, struct {
         fn visit(c: Context, r: Run) void {
             const dst = Tensor.from(&c.n.dst);
@@ -429,7 +430,7 @@ fn transform_output(n: *const common.Node, shape: Shape, geo: Geometry, first: u
                         const pixels: [2 * lanes]f32 = @bitCast(interleave(y[0], y[1]));
                         const at = base + (oy * c.shape.ow + ox) * dst.nb[1];
                         if (dst.nb[1] == @sizeOf(f32)) {
-                            copy(@ptrFromInt(at), &pixels, count, 1);
+                            copy_short(2 * lanes, @ptrFromInt(at), &pixels, count);
                         } else {
                             for (0..count) |k| common.store_f32(at + k * dst.nb[1], pixels[k]);
                         }

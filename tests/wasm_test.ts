@@ -106,16 +106,23 @@ Deno.test("a buffer larger than the WebAssembly limit is refused before any allo
   await assert.rejects(() => WasmBackend.create({ maxBufferSize: 2 ** 32 }), ArgumentError);
 });
 
-for (const stride of [[2, 1], [1, 1]] as [number, number][]) {
-  Deno.test(`conv2d (the fused conv_2d node) on WebAssembly matches the CPU backend: stride ${stride}`, async () => {
-    // 29 channels x 3 x 3 = 261 taps: two KC blocks; 13 output channels and 17 x 11 pixels are
-    // off WebAssembly's 12 x 4 micro-tile; stride (2, 1) takes the division path of the
-    // packing, stride 1 the direct path (tiles across padded rows, 13 off its 4 channels).
+// 29 channels x 3 x 3 = 261 taps: two KC blocks; 13 output channels and 17 x 11 pixels are off
+// WebAssembly's 12 x 4 micro-tile. Stride (2, 1) takes the packing path (its division path),
+// stride 1 the Winograd path (tiles across tile rows, 13 off its 4 channels), dilation 2 the
+// direct path (tiles across padded rows).
+for (
+  const [path, options] of [
+    ["packing", { padding: 1, stride: [2, 1] }],
+    ["Winograd", { padding: 1 }],
+    ["direct", { padding: 1, dilation: 2 }],
+  ] as [string, Parameters<typeof conv2d>[2]][]
+) {
+  Deno.test(`conv2d (the fused conv_2d node) on WebAssembly matches the CPU backend: ${path} path`, async () => {
     const run = (backend: CpuBackend | WasmBackend): Float32Array => {
       const ctx = new Context();
       const kernel = ctx.newTensor("f32", [3, 3, 29, 13]);
       const image = ctx.newTensor("f32", [17, 11, 29, 2]);
-      const out = conv2d(kernel, image, { padding: 1, stride });
+      const out = conv2d(kernel, image, options);
       const graph = Graph.build(out);
       using _memory = allocTensors(backend, [...ctx.tensors, ...graph.nodes]);
       const values = (count: number, seed: number): Float32Array =>

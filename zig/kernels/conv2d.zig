@@ -7,9 +7,12 @@
 //! any strides (conv2d's is pixels-adjacent: [OW, OH, OC, N] seen transposed). params (f32,
 //! whole numbers): s0, s1, p0, p1, d0, d1, KW, KH, as im2col's; tap k = (ic * KH + ky) * KW + kx.
 //!
-//! Two paths. Stride 1 (both axes) takes the direct path (conv2d_direct.zig), which reads its
-//! A vectors straight from a zero-padded copy of the image. Other strides, and images whose
-//! padded copy would be too large, take the packing path below.
+//! Three paths. 3x3 kernels with stride 1, no dilation, f32 weights and at least a few input
+//! and output channels take the Winograd path (conv2d_winograd.zig: F(2x2, 3x3), 2.25 times
+//! fewer multiply-adds). Other stride-1 convolutions take the direct path
+//! (conv2d_direct.zig), which reads its A vectors straight from a zero-padded copy of the
+//! image. Other strides, and images whose padded copy would be too large, take the packing
+//! path below.
 //!
 //! The packing path runs with pixels along m (vectors: each micro-tile writes MR adjacent
 //! pixels of one output channel) and output channels along n (broadcasts), over gemm.zig's
@@ -28,7 +31,12 @@ const std = @import("std");
 const common = @import("common.zig");
 const gemm = @import("gemm.zig");
 const direct = @import("conv2d_direct.zig");
-const Shape = @import("conv2d_shape.zig").Shape;
+const winograd = @import("conv2d_winograd.zig");
+const conv2d_common = @import("conv2d_common.zig");
+const Shape = conv2d_common.Shape;
+const zero = conv2d_common.zero;
+const copy = conv2d_common.copy;
+const round_f16 = conv2d_common.round_f16;
 
 const assert = common.assert;
 const Tensor = common.Tensor;
@@ -94,7 +102,9 @@ const Layout = struct {
 /// Scratch bytes conv_2d needs with `thread_count` threads.
 pub fn work_size(n: *const common.Node, thread_count: u32) u64 {
     const shape = Shape.of(n);
-    if (direct.Geometry.of(shape)) |geo| return geo.total_bytes;
+    const threads: usize = @max(thread_count, 1);
+    if (winograd.Geometry.of(shape, Tensor.from(&n.src[0]).dtype, threads)) |geo| return geo.total_bytes;
+    if (direct.Geometry.of(shape, threads)) |geo| return geo.total_bytes;
     return Layout.of(shape, @max(thread_count, 1)).total_bytes;
 }
 
@@ -107,7 +117,12 @@ fn unit_panels(shape: Shape, thread_count: usize) usize {
 pub fn conv_2d(n: *const common.Node, work: *const common.Work) common.Status {
     const shape = Shape.of(n);
     const f16_weights = Tensor.from(&n.src[0]).dtype == .f16;
-    if (direct.Geometry.of(shape)) |geo| {
+    if (winograd.Geometry.of(shape, Tensor.from(&n.src[0]).dtype, work.thread_count)) |geo| {
+        if (work.scratch_size_bytes < geo.total_bytes) return .out_of_space;
+        winograd.run(n, shape, geo, work);
+        return .ok;
+    }
+    if (direct.Geometry.of(shape, work.thread_count)) |geo| {
         if (work.scratch_size_bytes < geo.total_bytes) return .out_of_space;
         if (f16_weights) direct.run(f16, n, shape, geo, work) else direct.run(f32, n, shape, geo, work);
         return .ok;
@@ -300,55 +315,4 @@ fn pack_a(
         }
     }
     if (T == f16) round_f16(dst, ip * mr * kc);
-}
-
-/// Powers of two below `lanes`, largest first: the vector widths that finish a run's tail.
-const tail_widths = blk: {
-    var widths: [std.math.log2_int(usize, lanes)]usize = undefined;
-    for (&widths, 0..) |*w, i| w.* = lanes >> (i + 1);
-    break :blk widths;
-};
-
-inline fn zero(out: [*]f32, count: usize) void {
-    var i: usize = 0;
-    while (i + lanes <= count) : (i += lanes) out[i..][0..lanes].* = @as(V, @splat(0));
-    inline for (tail_widths) |w| {
-        if ((count - i) & w != 0) {
-            out[i..][0..w].* = @as(@Vector(w, f32), @splat(0));
-            i += w;
-        }
-    }
-    assert(i == count);
-}
-
-/// `count` floats from `from`, `step` floats apart (step 1: vector copies; a run's tail in
-/// halving widths, never reading past its last float).
-inline fn copy(out: [*]f32, from: [*]align(1) const f32, count: usize, step: usize) void {
-    if (step == 1) {
-        var i: usize = 0;
-        while (i + lanes <= count) : (i += lanes) {
-            const v: V = from[i..][0..lanes].*;
-            out[i..][0..lanes].* = v;
-        }
-        inline for (tail_widths) |w| {
-            if ((count - i) & w != 0) {
-                const v: @Vector(w, f32) = from[i..][0..w].*;
-                out[i..][0..w].* = v;
-                i += w;
-            }
-        }
-        assert(i == count);
-        return;
-    }
-    for (0..count) |i| out[i] = from[i * step];
-}
-
-/// The values rounded to f16 (kept as f32): f16 weights multiply the image rounded, as ggml.
-fn round_f16(values: [*]f32, count: usize) void {
-    var i: usize = 0;
-    while (i + lanes <= count) : (i += lanes) {
-        const v: V = values[i..][0..lanes].*;
-        values[i..][0..lanes].* = common.widen_f16(lanes, common.narrow_f16(lanes, v));
-    }
-    while (i < count) : (i += 1) values[i] = @floatCast(@as(f16, @floatCast(values[i])));
 }

@@ -1,29 +1,36 @@
 //! conv_2d's direct path for stride 1 (kernels/conv2d.zig chooses it): an implicit GEMM that
 //! reads its A vectors straight from a zero-padded copy of the image, with no im2col packing.
 //!
-//! With stride 1, output pixel (ox, oy) reads tap (ic, ky, kx) at padded position
-//! (ox + kx * d0, oy + ky * d1) of channel ic. Number the output pixels along the padded rows,
-//! q = oy * PW + ox (PW = IW + 2 * p0, the padded width): then the tap's value for pixel q is
+//! With stride 1, output pixel (ox, oy) reads tap (ic, ky, kx) at (ox + kx * d0 - p0,
+//! oy + ky * d1 - p1) of channel ic. The padded copy holds each channel as PH = IH + 2 * p1
+//! rows of PW = max(IW + p0, OW) floats: p0 zeros, the image row, zeros to PW; the p0 zeros
+//! that start a row are also the right padding of the row above (a read past a row's end
+//! lands on the next row's first p0 floats, and reads never reach further). Number the output
+//! pixels along the padded rows, q = oy * PW + ox: the tap's value for pixel q is then
 //! padded[q + offset(tap)] with offset(tap) = ic * PH * PW + ky * d1 * PW + kx * d0, so MR
 //! consecutive q are MR consecutive floats for every tap, one unaligned vector load each. The
-//! q with ox >= OW (the last PW - OW of each padded row) are not pixels: their sums are
-//! computed with the others and never stored (2 columns in 58 for a 3x3 kernel, padding 1,
-//! on 56 columns), which costs less than packing the unfolded image (a quarter of the time
-//! of the packing path on the 3x3, 64 -> 64 channels, 56x56 convolution).
+//! q with ox >= OW are not pixels: their sums are computed with the others and never stored
+//! (one column in 57 for a 3x3 kernel with padding 1), which costs less than packing the
+//! unfolded image (a quarter of the time of the packing path on the 3x3, 64 -> 64 channels,
+//! 56x56 convolution).
 //!
-//! Before the one barrier every thread does a share of three preparations into the work
-//! buffer: the padded image (rounded to f16 for f16 weights, as ggml's im2col into f16), the
-//! weights packed as NR-panels [k][NR], and the tap offsets. After it threads claim units of a
-//! few tiles (MR consecutive q) from a shared counter, so a thread a busy machine deschedules
-//! leaves its tiles to the others; per unit, each panel of weights (k x NR floats, in L1)
-//! multiplies every tile of the unit.
+//! The units of work (a tile of MR consecutive q by some or all weight panels) are cut into
+//! one range per thread. Before the one barrier every thread does a share of three
+//! preparations into the work buffer: the padded rows its range starts on (rounded to f16 for
+//! f16 weights, as ggml's im2col into f16), some of the weights packed as NR-panels [k][NR],
+//! and some tap offsets. After it each thread claims the units of its range from its own
+//! counter, then those left in the other ranges, so a thread a busy machine deschedules
+//! leaves its tiles to the others.
 //!
 //! Every element is one sum over the taps in order, one fma each, whatever the thread count.
 
 const std = @import("std");
 const common = @import("common.zig");
 const gemm = @import("gemm.zig");
-const Shape = @import("conv2d_shape.zig").Shape;
+const conv2d_common = @import("conv2d_common.zig");
+const Shape = conv2d_common.Shape;
+const zero = conv2d_common.zero;
+const copy = conv2d_common.copy;
 
 const assert = common.assert;
 const Tensor = common.Tensor;
@@ -40,20 +47,18 @@ pub const nr: usize = if (lanes == 16) 8 else 4;
 /// The largest padded image this path copies into the work buffer; a larger one takes the
 /// packing path, whose work buffer does not grow with the image.
 pub const padded_bytes_max: usize = 64 << 20;
-/// The most tiles in one claimed unit, and at least this many units per thread where the
-/// image allows, so the last claims even out the threads' finishing times.
-const unit_tiles_max: usize = 4;
-const units_per_thread_min: usize = 4;
+/// A claimed unit is one tile by a group of weight panels: all of them where the image has at
+/// least this many tiles per thread, fewer where it has not, so that the last claims (small:
+/// a tile of the 3x3, 64 -> 64 convolution is 1/68 of it on 56x56) even out the threads'
+/// finishing times.
+const units_per_thread_min: usize = 8;
 /// Rows of taps (a channel and ky) ahead that a tile prefetches, and the cache lines it
 /// prefetches of each: a tile's MR floats and the taps' shifts along the row.
 const prefetch_rows: usize = 4;
 const prefetch_lines: usize = mr * @sizeOf(f32) / 64 + 1;
-/// The work buffer starts with the shared unit counter, on its own cache line.
-const counter_bytes: usize = 64;
+const counter_bytes = conv2d_common.counter_bytes;
 
 comptime {
-    assert(counter_bytes % 64 == 0); // the regions after it stay 64-byte aligned
-    assert(@sizeOf(std.atomic.Value(usize)) <= counter_bytes);
     assert(vectors * nr + vectors + 1 <= if (lanes == 16) 32 else 16);
 }
 
@@ -67,7 +72,7 @@ fn round_up(x: usize, to: usize) usize {
 
 /// Where things live in the padded domain and in the work buffer.
 pub const Geometry = struct {
-    pw: usize, // padded width: IW + 2 * p0
+    pw: usize, // padded width: max(IW + p0, OW)
     ph: usize,
     plane: usize, // pw * ph floats
     image_floats: usize, // channels * plane
@@ -75,8 +80,11 @@ pub const Geometry = struct {
     tiles: usize, // tiles of one image
     panels: usize, // NR panels of output channels
     rows: usize, // rows of taps (a channel and ky): channels * KH
-    // Work buffer: the counter, the tap offsets (u32), the packed weights, the padded images
-    // (with zeros after the last, which the last tile's sums past `span` read).
+    threads: usize, // the most threads the work buffer serves
+    // Work buffer: a unit counter per thread (a cache line each), the tap offsets (u32), the
+    // packed weights, the padded images (with zeros after the last, which the last tile's
+    // sums past `span` read).
+    offsets_offset: usize,
     weights_offset: usize,
     padded_offset: usize,
     padded_floats: usize,
@@ -84,9 +92,9 @@ pub const Geometry = struct {
 
     /// The geometry, or null where this path does not apply: a stride other than 1, or a
     /// padded image larger than `padded_bytes_max`.
-    pub fn of(shape: Shape) ?Geometry {
+    pub fn of(shape: Shape, thread_count: usize) ?Geometry {
         if (shape.stride[0] != 1 or shape.stride[1] != 1) return null;
-        const pw: usize = @intCast(shape.iw + 2 * shape.pad[0]);
+        const pw = conv2d_common.padded_width(shape);
         const ph: usize = @intCast(shape.ih + 2 * shape.pad[1]);
         const plane = pw *| ph;
         const image_floats = plane *| shape.channels;
@@ -94,13 +102,15 @@ pub const Geometry = struct {
         const span = (shape.oh - 1) * pw + shape.ow;
         const tiles = (span + mr - 1) / mr;
         const offset_max = (shape.channels - 1) * plane + tap_offset(shape, pw, 0, shape.kh - 1, shape.kw - 1);
-        // The last tile of the last image reads up to its end plus the largest offset.
+        // The last tile of the last image reads up to its end plus the largest offset (past
+        // the last plane: the zeros that end the buffer).
         const padded_floats = round_up((shape.images - 1) * image_floats + tiles * mr + offset_max, 16);
         assert(padded_floats >= shape.images * image_floats);
         const panels = (shape.out_channels + nr - 1) / nr;
         const rows = shape.channels * shape.kh;
         // One offset per tap, then the first tap's repeated for the last rows' prefetches.
-        const weights_offset = counter_bytes + round_up((shape.k + prefetch_rows * shape.kw) * @sizeOf(u32), 64);
+        const offsets_offset = counter_bytes * thread_count;
+        const weights_offset = offsets_offset + round_up((shape.k + prefetch_rows * shape.kw) * @sizeOf(u32), 64);
         const padded_offset = weights_offset + round_up(panels * nr * shape.k, 16) * @sizeOf(f32);
         return .{
             .pw = pw,
@@ -111,6 +121,8 @@ pub const Geometry = struct {
             .tiles = tiles,
             .panels = panels,
             .rows = rows,
+            .threads = thread_count,
+            .offsets_offset = offsets_offset,
             .weights_offset = weights_offset,
             .padded_offset = padded_offset,
             .padded_floats = padded_floats,
@@ -126,19 +138,48 @@ fn tap_offset(shape: Shape, pw: usize, channel: usize, ky: usize, kx: usize) usi
     return channel * pw * (@as(usize, @intCast(shape.ih)) + 2 * @as(usize, @intCast(shape.pad[1]))) + ky * d1 * pw + kx * d0;
 }
 
+/// Units (a tile by a group of weight panels) in order of q, cut into one contiguous range per
+/// thread.
+const Schedule = struct {
+    groups: usize, // groups of weight panels
+    units: usize,
+    threads: usize,
+
+    fn of(shape: Shape, geo: Geometry, thread_count: usize) Schedule {
+        const tiles = shape.images * geo.tiles;
+        const groups = std.math.clamp((units_per_thread_min * thread_count + tiles - 1) / tiles, 1, geo.panels);
+        return .{ .groups = groups, .units = tiles * groups, .threads = thread_count };
+    }
+
+    /// Thread `t`'s first unit (the end of thread t - 1's range).
+    fn first_unit(self: Schedule, t: usize) usize {
+        return self.units * t / self.threads;
+    }
+
+    /// The first padded row (counted over all images: image * PH + row) whose every tap row
+    /// thread `t` builds: the top row of its first tile.
+    fn first_row(self: Schedule, geo: Geometry, t: usize) usize {
+        if (t == self.threads) return (self.units / self.groups / geo.tiles) * geo.ph;
+        const tile = self.first_unit(t) / self.groups;
+        return (tile / geo.tiles) * geo.ph + (tile % geo.tiles) * mr / geo.pw;
+    }
+};
+
 pub fn run(comptime T: type, n: *const common.Node, shape: Shape, geo: Geometry, work: *const common.Work) void {
     const t: usize = work.thread_index;
     const tc: usize = work.thread_count;
     assert(work.scratch_size_bytes >= geo.total_bytes);
-    const counter: *std.atomic.Value(usize) = @ptrCast(work.scratch);
-    const offsets: [*]u32 = @ptrCast(@alignCast(work.scratch + counter_bytes));
+    assert(tc <= geo.threads);
+    const counters: [*]align(64) [conv2d_common.counter_bytes]u8 = @ptrCast(work.scratch);
+    const offsets: [*]u32 = @ptrCast(@alignCast(work.scratch + geo.offsets_offset));
     const weights: [*]f32 = @ptrCast(@alignCast(work.scratch + geo.weights_offset));
     const padded: [*]f32 = @ptrCast(@alignCast(work.scratch + geo.padded_offset));
+    const schedule = Schedule.of(shape, geo, tc);
 
-    // Thread 0 resets the counter before anyone claims (the barrier), and the plan's barrier
-    // after the node keeps the next compute's reset (and preparations) from overtaking a
-    // claim (or a read) of this one.
-    if (t == 0) counter.store(0, .monotonic);
+    // Each thread resets its counter before anyone claims (the barrier), and the plan's
+    // barrier after the node keeps the next compute's resets (and preparations) from
+    // overtaking a claim (or a read) of this one.
+    conv2d_common.counter_of(counters, t).store(schedule.first_unit(t), .monotonic);
     for (geo.rows * t / tc..geo.rows * (t + 1) / tc) |r| {
         for (0..shape.kw) |kx| {
             offsets[r * shape.kw + kx] = @intCast(tap_offset(shape, geo.pw, r / shape.kh, r % shape.kh, kx));
@@ -146,31 +187,54 @@ pub fn run(comptime T: type, n: *const common.Node, shape: Shape, geo: Geometry,
     }
     if (t == 0) @memset(offsets[shape.k .. shape.k + prefetch_rows * shape.kw], 0);
     for (geo.panels * t / tc..geo.panels * (t + 1) / tc) |p| pack_weights(T, n, shape, p, weights + p * nr * shape.k);
-    const planes = shape.images * shape.channels;
-    for (planes * t / tc..planes * (t + 1) / tc) |plane| pad_plane(T, n, shape, geo, plane, padded + plane * geo.plane);
-    if (t == tc - 1) @memset(padded[planes * geo.plane .. geo.padded_floats], 0);
+    // Each thread pads the rows its own units start on, so that across computes those stay
+    // in its cache: another thread reads them only for the rows below a range's last tile
+    // and for the units it takes over.
+    const rows_end = schedule.first_row(geo, t + 1);
+    for (0..shape.channels) |channel| {
+        for (schedule.first_row(geo, t)..rows_end) |row| {
+            const image_index = row / geo.ph;
+            const plane = image_index * geo.image_floats + channel * geo.plane;
+            conv2d_common.pad_row(T, n, shape, geo.pw, image_index, channel, row % geo.ph, padded + plane + (row % geo.ph) * geo.pw);
+        }
+    }
+    if (t == tc - 1) @memset(padded[shape.images * geo.image_floats .. geo.padded_floats], 0);
     work.sync();
 
-    const all_tiles = shape.images * geo.tiles;
-    const unit_tiles = std.math.clamp(all_tiles / (units_per_thread_min * tc), 1, unit_tiles_max);
-    const units = (all_tiles + unit_tiles - 1) / unit_tiles;
-    var unit = counter.fetchAdd(1, .monotonic);
-    while (unit < units) : (unit = counter.fetchAdd(1, .monotonic)) {
-        const first = unit * unit_tiles;
-        const last = min(all_tiles, first + unit_tiles);
-        // Each panel of weights (k x NR floats) stays in L1 over the unit's tiles.
-        for (0..geo.panels) |p| {
-            const oc0 = p * nr;
-            for (first..last) |tile| {
-                const image_index = tile / geo.tiles;
-                const q0 = (tile % geo.tiles) * mr;
-                const a = padded + image_index * geo.image_floats + q0;
-                const place: Place = .{ .image_index = image_index, .q0 = q0, .oc0 = oc0 };
-                switch (min(nr, shape.out_channels - oc0)) {
-                    inline 1...nr => |cols| tile_product(cols, n, shape, geo, place, a, offsets, weights + p * nr * shape.k),
-                    else => unreachable,
-                }
-            }
+    // A thread's own range first, in order, then what is left of the next threads' ranges.
+    for (0..tc) |step| {
+        const owner = (t + step) % tc;
+        const end = schedule.first_unit(owner + 1);
+        const counter = conv2d_common.counter_of(counters, owner);
+        var unit = counter.fetchAdd(1, .monotonic);
+        while (unit < end) : (unit = counter.fetchAdd(1, .monotonic)) {
+            compute_unit(n, shape, geo, schedule, unit, padded, offsets, weights);
+        }
+    }
+}
+
+/// One unit: a tile by a group of weight panels.
+fn compute_unit(
+    n: *const common.Node,
+    shape: Shape,
+    geo: Geometry,
+    schedule: Schedule,
+    unit: usize,
+    padded: [*]const f32,
+    offsets: [*]const u32,
+    weights: [*]const f32,
+) void {
+    const tile = unit / schedule.groups;
+    const group = unit % schedule.groups;
+    const image_index = tile / geo.tiles;
+    const q0 = (tile % geo.tiles) * mr;
+    const a = padded + image_index * geo.image_floats + q0;
+    for (geo.panels * group / schedule.groups..geo.panels * (group + 1) / schedule.groups) |p| {
+        const oc0 = p * nr;
+        const place: Place = .{ .image_index = image_index, .q0 = q0, .oc0 = oc0 };
+        switch (min(nr, shape.out_channels - oc0)) {
+            inline 1...nr => |cols| tile_product(cols, n, shape, geo, place, a, offsets, weights + p * nr * shape.k),
+            else => unreachable,
         }
     }
 }
@@ -182,36 +246,6 @@ fn pack_weights(comptime T: type, n: *const common.Node, shape: Shape, p: usize,
     const oc0 = p * nr;
     const base: [*]const u8 = @ptrFromInt(w.base + oc0 * w.nb[1]);
     gemm.pack_panel(nr, T, base, @intCast(w.nb[1]), @intCast(w.nb[0]), min(nr, shape.out_channels - oc0), shape.k, dst);
-}
-
-/// Plane `plane` (image * channels + channel) of the image into `dst` ([PH][PW]), zeros around.
-fn pad_plane(comptime T: type, n: *const common.Node, shape: Shape, geo: Geometry, plane: usize, dst: [*]f32) void {
-    const image = Tensor.from(&n.src[1]);
-    const iw: usize = @intCast(shape.iw);
-    const ih: usize = @intCast(shape.ih);
-    const p0: usize = @intCast(shape.pad[0]);
-    const p1: usize = @intCast(shape.pad[1]);
-    const source = image.base + (plane / shape.channels) * image.nb[3] + (plane % shape.channels) * image.nb[2];
-    @memset(dst[0 .. p1 * geo.pw + p0], 0);
-    for (0..ih) |y| {
-        const row = dst + (p1 + y) * geo.pw + p0;
-        copy_row(T, row, @ptrFromInt(source + y * image.nb[1]), iw);
-        // The right padding of this row and the left of the next, one run.
-        const gap = if (y + 1 < ih) geo.pw - iw else geo.pw - iw - p0;
-        @memset(row[iw .. iw + gap], 0);
-    }
-    @memset(dst[(p1 + ih) * geo.pw .. geo.plane], 0);
-}
-
-/// `count` floats, rounded to f16 (kept as f32) for f16 weights, which multiply the image
-/// rounded as ggml's im2col into f16 does.
-inline fn copy_row(comptime T: type, out: [*]f32, from: [*]align(1) const f32, count: usize) void {
-    var i: usize = 0;
-    while (i + lanes <= count) : (i += lanes) {
-        const v: V = from[i..][0..lanes].*;
-        out[i..][0..lanes].* = if (T == f16) common.widen_f16(lanes, common.narrow_f16(lanes, v)) else v;
-    }
-    while (i < count) : (i += 1) out[i] = if (T == f16) @as(f16, @floatCast(from[i])) else from[i];
 }
 
 /// Where a tile's sums go: image, first q, first output channel.
@@ -307,7 +341,11 @@ fn store_tile(
         const from = q - place.q0;
         for (0..cols) |j| {
             const row = base + j * dst.nb[0] + p * dst.nb[1];
-            for (0..len) |i| common.store_f32(row + i * dst.nb[1], sums[j][from + i]);
+            if (dst.nb[1] == @sizeOf(f32)) {
+                conv2d_common.copy_short(mr, @ptrFromInt(row), sums[j][from..].ptr, len);
+            } else {
+                for (0..len) |i| common.store_f32(row + i * dst.nb[1], sums[j][from + i]);
+            }
         }
         q += len;
         ox += len;

@@ -34,8 +34,10 @@ const dist_targets = [_]struct { platform: []const u8, triple: []const u8 }{
 };
 
 pub fn build(b: *std.Build) void {
-    const fast = addCore(b, "graft", .ReleaseFast, baseline, false);
-    const safe = addCore(b, "graft-safe", .ReleaseSafe, baseline, false);
+    const fast = addCore(b, "graft", .ReleaseFast, baseline, .{});
+    // The bounds-checked build also puts every buffer, work buffer and prepacked block between
+    // guard pages (zig/guard.zig), so an overrun faults or trips a canary where it happens.
+    const safe = addCore(b, "graft-safe", .ReleaseSafe, baseline, .{ .guard_pages = true });
     b.installArtifact(fast);
     b.installArtifact(safe);
 
@@ -120,6 +122,9 @@ fn addWasmModule(b: *std.Build, spec: WasmBuild, target: std.Build.ResolvedTarge
         // Shipped to browsers: no debug sections.
         .strip = true,
     });
+    const core_options = b.addOptions();
+    core_options.addOption(bool, "guard_pages", false);
+    root.addOptions("core_options", core_options);
     const options = b.addOptions();
     options.addOption([]const u8, "variant", "wasm");
     const module = b.createModule(.{
@@ -167,7 +172,7 @@ fn addDist(b: *std.Build) void {
         // x86-64 code outside the kernels runs on the same pinned baseline as the local build;
         // aarch64's baseline (ARMv8-A) includes NEON.
         if (query.cpu_arch == .x86_64) query.cpu_model = baseline.cpu_model;
-        const library = addCore(b, "graft", .ReleaseFast, query, true);
+        const library = addCore(b, "graft", .ReleaseFast, query, .{ .strip = true });
         const install = b.addInstallArtifact(library, .{
             .dest_dir = .{ .override = .{ .custom = b.fmt("dist/{s}", .{dist.platform}) } },
             .implib_dir = .disabled,
@@ -194,6 +199,13 @@ fn hostPlatform(b: *std.Build) []const u8 {
     return b.fmt("{s}-{s}", .{ os, cpu });
 }
 
+/// How one core library is built beyond its target and optimization.
+const CoreOptions = struct {
+    strip: bool = false,
+    /// Buffers and plan memory from zig/guard.zig instead of libc's malloc (Linux only).
+    guard_pages: bool = false,
+};
+
 /// One core library for `target`: on x86-64 the kernels are compiled once per SIMD level (see
 /// `variants`) and chosen at run time; on aarch64 once, for the baseline with NEON.
 fn addCore(
@@ -201,8 +213,9 @@ fn addCore(
     name: []const u8,
     optimize: std.builtin.OptimizeMode,
     target: std.Target.Query,
-    strip: bool,
+    core: CoreOptions,
 ) *std.Build.Step.Compile {
+    const strip = core.strip;
     const root = b.createModule(.{
         .root_source_file = b.path("zig/root.zig"),
         .target = b.resolveTargetQuery(target),
@@ -211,6 +224,9 @@ fn addCore(
         .pic = true,
         .strip = strip,
     });
+    const core_options = b.addOptions();
+    core_options.addOption(bool, "guard_pages", core.guard_pages);
+    root.addOptions("core_options", core_options);
     if (target.cpu_arch == .aarch64) {
         addVariant(b, root, name, "neon", target, optimize, strip);
         return b.addLibrary(.{ .linkage = .dynamic, .name = name, .root_module = root });

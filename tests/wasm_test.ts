@@ -106,35 +106,45 @@ Deno.test("a buffer larger than the WebAssembly limit is refused before any allo
   await assert.rejects(() => WasmBackend.create({ maxBufferSize: 2 ** 32 }), ArgumentError);
 });
 
-Deno.test("conv2d (the fused conv_2d node) on WebAssembly matches the CPU backend", async () => {
-  // 29 channels x 3 x 3 = 261 taps: two KC blocks; 13 output channels and 17 x 11 pixels are
-  // off WebAssembly's 12 x 4 micro-tile; stride (2, 1) takes the division path of the packing.
-  const run = (backend: CpuBackend | WasmBackend): Float32Array => {
-    const ctx = new Context();
-    const kernel = ctx.newTensor("f32", [3, 3, 29, 13]);
-    const image = ctx.newTensor("f32", [17, 11, 29, 2]);
-    const out = conv2d(kernel, image, { padding: 1, stride: [2, 1] });
-    const graph = Graph.build(out);
-    using _memory = allocTensors(backend, [...ctx.tensors, ...graph.nodes]);
-    const values = (count: number, seed: number): Float32Array =>
-      Float32Array.from({ length: count }, (_, i) => Math.sin(seed * 7.1 + i * 0.37));
-    backend.setTensor(kernel, values(3 * 3 * 29 * 13, 1));
-    backend.setTensor(image, values(17 * 11 * 29 * 2, 2));
-    backend.graphCompute(graph);
-    return backend.getTensor(out) as Float32Array;
-  };
-  using wasm = await WasmBackend.create();
-  using cpu = new CpuBackend();
-  const [a, b] = [run(wasm), run(cpu)];
-  assert.equal(a.length, b.length);
-  let error = 0;
-  let norm = 0;
-  for (let i = 0; i < b.length; i++) {
-    error += (a[i]! - b[i]!) ** 2;
-    norm += b[i]! ** 2;
-  }
-  assert.ok(error / norm <= 1e-10, `NMSE vs the CPU backend ${error / norm}`);
-});
+// 29 channels x 3 x 3 = 261 taps: two KC blocks; 13 output channels and 17 x 11 pixels are off
+// WebAssembly's 12 x 4 micro-tile. Stride (2, 1) takes the packing path (its division path),
+// stride 1 the Winograd path (tiles across tile rows, 13 off its 4 channels), dilation 2 the
+// direct path (tiles across padded rows).
+for (
+  const [path, options] of [
+    ["packing", { padding: 1, stride: [2, 1] }],
+    ["Winograd", { padding: 1 }],
+    ["direct", { padding: 1, dilation: 2 }],
+  ] as [string, Parameters<typeof conv2d>[2]][]
+) {
+  Deno.test(`conv2d (the fused conv_2d node) on WebAssembly matches the CPU backend: ${path} path`, async () => {
+    const run = (backend: CpuBackend | WasmBackend): Float32Array => {
+      const ctx = new Context();
+      const kernel = ctx.newTensor("f32", [3, 3, 29, 13]);
+      const image = ctx.newTensor("f32", [17, 11, 29, 2]);
+      const out = conv2d(kernel, image, options);
+      const graph = Graph.build(out);
+      using _memory = allocTensors(backend, [...ctx.tensors, ...graph.nodes]);
+      const values = (count: number, seed: number): Float32Array =>
+        Float32Array.from({ length: count }, (_, i) => Math.sin(seed * 7.1 + i * 0.37));
+      backend.setTensor(kernel, values(3 * 3 * 29 * 13, 1));
+      backend.setTensor(image, values(17 * 11 * 29 * 2, 2));
+      backend.graphCompute(graph);
+      return backend.getTensor(out) as Float32Array;
+    };
+    using wasm = await WasmBackend.create();
+    using cpu = new CpuBackend();
+    const [a, b] = [run(wasm), run(cpu)];
+    assert.equal(a.length, b.length);
+    let error = 0;
+    let norm = 0;
+    for (let i = 0; i < b.length; i++) {
+      error += (a[i]! - b[i]!) ** 2;
+      norm += b[i]! ** 2;
+    }
+    assert.ok(error / norm <= 1e-10, `NMSE vs the CPU backend ${error / norm}`);
+  });
+}
 
 /** Greedy text of `prompt` on `backend`, and the model's ids for it. */
 async function greedy(backend: "cpu" | WasmBackend, prompt: string): Promise<string> {

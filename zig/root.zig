@@ -18,6 +18,8 @@ const quant = @import("quant.zig");
 const mapping = @import("mapping.zig");
 const DType = @import("dtype.zig").DType;
 const target = @import("target.zig");
+const guard = @import("guard.zig");
+const core_options = @import("core_options");
 
 const Node = node_abi.Node;
 const Status = node_abi.Status;
@@ -44,6 +46,43 @@ else if (target.is_wasm)
     std.heap.wasm_allocator
 else
     std.heap.c_allocator;
+
+/// Buffers, work buffers and prepacked weights come from guard pages (guard.zig) in the
+/// bounds-checked library, so that an overrun faults or trips a canary at once; from `gpa`
+/// everywhere else, at no cost.
+const guarded = core_options.guard_pages and !target.is_wasm;
+
+comptime {
+    assert(guard.alignment == buffer_alignment);
+    assert(plan_module.prepacked_alignment == buffer_alignment);
+}
+
+/// A block of memory for a buffer, a plan's work buffer or its prepacked weights.
+fn block_alloc(size_bytes: usize) error{OutOfMemory}![]align(buffer_alignment) u8 {
+    if (comptime guarded) return guard.alloc(size_bytes);
+    return gpa.alignedAlloc(u8, .fromByteUnits(buffer_alignment), size_bytes);
+}
+
+/// Frees a block from `block_alloc`; `what` names it in the panic of a damaged guard.
+fn block_free(what: []const u8, memory: []align(buffer_alignment) u8) void {
+    if (comptime guarded) {
+        if (guard.free(memory)) |damage| guard_damaged(what, memory.len, damage, "found when it was freed");
+        return;
+    }
+    gpa.free(memory);
+}
+
+/// The bounds-checked build's verdict on an overrun: a panic naming the block, its size and
+/// the first damaged byte, since the memory around it can no longer be trusted.
+fn guard_damaged(what: []const u8, size_bytes: usize, damage: guard.Damage, when: []const u8) noreturn {
+    std.debug.panic("graft guard: a {s} of {d} bytes was written out of bounds: its canary at byte {d} from its start ({s}) changed, {s}", .{
+        what,
+        size_bytes,
+        damage.offset,
+        if (damage.offset < 0) "before its start" else "past its end",
+        when,
+    });
+}
 
 const Buffer = struct {
     memory: []align(buffer_alignment) u8,
@@ -257,16 +296,16 @@ export fn graft_buffer_alloc(size_bytes: u64, out_handle: *u32, out_address: *u6
     if (size_bytes > buffer_bytes_max) {
         return status_code(fail(.invalid_argument, "buffer size {d} exceeds buffer_bytes_max ({d})", .{ size_bytes, buffer_bytes_max }));
     }
-    const memory = gpa.alignedAlloc(u8, .fromByteUnits(buffer_alignment), @intCast(size_bytes)) catch {
+    const memory = block_alloc(@intCast(size_bytes)) catch {
         return status_code(fail(.out_of_memory, "cannot allocate a buffer of {d} bytes", .{size_bytes}));
     };
     const buffer = gpa.create(Buffer) catch {
-        gpa.free(memory);
+        block_free("buffer", memory);
         return status_code(fail(.out_of_memory, "cannot allocate a buffer record", .{}));
     };
     buffer.* = .{ .memory = memory };
     const handle = buffers.insert(buffer) catch |err| {
-        gpa.free(memory);
+        block_free("buffer", memory);
         gpa.destroy(buffer);
         return status_code(insert_failed(err, "buffers", buffers_max));
     };
@@ -286,7 +325,7 @@ export fn graft_buffer_free(handle: u32) c_int {
         _ = live_mapped_bytes.fetchSub(buffer.memory.len, .monotonic);
     } else {
         _ = live_buffer_bytes.fetchSub(buffer.memory.len, .monotonic);
-        gpa.free(buffer.memory);
+        block_free("buffer", buffer.memory);
     }
     gpa.destroy(buffer);
     return 0;
@@ -595,20 +634,20 @@ fn make_plan(
         gpa.destroy(plan);
         return fail(.out_of_memory, "node table of {d} nodes", .{source.len});
     };
-    const work = gpa.alignedAlloc(u8, .fromByteUnits(buffer_alignment), @intCast(work_bytes)) catch {
+    const work = block_alloc(@intCast(work_bytes)) catch {
         gpa.free(copied);
         gpa.destroy(plan);
         return fail(.out_of_memory, "work buffer of {d} bytes", .{work_bytes});
     };
     const handle_copy = gpa.dupe(u32, handles) catch {
-        gpa.free(work);
+        block_free("work buffer", work);
         gpa.free(copied);
         gpa.destroy(plan);
         return fail(.out_of_memory, "buffer list", .{});
     };
     const prepacked = alloc_prepacked(copied, selected, sizes.prepacked_bytes) catch {
         gpa.free(handle_copy);
-        gpa.free(work);
+        block_free("work buffer", work);
         gpa.free(copied);
         gpa.destroy(plan);
         return fail(.out_of_memory, "prepacked weights of {d} bytes", .{sizes.prepacked_bytes});
@@ -645,9 +684,8 @@ fn alloc_prepacked(
     size_bytes: u64,
 ) error{OutOfMemory}!Prepacked {
     if (size_bytes == 0) return .{ .memory = &.{}, .ranges = &.{} };
-    const alignment = comptime std.mem.Alignment.fromByteUnits(plan_module.prepacked_alignment);
-    const memory = try gpa.alignedAlloc(u8, alignment, @intCast(size_bytes));
-    errdefer gpa.free(memory);
+    const memory = try block_alloc(@intCast(size_bytes));
+    errdefer block_free("prepacked block", memory);
     const ranges = try gpa.alloc(plan_module.PrepackedRange, nodes.len);
     var offset: u64 = 0;
     for (nodes, ranges) |*node, *range| {
@@ -665,11 +703,11 @@ fn plan_bytes(plan: *const plan_module.Plan) u64 {
 }
 
 fn free_plan(plan: *plan_module.Plan) void {
-    if (plan.prepacked.len > 0) gpa.free(plan.prepacked);
+    if (plan.prepacked.len > 0) block_free("prepacked block", plan.prepacked);
     if (plan.prepacked_ranges.len > 0) gpa.free(plan.prepacked_ranges);
     if (plan.node_nanoseconds) |timings| gpa.free(timings);
     gpa.free(plan.buffer_handles);
-    gpa.free(plan.work);
+    block_free("work buffer", plan.work);
     gpa.free(plan.nodes);
     gpa.destroy(plan);
 }
@@ -680,7 +718,7 @@ fn check_node_memory(node: *const Node, index: usize, handles: *std.AutoArrayHas
     const status = check_tensor_memory(&node.dst, index, "dst", .write, handles);
     if (status != .ok) return status;
     for (node.src[0..node.src_count], 0..) |*tensor, source_index| {
-        const names = [_][]const u8{ "src0", "src1", "src2" };
+        const names = [node_abi.sources_max][]const u8{ "src0", "src1", "src2", "src3" };
         const source_status = check_tensor_memory(tensor, index, names[source_index], .read, handles);
         if (source_status != .ok) return source_status;
     }
@@ -726,10 +764,50 @@ export fn graft_plan_compute(plan_handle: u32, pool_handle: u32) c_int {
     }
     defer for (plan.buffer_handles) |handle| buffers.release(handle);
     const outcome = plan_module.compute(plan, pool);
+    if (comptime guarded) check_plan_guards(plan);
     if (outcome.status == .ok) return 0;
     if (outcome.status == .busy) return status_code(fail(.busy, "the pool or plan is already computing", .{}));
     const op = plan.nodes[outcome.node_index].op;
     return status_code(fail(outcome.status, "node {d} (op {d}) failed in its kernel", .{ outcome.node_index, op }));
+}
+
+/// The bounds-checked build, after each compute: the canaries of the plan's work buffer, its
+/// prepacked block and every buffer it touches (held by the compute), so that an overrun is
+/// reported with the plan that made it, not at some later free.
+fn check_plan_guards(plan: *const plan_module.Plan) void {
+    if (guard.check(plan.work)) |damage| plan_damaged(plan, "work buffer", plan.work.len, damage);
+    if (plan.prepacked.len > 0) {
+        if (guard.check(plan.prepacked)) |damage| plan_damaged(plan, "prepacked block", plan.prepacked.len, damage);
+    }
+    for (plan.buffer_handles) |handle| {
+        const buffer = buffers.get(handle).?;
+        if (buffer.mapped) continue;
+        if (guard.check(buffer.memory)) |damage| plan_damaged(plan, "buffer", buffer.memory.len, damage);
+    }
+}
+
+fn plan_damaged(plan: *const plan_module.Plan, what: []const u8, size_bytes: usize, damage: guard.Damage) noreturn {
+    var ops_text: [512]u8 = undefined;
+    guard_damaged(what, size_bytes, damage, plan_ops(plan, &ops_text));
+}
+
+/// "after a compute of N nodes (ops: ...)", each op once, cut to fit `text`.
+fn plan_ops(plan: *const plan_module.Plan, text: []u8) []const u8 {
+    var writer: std.Io.Writer = .fixed(text);
+    writer.print("after a compute of {d} nodes (ops:", .{plan.nodes.len}) catch return text;
+    for (plan.nodes, 0..) |*node, index| {
+        const seen = for (plan.nodes[0..index]) |*earlier| {
+            if (earlier.op == node.op) break true;
+        } else false;
+        if (seen) continue;
+        const op = std.meta.intToEnum(node_abi.Op, node.op) catch {
+            writer.print(" {d}", .{node.op}) catch return writer.buffered();
+            continue;
+        };
+        writer.print(" {s}", .{@tagName(op)}) catch return writer.buffered();
+    }
+    writer.writeAll(")") catch return writer.buffered();
+    return writer.buffered();
 }
 
 /// Marks the plan's prepacked weights stale: the next compute packs them again from the

@@ -15,4 +15,5 @@ test {
     _ = @import("kernels/dot_quant.zig");
     _ = @import("mapping.zig");
     _ = @import("target.zig");
+    _ = @import("guard.zig");
 }

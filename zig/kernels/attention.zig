@@ -5,20 +5,34 @@
 //! (ggml's m0 / m1 formula, 1 without max_bias). A row whose every logit is -inf gives zeros
 //! (ggml's `S == 0 ? 0 : 1/S`).
 //!
-//! Never holds the T x nKv scores: the kv positions go by in tiles of `tile` (two vectors), and
-//! each row keeps a running maximum M, a running sum L of exp(s - M) and its unnormalised output
-//! (online softmax, Milakov and Gimelshein 2018; the flash-attention tiling of Dao et al.),
-//! rescaled by exp(M_old - M_new) whenever the maximum grows. A tile is turned once per thread
-//! into what the vector loops want (K transposed, V widened to f32, both in the thread's
-//! scratch) and then used by every query block of that head the thread owns, `rows_block` rows
-//! at a time: the q . k dot products become rows_block x 2 vector accumulators updated with one
-//! broadcast q element per step, with no horizontal sums. The running output lives in dst itself
-//! (each dst row is written only by the thread that owns its query row); M and L in scratch.
+//! Never holds the T x nKv scores: the kv positions go by in tiles of `tile` (64), and each
+//! row keeps a running maximum M, a running sum L of exp(s - M) and its unnormalised output O
+//! (online softmax, Milakov and Gimelshein 2018; the flash-attention tiling of Dao et al.).
+//! A tile is turned once per thread into what the vector loops want (K transposed through
+//! lanes x lanes register transposes; V widened to f32 and padded unless it already is f32 in
+//! whole vectors) and then used by every query block of that head the thread owns, `rows_block`
+//! (6) rows at a time, in three steps per block:
+//! - scores: S = Q K^T for the block as register-tiled products (`multiply_block`): rows_block x
+//!   vectors_block vector accumulators, one broadcast q element and vectors_block K^T vectors per
+//!   step, no horizontal sums. The logits (scale, softcap, ALiBi-sloped mask, -inf past the
+//!   tile's end) and each row's tile maximum are made from the accumulators while they are in
+//!   registers (a separate pass over the stored scores cost about a tenth of the kernel's time);
+//!   one instantiation per kind of logits, chosen once per node.
+//! - softmax: the new maxima and the factors exp(M_old - M_new) of the whole block in one vector
+//!   (a factor is exactly 1 where the maximum did not grow), then the weights exp(s - M) in
+//!   place of the logits (`exp_nonpositive`: ggml_v_expf's polynomial, no range branches) and L.
+//! - output: O = factor * O + P V with the same register-tiled product (P broadcast, V vectors),
+//!   vectors_block vectors of the head dim at a time; O lives in the thread's scratch, dv_padded
+//!   floats a row, and goes to dst divided by L once the last tile is done.
+//! The register tiles are 6 x 4 vectors on AVX-512 (24 accumulators of 32 registers) and 6 x 2
+//! on AVX2 and SIMD128 (12 of 16); the three steps are separate (noinline) functions so that
+//! each register tile is allocated on its own.
 //!
 //! Threads split (head, batch) x query blocks in flattened order (`common.thread_range`): every
-//! row is computed by one thread in the same order of tiles whatever the thread count, so the
-//! result does not depend on it. A tile where the mask hides every row of a block is skipped
-//! (the upper triangle of a causal mask).
+//! row is computed by one thread, with the same operations in the same order of tiles whatever
+//! the thread count (a row's accumulators never mix with the other rows of its block), so the
+//! result does not depend on it. A tile where the mask hides
+//! every row of a block is skipped (the upper triangle of a causal mask).
 
 const std = @import("std");
 const common = @import("common.zig");
@@ -29,10 +43,21 @@ const Tensor = common.Tensor;
 const lanes = common.lanes;
 const splat = common.splat;
 
-/// kv positions per tile: two vectors of scores per query row.
-pub const tile = 2 * lanes;
-/// Query rows per block: rows_block x 2 score accumulators stay in registers.
-pub const rows_block = 4;
+/// kv positions per tile: the scores of a block are rows_block x tile floats in scratch.
+pub const tile = 64;
+/// Query rows per block: the rows of every register-tiled product.
+pub const rows_block = 6;
+/// Vectors per row of a register-tiled product: rows_block x vectors_block accumulators, the
+/// vectors_block B vectors and one broadcast fit AVX-512's 32 registers (29) and AVX2's or
+/// SIMD128's 16 (15).
+pub const vectors_block = if (lanes == 16) 4 else 2;
+/// Vectors of scores per query row in a tile.
+const tile_vectors = tile / lanes;
+
+comptime {
+    assert(tile % (vectors_block * lanes) == 0);
+    assert(rows_block * vectors_block + vectors_block + 1 <= if (lanes == 16) 32 else 16);
+}
 
 const negative_infinity = -std.math.inf(f32);
 
@@ -57,13 +82,18 @@ const Args = struct {
 const Scratch = struct {
     k_transposed: []f32, // dk x tile: element (d, j) at d * tile + j
     v_tile: []f32, // tile x dv_padded
+    scores: []f32, // rows_block x tile: a block's scores, then its weights exp(s - M)
+    factor: []f32, // rows_block: each row's exp(M_old - M_new) for the tile
     maximum: []f32, // M of each query row of one (head, batch), blocks * rows_block
     total: []f32, // L of each such row
-    scores: []f32, // rows_block x tile
+    output: []f32, // the unnormalised output of each such row, dv_padded floats apart
+
+    const part_count = 7;
 
     /// Each part's size, in parts' order; every part starts on a whole vector.
-    fn sizes(dk: usize, dv_padded: usize, blocks: usize) [5]usize {
-        return .{ dk * tile, tile * dv_padded, blocks * rows_block, blocks * rows_block, rows_block * tile };
+    fn sizes(dk: usize, dv_padded: usize, blocks: usize) [part_count]usize {
+        const rows = blocks * rows_block;
+        return .{ dk * tile, tile * dv_padded, rows_block * tile, rows_block, rows, rows, rows * dv_padded };
     }
 
     fn floats(dk: usize, dv_padded: usize, blocks: usize) usize {
@@ -113,7 +143,7 @@ fn scratch_of(args: *const Args, work: *const common.Work) Scratch {
     const bytes = thread_bytes(args);
     const base: [*]f32 = @ptrCast(@alignCast(work.scratch + bytes * work.thread_index));
     var at: usize = 0;
-    var parts: [5][]f32 = undefined;
+    var parts: [Scratch.part_count][]f32 = undefined;
     for (Scratch.sizes(args.dk, args.dv_padded, args.blocks), 0..) |size, i| {
         parts[i] = base[at .. at + size];
         at += round_up(size, lanes);
@@ -122,9 +152,11 @@ fn scratch_of(args: *const Args, work: *const common.Work) Scratch {
     return .{
         .k_transposed = parts[0],
         .v_tile = parts[1],
-        .maximum = parts[2],
-        .total = parts[3],
-        .scores = parts[4],
+        .scores = parts[2],
+        .factor = parts[3],
+        .maximum = parts[4],
+        .total = parts[5],
+        .output = parts[6],
     };
 }
 
@@ -162,15 +194,12 @@ pub fn flash_attn_ext(n: *const common.Node, work: *const common.Work) common.St
 fn attend_head(args: *const Args, scratch: *const Scratch, h: usize, b: usize, block_begin: usize, block_end: usize) void {
     const row_begin = block_begin * rows_block;
     const row_end = @min(args.q.ne[1], block_end * rows_block);
-    for (row_begin..row_end) |t| {
-        scratch.maximum[t - row_begin] = negative_infinity;
-        scratch.total[t - row_begin] = 0;
-        var chunk: usize = 0;
-        while (chunk < args.dv) : (chunk += lanes) {
-            common.store_chunk(dst_row(args, h, t, b), chunk, @min(lanes, args.dv - chunk), splat(0));
-        }
-    }
+    const states = row_end - row_begin;
+    @memset(scratch.maximum[0..states], negative_infinity);
+    @memset(scratch.total[0..states], 0);
+    @memset(scratch.output[0 .. states * args.dv_padded], 0);
     const slope = alibi_slope(args.max_bias, h, args.q.ne[2]);
+    const logits = Logits.of(args);
     const kv_head = h / (args.q.ne[2] / args.k.ne[2]);
     const kv_batch = b / (args.q.ne[3] / args.k.ne[3]);
     const v_head = h / (args.q.ne[2] / args.v.ne[2]);
@@ -179,36 +208,55 @@ fn attend_head(args: *const Args, scratch: *const Scratch, h: usize, b: usize, b
     while (tile_begin < args.kv_count) : (tile_begin += tile) {
         const count = @min(tile, args.kv_count - tile_begin);
         load_k_tile(args, scratch, kv_head, kv_batch, tile_begin, count);
-        load_v_tile(args, scratch, v_head, v_batch, tile_begin, count);
+        const v_rows = load_v_tile(args, scratch, v_head, v_batch, tile_begin, count);
         var row = row_begin;
         while (row < row_end) : (row += rows_block) {
             const rows = @min(rows_block, row_end - row);
             if (block_hidden(args, h, b, row, rows, tile_begin, count)) continue;
-            scores_block(args, scratch, h, b, row, rows);
-            for (0..rows) |r| {
-                softmax_row(args, scratch, h, b, row + r, row_begin, r, tile_begin, count, slope);
+            const block: Block = .{ .h = h, .b = b, .row = row, .rows = rows, .state = row - row_begin };
+            var tile_maximum: [row_slots]f32 = @splat(negative_infinity);
+            switch (logits.mask) {
+                inline else => |mask| if (logits.softcap)
+                    scores_block(.{ .mask = mask, .softcap = true }, args, scratch, &block, tile_begin, count, slope, &tile_maximum)
+                else
+                    scores_block(.{ .mask = mask, .softcap = false }, args, scratch, &block, tile_begin, count, slope, &tile_maximum),
             }
-            accumulate_block(args, scratch, h, b, row, rows, count);
+            softmax_block(scratch, &block, &tile_maximum);
+            accumulate_block(args, scratch, &block, v_rows, count);
         }
     }
     for (row_begin..row_end) |t| {
         const total = scratch.total[t - row_begin];
         const inverse = splat(if (total == 0) 0 else 1.0 / total);
-        const out = dst_row(args, h, t, b);
+        const output = scratch.output[(t - row_begin) * args.dv_padded ..];
         var chunk: usize = 0;
         while (chunk < args.dv) : (chunk += lanes) {
-            const width = @min(lanes, args.dv - chunk);
-            common.store_chunk(out, chunk, width, common.load_chunk(out, chunk, width, 0) * inverse);
+            const value: F32x = output[chunk..][0..lanes].*;
+            common.store_chunk(dst_row(args, h, t, b), chunk, @min(lanes, args.dv - chunk), value * inverse);
         }
     }
 }
+
+/// rows_block query rows of one head: rows [row, row + rows) are real, the rest of the block
+/// repeats row `row`; `state` indexes the first row's M, L and O in scratch.
+const Block = struct {
+    h: usize,
+    b: usize,
+    row: usize,
+    rows: usize,
+    state: usize,
+
+    /// Query row of the block's r-th slot (a short block's missing slots repeat its first row).
+    fn token(self: *const Block, r: usize) usize {
+        return self.row + if (r < self.rows) r else 0;
+    }
+};
 
 fn dst_row(args: *const Args, h: usize, t: usize, b: usize) common.Strided {
     return args.dst.row_at(.{ .i1 = h, .i2 = t, .i3 = b });
 }
 
-fn mask_row(args: *const Args, mask: Tensor, h: usize, t: usize, b: usize) common.Strided {
-    _ = args;
+fn mask_row(mask: Tensor, h: usize, t: usize, b: usize) common.Strided {
     return mask.row_at(.{ .i1 = t, .i2 = h % mask.ne[2], .i3 = b % mask.ne[3] });
 }
 
@@ -227,7 +275,7 @@ fn mask_chunk(mask: Tensor, row: common.Strided, first: usize, width: usize) F32
 fn block_hidden(args: *const Args, h: usize, b: usize, row: usize, rows: usize, tile_begin: usize, count: usize) bool {
     const mask = args.mask orelse return false;
     for (row..row + rows) |t| {
-        const mask_at = mask_row(args, mask, h, t, b);
+        const mask_at = mask_row(mask, h, t, b);
         var first: usize = 0;
         while (first < count) : (first += lanes) {
             const chunk = mask_chunk(mask, mask_at, tile_begin + first, @min(lanes, count - first));
@@ -237,24 +285,89 @@ fn block_hidden(args: *const Args, h: usize, b: usize, row: usize, rows: usize, 
     return true;
 }
 
-/// K rows [tile_begin, tile_begin + count) transposed into dk x tile f32, zeros past count.
+/// K rows [tile_begin, tile_begin + count) transposed into dk x tile f32, zeros past count:
+/// lanes x lanes squares through registers (`transpose`), the edges element by element.
 fn load_k_tile(args: *const Args, scratch: *const Scratch, kv_head: usize, kv_batch: usize, tile_begin: usize, count: usize) void {
     const out = scratch.k_transposed;
     if (count < tile) @memset(out, 0);
-    for (0..count) |j| {
-        const row = args.k.row_at(.{ .i1 = tile_begin + j, .i2 = kv_head, .i3 = kv_batch });
-        if (args.k.dtype == .f16) {
-            const values: [*]align(1) const f16 = @ptrFromInt(row.base);
-            for (0..args.dk) |d| out[d * tile + j] = values[d];
-        } else {
-            const values: [*]align(1) const f32 = @ptrFromInt(row.base);
-            for (0..args.dk) |d| out[d * tile + j] = values[d];
+    const count_whole = count - count % lanes;
+    const dk_whole = args.dk - args.dk % lanes;
+    var j: usize = 0;
+    while (j < count_whole) : (j += lanes) {
+        var rows: [lanes]usize = undefined;
+        for (0..lanes) |i| rows[i] = args.k.row_at(.{ .i1 = tile_begin + j + i, .i2 = kv_head, .i3 = kv_batch }).base;
+        var d: usize = 0;
+        while (d < dk_whole) : (d += lanes) {
+            var square: [lanes]F32x = undefined;
+            inline for (0..lanes) |i| square[i] = k_chunk(args.k.dtype, rows[i], d);
+            transpose(&square);
+            inline for (0..lanes) |i| out[(d + i) * tile + j ..][0..lanes].* = square[i];
+        }
+    }
+    for (0..count) |position| {
+        const row = args.k.row_at(.{ .i1 = tile_begin + position, .i2 = kv_head, .i3 = kv_batch }).base;
+        const d_first = if (position < count_whole) dk_whole else 0;
+        for (d_first..args.dk) |d| out[d * tile + position] = k_element(args.k.dtype, row, d);
+    }
+}
+
+/// K elements [d, d + lanes) of the row at `row` as f32.
+inline fn k_chunk(dtype: common.DType, row: usize, d: usize) F32x {
+    if (dtype == .f16) return common.widen_f16(lanes, @as(*align(1) const [lanes]f16, @ptrFromInt(row + d * 2)).*);
+    return @as(*align(1) const [lanes]f32, @ptrFromInt(row + d * 4)).*;
+}
+
+fn k_element(dtype: common.DType, row: usize, d: usize) f32 {
+    if (dtype == .f16) return common.load_f16(row + d * 2);
+    return common.load_f32(row + d * 4);
+}
+
+/// Transposes a lanes x lanes square held as `lanes` vectors in log2(lanes) rounds: round w
+/// pairs rows i and i + w and swaps their w-lane blocks across the diagonal.
+inline fn transpose(square: *[lanes]F32x) void {
+    comptime var w = 1;
+    inline while (w < lanes) : (w *= 2) {
+        const low = comptime interleave_mask(w, false);
+        const high = comptime interleave_mask(w, true);
+        inline for (0..lanes) |i| {
+            if (i & w == 0) {
+                const a = square[i];
+                const b = square[i + w];
+                square[i] = @shuffle(f32, a, b, low);
+                square[i + w] = @shuffle(f32, a, b, high);
+            }
         }
     }
 }
 
-/// V rows of the tile as f32, each padded with zeros to dv_padded.
-fn load_v_tile(args: *const Args, scratch: *const Scratch, v_head: usize, v_batch: usize, tile_begin: usize, count: usize) void {
+/// The shuffle of round w: lane l takes a's lane l (or l + w for `high`) where bit w of l is
+/// clear, b's lane l - w (or l) where it is set.
+fn interleave_mask(comptime w: usize, comptime high: bool) [lanes]i32 {
+    var mask: [lanes]i32 = undefined;
+    for (0..lanes) |l| {
+        if (l & w == 0) {
+            mask[l] = @intCast(if (high) l + w else l);
+        } else {
+            mask[l] = ~@as(i32, @intCast(if (high) l else l - w));
+        }
+    }
+    return mask;
+}
+
+/// Rows of f32 elements `stride` floats apart (the B operand of `multiply_block`).
+const Rows = struct {
+    base: [*]align(1) const f32,
+    stride: usize,
+};
+
+/// The tile's V rows as f32 with whole vectors: V itself where it is f32 and dv is whole
+/// vectors (rows a whole number of floats apart), else a copy in scratch widened from f16 and
+/// padded with zeros to dv_padded.
+fn load_v_tile(args: *const Args, scratch: *const Scratch, v_head: usize, v_batch: usize, tile_begin: usize, count: usize) Rows {
+    const first = args.v.row_at(.{ .i1 = tile_begin, .i2 = v_head, .i3 = v_batch });
+    if (args.v.dtype == .f32 and args.dv == args.dv_padded and args.v.nb[1] % 4 == 0) {
+        return .{ .base = @ptrFromInt(first.base), .stride = args.v.nb[1] / 4 };
+    }
     for (0..count) |j| {
         const row = args.v.row_at(.{ .i1 = tile_begin + j, .i2 = v_head, .i3 = v_batch });
         const out: common.Strided = .{ .base = @intFromPtr(scratch.v_tile.ptr + j * args.dv_padded), .stride = 4 };
@@ -269,31 +382,141 @@ fn load_v_tile(args: *const Args, scratch: *const Scratch, v_head: usize, v_batc
             common.store_chunk(out, chunk, lanes, padded);
         }
     }
+    return .{ .base = scratch.v_tile.ptr, .stride = args.dv_padded };
 }
 
-/// scores[r][j] = q_row(r) . k_j for `rows` rows of the block (the rest of the block is unused).
-fn scores_block(args: *const Args, scratch: *const Scratch, h: usize, b: usize, row: usize, rows: usize) void {
-    var q_rows: [rows_block][*]align(1) const f32 = undefined;
-    for (0..rows_block) |r| {
-        // A short last block repeats its first row: computed, never used.
-        const t = row + if (r < rows) r else 0;
-        q_rows[r] = @ptrFromInt(args.q.row_at(.{ .i1 = t, .i2 = h, .i3 = b }).base);
-    }
-    var acc: [rows_block][2]F32x = @splat(.{ splat(0), splat(0) });
-    const kt = scratch.k_transposed;
-    for (0..args.dk) |d| {
-        const k0: F32x = kt[d * tile ..][0..lanes].*;
-        const k1: F32x = kt[d * tile + lanes ..][0..lanes].*;
+/// The register-tiled product both halves of the kernel use: for each slot r and vector v,
+/// acc[r][v] += sum over k < depth of a[r][k] * b[k * b_stride + v * lanes ..][0..lanes], in
+/// order of k. Each accumulator sees the same operations whatever the other rows are.
+inline fn multiply_block(
+    comptime vectors: usize,
+    acc: *[rows_block][vectors]F32x,
+    a: *const [rows_block][*]align(1) const f32,
+    b: [*]align(1) const f32,
+    b_stride: usize,
+    depth: usize,
+) void {
+    var sums = acc.*;
+    for (0..depth) |k| {
+        var b_row: [vectors]F32x = undefined;
+        inline for (0..vectors) |v| b_row[v] = b[k * b_stride + v * lanes ..][0..lanes].*;
         inline for (0..rows_block) |r| {
-            const q = splat(q_rows[r][d]);
-            acc[r][0] = common.mul_add(q, k0, acc[r][0]);
-            acc[r][1] = common.mul_add(q, k1, acc[r][1]);
+            const a_value = splat(a[r][k]);
+            inline for (0..vectors) |v| sums[r][v] = common.mul_add(a_value, b_row[v], sums[r][v]);
         }
     }
-    inline for (0..rows_block) |r| {
-        scratch.scores[r * tile ..][0..lanes].* = acc[r][0];
-        scratch.scores[r * tile + lanes ..][0..lanes].* = acc[r][1];
+    acc.* = sums;
+}
+
+/// The block's logits for the tile, written to scores, and each slot's largest in `maximum`:
+/// scale * (q_r . k_j) (softcap c: c * tanh of it), plus slope * mask[j, t], -inf past count.
+/// The dot products come vectors_block vectors of positions at a time, and each group's logits
+/// are made from its accumulators while they are still in registers.
+/// noinline, as softmax_block and accumulate_group: see the header comment.
+noinline fn scores_block(
+    comptime logits: Logits,
+    args: *const Args,
+    scratch: *const Scratch,
+    block: *const Block,
+    tile_begin: usize,
+    count: usize,
+    slope: f32,
+    maximum: *[row_slots]f32,
+) void {
+    var q_rows: [rows_block][*]align(1) const f32 = undefined;
+    var mask_rows: [rows_block]common.Strided = undefined;
+    for (0..rows_block) |r| {
+        q_rows[r] = @ptrFromInt(args.q.row_at(.{ .i1 = block.token(r), .i2 = block.h, .i3 = block.b }).base);
+        if (logits.mask != .none) mask_rows[r] = mask_row(args.mask.?, block.h, block.token(r), block.b);
     }
+    var row_maximum: [rows_block]F32x = @splat(splat(negative_infinity));
+    var first: usize = 0;
+    while (first < tile) : (first += vectors_block * lanes) {
+        var acc: [rows_block][vectors_block]F32x = @splat(@splat(splat(0)));
+        multiply_block(vectors_block, &acc, &q_rows, scratch.k_transposed.ptr + first, tile, args.dk);
+        inline for (0..rows_block) |r| {
+            inline for (0..vectors_block) |v| {
+                const position = first + v * lanes;
+                const value = logit(logits, args, acc[r][v], mask_rows[r], tile_begin + position, count -| position, slope);
+                scratch.scores[r * tile + position ..][0..lanes].* = value;
+                row_maximum[r] = vector_max(row_maximum[r], value);
+            }
+        }
+    }
+    inline for (0..rows_block) |r| maximum[r] = lanes_max(row_maximum[r]);
+}
+
+const MaskKind = enum { none, f32, f16 };
+
+/// What the logits of a tile are made of, fixed per node: one `scores_block` for each.
+const Logits = struct {
+    mask: MaskKind,
+    softcap: bool,
+
+    fn of(args: *const Args) Logits {
+        const mask = args.mask orelse return .{ .mask = .none, .softcap = args.softcap != 0 };
+        return .{ .mask = if (mask.dtype == .f16) .f16 else .f32, .softcap = args.softcap != 0 };
+    }
+};
+
+/// The logits of one vector of dot products at mask positions [first, first + lanes), of
+/// which `width` are in the tile.
+inline fn logit(
+    comptime logits: Logits,
+    args: *const Args,
+    dot: F32x,
+    mask_at: common.Strided,
+    first: usize,
+    width: usize,
+    slope: f32,
+) F32x {
+    var value = dot * splat(args.scale);
+    if (logits.softcap) value = splat(args.softcap) * tanh(value);
+    if (width >= lanes) {
+        // Mask rows are contiguous (validate.zig).
+        const mask_value: F32x = switch (logits.mask) {
+            .none => return value,
+            .f32 => @as(*align(1) const [lanes]f32, @ptrFromInt(mask_at.at(first))).*,
+            .f16 => common.widen_f16(lanes, @as(*align(1) const [lanes]f16, @ptrFromInt(mask_at.at(first))).*),
+        };
+        return common.mul_add(splat(slope), mask_value, value);
+    }
+    if (width == 0) return splat(negative_infinity);
+    if (logits.mask != .none) value = common.mul_add(splat(slope), mask_chunk(args.mask.?, mask_at, first, width), value);
+    return @select(f32, common.lane_mask(width), value, splat(negative_infinity));
+}
+
+/// The larger of each pair of lanes: one vmaxps (`@max` also orders NaNs, three instructions).
+fn vector_max(a: F32x, b: F32x) F32x {
+    return @select(f32, a > b, a, b);
+}
+
+/// Lane i + shift of `v` at lane i (wrapping), for the reduction trees.
+fn rotate(v: F32x, comptime shift: usize) F32x {
+    const indices = comptime blk: {
+        var out: [lanes]i32 = undefined;
+        for (0..lanes) |i| out[i] = @intCast((i + shift) % lanes);
+        break :blk out;
+    };
+    return @shuffle(f32, v, undefined, indices);
+}
+
+/// The largest lane, by a tree of log2(lanes) vector steps (`@reduce(.Max)` is a chain of
+/// NaN-aware scalar steps).
+fn lanes_max(v: F32x) f32 {
+    var x = v;
+    comptime var shift = lanes / 2;
+    inline while (shift >= 1) : (shift /= 2) x = vector_max(x, rotate(x, shift));
+    return x[0];
+}
+
+/// The sum of the lanes, by a tree of log2(lanes) vector steps (`@reduce(.Add)` adds the lanes
+/// one after another); the same order every time.
+fn lanes_sum(v: F32x) f32 {
+    var x = v;
+    comptime var shift = lanes / 2;
+    inline while (shift >= 1) : (shift /= 2) x += rotate(x, shift);
+    return x[0];
 }
 
 /// tanh through exp: 1 - 2 / (e^(2x) + 1), exact at the ends (e^(2x) = inf gives 1, 0 gives -1).
@@ -301,75 +524,108 @@ fn tanh(x: F32x) F32x {
     return splat(1) - splat(2) / (common.exp(x * splat(2)) + splat(1));
 }
 
-/// One query row's tile: the logits (scale, softcap, ALiBi-sloped mask; -inf past count), the
-/// online-softmax update of M, L and the running output, and the weights exp(s - M) left in
-/// scores for accumulate_block.
-fn softmax_row(args: *const Args, scratch: *const Scratch, h: usize, b: usize, t: usize, row_begin: usize, r: usize, tile_begin: usize, count: usize, slope: f32) void {
-    const scores = scratch.scores[r * tile ..][0..tile];
-    var s: [2]F32x = .{ scores[0..lanes].*, scores[lanes..tile].* };
-    const mask_at: ?common.Strided = if (args.mask) |m| mask_row(args, m, h, t, b) else null;
-    var tile_maximum = splat(negative_infinity);
-    inline for (0..2) |half| {
-        var value = s[half] * splat(args.scale);
-        if (args.softcap != 0) value = splat(args.softcap) * tanh(value);
-        const first = half * lanes;
-        const width = if (count > first) @min(lanes, count - first) else 0;
-        if (mask_at) |row| {
-            if (width > 0) value += splat(slope) * mask_chunk(args.mask.?, row, tile_begin + first, width);
-        }
-        if (width < lanes) {
-            const keep = if (width == 0) @as(@Vector(lanes, bool), @splat(false)) else common.lane_mask(width);
-            value = @select(f32, keep, value, splat(negative_infinity));
-        }
-        s[half] = value;
-        tile_maximum = @max(tile_maximum, value);
+/// e^x for x <= 0 (a weight exp(s - M), a factor exp(M_old - M_new)): ggml_v_expf's reduction and
+/// polynomial (at most 1.95 ulp) without its range branches. Below -86 (-inf included) it gives
+/// 0, computed from 0 so that no lane underflows (an underflow costs a microcode assist on x86
+/// without flush-to-zero): e^-86 is 2^-124, nothing beside the row's largest weight, 1. NaN
+/// stays NaN.
+fn exp_nonpositive(x: F32x) F32x {
+    const U32x = @Vector(lanes, u32);
+    const tiny = x < splat(-86.0);
+    const xs = @select(f32, tiny, splat(0), x);
+    const round = splat(0x1.8p23);
+    const z = common.mul_add(xs, splat(0x1.715476p+0), round);
+    const n = z - round;
+    const b = common.mul_add(-n, splat(0x1.7f7d1cp-20), common.mul_add(-n, splat(0x1.62e4p-1), xs));
+    const u = b * b;
+    const c54 = common.mul_add(splat(0x1.0e4020p-7), b, splat(0x1.573e2ep-5));
+    const c32 = common.mul_add(splat(0x1.555e66p-3), b, splat(0x1.fffdb6p-2));
+    const j = common.mul_add(common.mul_add(c54, u, c32), u, splat(0x1.ffffecp-1) * b);
+    // 2^n from n's bits in z's mantissa: n is in [-124, 0], so the exponent is normal.
+    const k: F32x = @bitCast((@as(U32x, @bitCast(z)) << @splat(23)) +% @as(U32x, @splat(0x3f800000)));
+    return @select(f32, tiny, splat(0), common.mul_add(j, k, k));
+}
+
+/// Rows of M or L of a block, padded to whole vectors.
+const row_vectors = (rows_block + lanes - 1) / lanes;
+const row_slots = row_vectors * lanes;
+
+/// The online-softmax update of the block's tile from its logits (in scores) and their row
+/// maxima: M and L of each row, the weights exp(s - M) left in scores and the factors
+/// exp(M_old - M_new) that accumulate_block applies to the running outputs.
+noinline fn softmax_block(scratch: *const Scratch, block: *const Block, tile_maximum: *const [row_slots]f32) void {
+    var old_maximum: [row_slots]f32 = @splat(negative_infinity);
+    for (0..block.rows) |r| old_maximum[r] = scratch.maximum[block.state + r];
+    var new_maximum: [row_slots]f32 = undefined;
+    var factor: [row_slots]f32 = undefined;
+    inline for (0..row_vectors) |i| {
+        const old: F32x = old_maximum[i * lanes ..][0..lanes].*;
+        const new = vector_max(old, tile_maximum[i * lanes ..][0..lanes].*);
+        // A row with nothing visible yet keeps factor 1 (its sums are 0), not exp(-inf + inf).
+        const visible = new != splat(negative_infinity);
+        new_maximum[i * lanes ..][0..lanes].* = new;
+        factor[i * lanes ..][0..lanes].* = @select(f32, visible, exp_nonpositive(old - new), splat(1));
     }
-    const new_maximum_tile = @reduce(.Max, tile_maximum);
-    const index = t - row_begin;
-    const old_maximum = scratch.maximum[index];
-    if (new_maximum_tile == negative_infinity) {
-        // Every position of the tile is hidden for this row: weights 0, state unchanged.
-        @memset(scores, 0);
-        return;
+    for (0..rows_block) |r| {
+        // A short last block's missing rows are computed (from its first row) and never
+        // stored: any factor does, 0 rather than whatever the scratch held.
+        scratch.factor[r] = if (r < block.rows) factor[r] else 0;
     }
-    const new_maximum = @max(old_maximum, new_maximum_tile);
-    const p0 = common.exp(s[0] - splat(new_maximum));
-    const p1 = common.exp(s[1] - splat(new_maximum));
-    scores[0..lanes].* = p0;
-    scores[lanes..tile].* = p1;
-    const tile_total = @reduce(.Add, p0 + p1);
-    if (new_maximum > old_maximum) {
-        // exp(-inf) is 0: the first visible tile starts the sums from nothing.
-        const factor = common.exp(splat(old_maximum - new_maximum))[0];
-        scratch.total[index] = scratch.total[index] * factor + tile_total;
-        scratch.maximum[index] = new_maximum;
-        const out = dst_row(args, h, t, b);
-        var chunk: usize = 0;
-        while (chunk < args.dv) : (chunk += lanes) {
-            const width = @min(lanes, args.dv - chunk);
-            common.store_chunk(out, chunk, width, common.load_chunk(out, chunk, width, 0) * splat(factor));
+    for (0..block.rows) |r| {
+        const scores = scratch.scores[r * tile ..][0..tile];
+        if (tile_maximum[r] == negative_infinity) {
+            // Every position of the tile is hidden for this row: weights 0, state unchanged.
+            @memset(scores, 0);
+            continue;
         }
-    } else {
-        scratch.total[index] += tile_total;
+        var total = splat(0);
+        inline for (0..tile_vectors) |i| {
+            const p = exp_nonpositive(scores[i * lanes ..][0..lanes].* - splat(new_maximum[r]));
+            scores[i * lanes ..][0..lanes].* = p;
+            total += p;
+        }
+        const index = block.state + r;
+        scratch.total[index] = scratch.total[index] * factor[r] + lanes_sum(total);
+        scratch.maximum[index] = new_maximum[r];
     }
 }
 
-/// out_r += sum_j weight[r][j] * v_j for the block's rows.
-fn accumulate_block(args: *const Args, scratch: *const Scratch, h: usize, b: usize, row: usize, rows: usize, count: usize) void {
-    const vt = scratch.v_tile;
-    var chunk: usize = 0;
-    while (chunk < args.dv) : (chunk += lanes) {
-        const width = @min(lanes, args.dv - chunk);
-        var acc: [rows_block]F32x = @splat(splat(0));
-        for (0..count) |j| {
-            const value: F32x = vt[j * args.dv_padded + chunk ..][0..lanes].*;
-            inline for (0..rows_block) |r| {
-                acc[r] = common.mul_add(splat(scratch.scores[r * tile + j]), value, acc[r]);
-            }
+/// out_r = out_r * factor_r + sum_j weight[r][j] * v_j for the block's rows, vectors_block
+/// vectors of the head dim at a time (the last group may be shorter).
+fn accumulate_block(args: *const Args, scratch: *const Scratch, block: *const Block, v_rows: Rows, count: usize) void {
+    const dv_vectors = args.dv_padded / lanes;
+    var first: usize = 0;
+    while (first < dv_vectors) : (first += vectors_block) {
+        switch (@min(vectors_block, dv_vectors - first)) {
+            inline 1...vectors_block => |vectors| accumulate_group(vectors, args, scratch, block, v_rows, first, count),
+            else => unreachable,
         }
-        for (0..rows) |r| {
-            const out = dst_row(args, h, row + r, b);
-            common.store_chunk(out, chunk, width, common.load_chunk(out, chunk, width, 0) + acc[r]);
+    }
+}
+
+/// accumulate_block for vectors [first, first + vectors) of the head dim.
+noinline fn accumulate_group(
+    comptime vectors: usize,
+    args: *const Args,
+    scratch: *const Scratch,
+    block: *const Block,
+    v_rows: Rows,
+    first: usize,
+    count: usize,
+) void {
+    var weights: [rows_block][*]align(1) const f32 = undefined;
+    var out: [rows_block][*]f32 = undefined;
+    var acc: [rows_block][vectors]F32x = undefined;
+    inline for (0..rows_block) |r| {
+        weights[r] = scratch.scores.ptr + r * tile;
+        out[r] = scratch.output.ptr + (block.state + block.token(r) - block.row) * args.dv_padded + first * lanes;
+        const factor = splat(scratch.factor[r]);
+        inline for (0..vectors) |v| acc[r][v] = @as(F32x, out[r][v * lanes ..][0..lanes].*) * factor;
+    }
+    multiply_block(vectors, &acc, &weights, v_rows.base + first * lanes, v_rows.stride, count);
+    inline for (0..rows_block) |r| {
+        if (r < block.rows) {
+            inline for (0..vectors) |v| out[r][v * lanes ..][0..lanes].* = acc[r][v];
         }
     }
 }

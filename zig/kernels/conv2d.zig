@@ -7,10 +7,18 @@
 //! any strides (conv2d's is pixels-adjacent: [OW, OH, OC, N] seen transposed). params (f32,
 //! whole numbers): s0, s1, p0, p1, d0, d1, KW, KH, as im2col's; tap k = (ic * KH + ky) * KW + kx.
 //!
-//! The GEMM runs with pixels along m (vectors: each micro-tile writes MR adjacent pixels of one
-//! output channel) and output channels along n (broadcasts), over gemm.zig's micro-kernel:
-//! dst[oc][p] = sum_k image_tap(p, k) * weights[oc][k]. Each thread packs the weights (all
-//! of K, all OC, a small part of the work) into NR-panels of its own; each unit of a few MR-panels of pixels packs its A block, KC taps at a time, straight from the
+//! Three paths. 3x3 kernels with stride 1, no dilation, f32 weights and at least a few input
+//! and output channels take the Winograd path (conv2d_winograd.zig: F(2x2, 3x3), 2.25 times
+//! fewer multiply-adds). Other stride-1 convolutions take the direct path
+//! (conv2d_direct.zig), which reads its A vectors straight from a zero-padded copy of the
+//! image. Other strides, and images whose padded copy would be too large, take the packing
+//! path below.
+//!
+//! The packing path runs with pixels along m (vectors: each micro-tile writes MR adjacent
+//! pixels of one output channel) and output channels along n (broadcasts), over gemm.zig's
+//! micro-kernel: dst[oc][p] = sum_k image_tap(p, k) * weights[oc][k]. Each thread packs the
+//! weights (all of K, all OC, a small part of the work) into NR-panels of its own; each unit
+//! of a few MR-panels of pixels packs its A block, KC taps at a time, straight from the
 //! image (the im2col row pieces, zeros in the padding) and multiplies it by every weight panel.
 //! Threads claim units from a shared counter, so a thread a busy machine deschedules leaves its
 //! pixels to the others. f16 weights: the image values are rounded to f16 while packed, as
@@ -22,6 +30,13 @@
 const std = @import("std");
 const common = @import("common.zig");
 const gemm = @import("gemm.zig");
+const direct = @import("conv2d_direct.zig");
+const winograd = @import("conv2d_winograd.zig");
+const conv2d_common = @import("conv2d_common.zig");
+const Shape = conv2d_common.Shape;
+const zero = conv2d_common.zero;
+const copy = conv2d_common.copy;
+const round_f16 = conv2d_common.round_f16;
 
 const assert = common.assert;
 const Tensor = common.Tensor;
@@ -46,65 +61,6 @@ comptime {
     assert(counter_bytes % 64 == 0); // the regions after it stay 64-byte aligned
     assert(@sizeOf(std.atomic.Value(usize)) <= counter_bytes);
     assert(unit_panels_max >= 1);
-}
-
-/// The geometry of a conv_2d node (validate.zig checked it).
-const Shape = struct {
-    kw: usize,
-    kh: usize,
-    channels: usize,
-    out_channels: usize,
-    iw: i64,
-    ih: i64,
-    ow: usize,
-    oh: usize,
-    images: usize,
-    stride: [2]i64,
-    pad: [2]i64,
-    dilation: [2]i64,
-    k: usize, // taps: channels * kh * kw
-    pixels: usize, // ow * oh
-
-    fn of(n: *const common.Node) Shape {
-        const p = struct {
-            fn int(node: *const common.Node, i: usize) i64 {
-                return @intFromFloat(node.param_f32(i));
-            }
-        };
-        const image = Tensor.from(&n.src[1]);
-        const weights = Tensor.from(&n.src[0]);
-        const dst = Tensor.from(&n.dst);
-        const kw: usize = @intCast(p.int(n, 6));
-        const kh: usize = @intCast(p.int(n, 7));
-        const iw: i64 = @intCast(image.ne[0]);
-        const ih: i64 = @intCast(image.ne[1]);
-        const ow = output_size(iw, @intCast(kw), p.int(n, 0), p.int(n, 2), p.int(n, 4));
-        const oh = output_size(ih, @intCast(kh), p.int(n, 1), p.int(n, 3), p.int(n, 5));
-        const shape: Shape = .{
-            .kw = kw,
-            .kh = kh,
-            .channels = image.ne[2],
-            .out_channels = weights.ne[1],
-            .iw = iw,
-            .ih = ih,
-            .ow = @intCast(ow),
-            .oh = @intCast(oh),
-            .images = image.ne[3],
-            .stride = .{ p.int(n, 0), p.int(n, 1) },
-            .pad = .{ p.int(n, 2), p.int(n, 3) },
-            .dilation = .{ p.int(n, 4), p.int(n, 5) },
-            .k = weights.ne[0],
-            .pixels = @intCast(ow * oh),
-        };
-        assert(shape.k == shape.channels * kh * kw);
-        assert(dst.ne[1] == shape.pixels);
-        return shape;
-    }
-};
-
-/// ggml_calc_conv_output_size: (ins + 2p - d(ks - 1) - 1) / s + 1.
-fn output_size(ins: i64, ks: i64, s: i64, p: i64, d: i64) i64 {
-    return @divFloor(ins + 2 * p - d * (ks - 1) - 1, s) + 1;
 }
 
 /// Taps per KC block: K in equal blocks of at most kc_max.
@@ -145,7 +101,11 @@ const Layout = struct {
 
 /// Scratch bytes conv_2d needs with `thread_count` threads.
 pub fn work_size(n: *const common.Node, thread_count: u32) u64 {
-    return Layout.of(Shape.of(n), @max(thread_count, 1)).total_bytes;
+    const shape = Shape.of(n);
+    const threads: usize = @max(thread_count, 1);
+    if (winograd.Geometry.of(shape, Tensor.from(&n.src[0]).dtype, threads)) |geo| return geo.total_bytes;
+    if (direct.Geometry.of(shape, threads)) |geo| return geo.total_bytes;
+    return Layout.of(shape, @max(thread_count, 1)).total_bytes;
 }
 
 /// MR panels per unit: as many as allowed while every thread still gets a few units.
@@ -156,11 +116,19 @@ fn unit_panels(shape: Shape, thread_count: usize) usize {
 
 pub fn conv_2d(n: *const common.Node, work: *const common.Work) common.Status {
     const shape = Shape.of(n);
-    if (work.scratch_size_bytes < Layout.of(shape, work.thread_count).total_bytes) return .out_of_space;
-    switch (Tensor.from(&n.src[0]).dtype) {
-        .f16 => run(f16, n, shape, work),
-        else => run(f32, n, shape, work),
+    const f16_weights = Tensor.from(&n.src[0]).dtype == .f16;
+    if (winograd.Geometry.of(shape, Tensor.from(&n.src[0]).dtype, work.thread_count)) |geo| {
+        if (work.scratch_size_bytes < geo.total_bytes) return .out_of_space;
+        winograd.run(n, shape, geo, work);
+        return .ok;
     }
+    if (direct.Geometry.of(shape, work.thread_count)) |geo| {
+        if (work.scratch_size_bytes < geo.total_bytes) return .out_of_space;
+        if (f16_weights) direct.run(f16, n, shape, geo, work) else direct.run(f32, n, shape, geo, work);
+        return .ok;
+    }
+    if (work.scratch_size_bytes < Layout.of(shape, work.thread_count).total_bytes) return .out_of_space;
+    if (f16_weights) run(f16, n, shape, work) else run(f32, n, shape, work);
     return .ok;
 }
 
@@ -347,55 +315,4 @@ fn pack_a(
         }
     }
     if (T == f16) round_f16(dst, ip * mr * kc);
-}
-
-/// Powers of two below `lanes`, largest first: the vector widths that finish a run's tail.
-const tail_widths = blk: {
-    var widths: [std.math.log2_int(usize, lanes)]usize = undefined;
-    for (&widths, 0..) |*w, i| w.* = lanes >> (i + 1);
-    break :blk widths;
-};
-
-inline fn zero(out: [*]f32, count: usize) void {
-    var i: usize = 0;
-    while (i + lanes <= count) : (i += lanes) out[i..][0..lanes].* = @as(V, @splat(0));
-    inline for (tail_widths) |w| {
-        if ((count - i) & w != 0) {
-            out[i..][0..w].* = @as(@Vector(w, f32), @splat(0));
-            i += w;
-        }
-    }
-    assert(i == count);
-}
-
-/// `count` floats from `from`, `step` floats apart (step 1: vector copies; a run's tail in
-/// halving widths, never reading past its last float).
-inline fn copy(out: [*]f32, from: [*]align(1) const f32, count: usize, step: usize) void {
-    if (step == 1) {
-        var i: usize = 0;
-        while (i + lanes <= count) : (i += lanes) {
-            const v: V = from[i..][0..lanes].*;
-            out[i..][0..lanes].* = v;
-        }
-        inline for (tail_widths) |w| {
-            if ((count - i) & w != 0) {
-                const v: @Vector(w, f32) = from[i..][0..w].*;
-                out[i..][0..w].* = v;
-                i += w;
-            }
-        }
-        assert(i == count);
-        return;
-    }
-    for (0..count) |i| out[i] = from[i * step];
-}
-
-/// The values rounded to f16 (kept as f32): f16 weights multiply the image rounded, as ggml.
-fn round_f16(values: [*]f32, count: usize) void {
-    var i: usize = 0;
-    while (i + lanes <= count) : (i += lanes) {
-        const v: V = values[i..][0..lanes].*;
-        values[i..][0..lanes].* = common.widen_f16(lanes, common.narrow_f16(lanes, v));
-    }
-    while (i < count) : (i += 1) values[i] = @floatCast(@as(f16, @floatCast(values[i])));
 }

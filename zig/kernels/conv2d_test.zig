@@ -1,10 +1,18 @@
 //! conv_2d (kernels/conv2d.zig) against a float64 convolution, through tests.zig's harness
 //! (1, 2 and 3 threads with a real barrier, bitwise equal across thread counts, no byte outside
-//! dst written). Shapes hit the kernel's edges: several KC blocks of taps, output channels not
-//! a multiple of NR, pixel counts not a multiple of MR, output rows longer than a panel and one
-//! pixel wide, strides (the division path), dilation, padding wider than a tap, several images,
-//! an image with gaps between its rows and planes, strided weights, and both dst layouts
-//! (conv2d's pixels-adjacent one, with vector stores, and a channels-adjacent one).
+//! dst written). Shapes hit the three paths' edges. The Winograd path (3x3, stride 1, f32
+//! weights, 8 channels or more): odd and even output sizes (a tile half outside), no padding,
+//! padding of 2 and 3 (wider than the kernel's reach), tile rows longer than a unit, units
+//! and thread ranges across tile rows and images, more input channels than a weight transform
+//! step, output channels not a multiple of NR. The direct path (other stride-1
+//! convolutions): tiles across padded rows and whole tiles inside one (output rows wider than
+//! a tile), dilation, padding wider than a tap (output rows longer than an image row and its
+//! left padding), 1x1 kernels with and without padding, f16 weights, output channels not a
+//! multiple of its NR. The packing path (a stride other than 1): several KC blocks of taps,
+//! output channels not a multiple of NR, pixel counts not a multiple of MR, output rows longer
+//! than a panel, strides (the division path), dilation. All three: several images, an image
+//! with gaps between its rows and planes, strided weights, and both dst layouts (conv2d's
+//! pixels-adjacent one, with vector stores, and a channels-adjacent one).
 
 const std = @import("std");
 const node = @import("../node.zig");
@@ -38,6 +46,16 @@ const cases = [_]Case{
     .{ .kernel = .{ 3, 3 }, .channels = 4, .out_channels = 5, .image = .{ 3, 40, 1 }, .gaps = true },
     .{ .kernel = .{ 5, 5 }, .channels = 2, .out_channels = 17, .image = .{ 6, 6, 3 }, .pad = .{ 3, 3 }, .weights = .f16, .gaps = true },
     .{ .kernel = .{ 3, 3 }, .channels = 30, .out_channels = 20, .image = .{ 9, 8, 2 }, .stride = .{ 3, 1 }, .pad = .{ 2, 1 }, .dilation = .{ 1, 2 }, .weights = .f16 },
+    .{ .kernel = .{ 3, 2 }, .channels = 6, .out_channels = 9, .image = .{ 61, 7, 2 }, .pad = .{ 2, 0 }, .dilation = .{ 2, 3 }, .pixels_adjacent = false },
+    .{ .kernel = .{ 1, 1 }, .channels = 8, .out_channels = 16, .image = .{ 50, 3, 1 } },
+    .{ .kernel = .{ 3, 3 }, .channels = 7, .out_channels = 4, .image = .{ 100, 4, 1 }, .pad = .{ 1, 1 }, .weights = .f16 },
+    .{ .kernel = .{ 3, 1 }, .channels = 3, .out_channels = 5, .image = .{ 9, 6, 2 }, .pad = .{ 3, 2 } },
+    .{ .kernel = .{ 1, 1 }, .channels = 5, .out_channels = 9, .image = .{ 20, 3, 1 }, .pad = .{ 1, 1 }, .weights = .f16, .gaps = true },
+    .{ .kernel = .{ 3, 3 }, .channels = 9, .out_channels = 8, .image = .{ 10, 8, 1 } },
+    .{ .kernel = .{ 3, 3 }, .channels = 8, .out_channels = 17, .image = .{ 7, 9, 2 }, .pad = .{ 2, 2 }, .gaps = true },
+    .{ .kernel = .{ 3, 3 }, .channels = 10, .out_channels = 9, .image = .{ 5, 4, 1 }, .pad = .{ 3, 1 }, .pixels_adjacent = false },
+    .{ .kernel = .{ 3, 3 }, .channels = 8, .out_channels = 8, .image = .{ 100, 6, 1 }, .pad = .{ 1, 1 }, .strided_weights = true },
+    .{ .kernel = .{ 3, 3 }, .channels = 40, .out_channels = 70, .image = .{ 31, 30, 1 }, .pad = .{ 1, 0 } },
 };
 
 fn output_size(size: i64, kernel: i64, stride: i64, pad: i64, dilation: i64) i64 {
@@ -104,6 +122,13 @@ test "conv_2d matches a float64 convolution on odd shapes, strides, dilation, pa
     for (cases) |c| try run_case(c, prng.random());
 }
 
+fn work_size_node(weights: *const TestTensor, image: *const TestTensor, dst: *const TestTensor, stride: f32) node.Node {
+    var n = tests.make_node(.conv_2d, dst.desc, &.{ weights.desc, image.desc });
+    const params = [8]f32{ stride, stride, 0, 0, 1, 1, 3, 3 };
+    for (params, 0..) |p, i| n.params[i] = @bitCast(p);
+    return n;
+}
+
 test "conv_2d's work size covers every thread count up to the plan's" {
     var weights = try TestTensor.init(.f32, .{ 27, 8, 1, 1 }, .contiguous);
     defer weights.deinit();
@@ -111,13 +136,16 @@ test "conv_2d's work size covers every thread count up to the plan's" {
     defer image.deinit();
     var dst = try TestTensor.init(.f32, .{ 8, 64, 1, 1 }, .contiguous);
     defer dst.deinit();
-    var n = tests.make_node(.conv_2d, dst.desc, &.{ weights.desc, image.desc });
-    const params = [8]f32{ 1, 1, 0, 0, 1, 1, 3, 3 };
-    for (params, 0..) |p, i| n.params[i] = @bitCast(p);
-    var previous: u64 = 0;
-    for (1..5) |threads| {
-        const size = conv2d.work_size(&n, @intCast(threads));
-        try testing.expect(size > previous);
-        previous = size;
+    var strided_dst = try TestTensor.init(.f32, .{ 8, 16, 1, 1 }, .contiguous);
+    defer strided_dst.deinit();
+    // The packing path (stride 2) gives each thread a region, the direct path (stride 1) a
+    // unit counter: more threads, more bytes.
+    for ([_]node.Node{ work_size_node(&weights, &image, &strided_dst, 2), work_size_node(&weights, &image, &dst, 1) }) |n| {
+        var previous: u64 = 0;
+        for (1..5) |threads| {
+            const size = conv2d.work_size(&n, @intCast(threads));
+            try testing.expect(size > previous);
+            previous = size;
+        }
     }
 }

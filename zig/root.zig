@@ -467,10 +467,11 @@ export fn graft_allocator_create(size_bytes: u64, alignment: u32, measure: u32, 
     if (blocks_max == 0 or blocks_max > free_blocks_max) {
         return status_code(fail(.invalid_argument, "blocks_max {d} is not in 1..{d} (free_blocks_max)", .{ blocks_max, free_blocks_max }));
     }
-    const object = gpa.create(AllocatorObject) catch return status_code(fail(.out_of_memory, "allocator record", .{}));
+    // Every argument is checked before anything is allocated: a refusal leaks nothing.
     if (size_bytes > allocator_module.block_bytes_max) {
         return status_code(fail(.invalid_argument, "allocator size {d} exceeds {d} bytes (block_bytes_max)", .{ size_bytes, allocator_module.block_bytes_max }));
     }
+    const object = gpa.create(AllocatorObject) catch return status_code(fail(.out_of_memory, "allocator record", .{}));
     const blocks = gpa.alloc(allocator_module.Block, blocks_max) catch {
         gpa.destroy(object);
         return status_code(fail(.out_of_memory, "free-block list of {d}", .{blocks_max}));

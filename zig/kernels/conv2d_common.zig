@@ -134,14 +134,7 @@ pub inline fn copy(out: [*]f32, from: [*]align(1) const f32, count: usize, step:
             const v: V = from[i..][0..lanes].*;
             out[i..][0..lanes].* = v;
         }
-        inline for (tail_widths) |w| {
-            if ((count - i) & w != 0) {
-                const v: @Vector(w, f32) = from[i..][0..w].*;
-                out[i..][0..w].* = v;
-                i += w;
-            }
-        }
-        assert(i == count);
+        copy_tail(out, from, i, count);
         return;
     }
     for (0..count) |i| out[i] = from[i * step];
@@ -160,6 +153,14 @@ pub inline fn copy_short(comptime max: usize, out: [*]f32, from: [*]align(1) con
             i += lanes;
         }
     }
+    copy_tail(out, from, i, count);
+}
+
+/// Floats [start, count) of `from`, fewer than lanes: one move per set bit of their number,
+/// halving widths, never reading past the last.
+inline fn copy_tail(out: [*]f32, from: [*]align(1) const f32, start: usize, count: usize) void {
+    assert(count - start < lanes);
+    var i = start;
     inline for (tail_widths) |w| {
         if ((count - i) & w != 0) {
             const v: @Vector(w, f32) = from[i..][0..w].*;

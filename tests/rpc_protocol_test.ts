@@ -170,6 +170,11 @@ Deno.test("every fixed-size message round-trips and has the size ggml-rpc.cpp gi
     assertEquals(bytes.byteLength, P.RPC_REQUEST_SIZE[cmd], P.rpcCmdName(cmd));
     assertEquals(unpack(bytes), expected, P.rpcCmdName(cmd));
   }
+  // A packed tensor then its range is the whole GET_TENSOR request (RpcBackend keeps the first).
+  assertEquals(
+    [...P.packInitTensorRequest(t), ...P.packGetTensorRange(16n, 64n)],
+    [...P.packGetTensorRequest({ tensor: t, offset: 16n, size: 64n })],
+  );
   const srcs = [sampleTensor(4), ...Array.from({ length: 9 }, P.emptyRpcTensor)];
   const allocSize = P.packGetAllocSizeRequest({ device: 0, tensor: t, srcs: [sampleTensor(4)] });
   assertEquals(allocSize.byteLength, 3260);

@@ -223,7 +223,7 @@ function products(
   let offset = 0;
   return ws.map((w) => {
     // One token: each part is dense. Several: a token's column is the whole's rows apart.
-    const nb = T === 1 ? {} : { nb: [all.nb[0]!, all.nb[1]!, all.nb[2]!, all.nb[3]!] as const };
+    const nb = T === 1 ? {} : { nb: all.nb };
     const part = view(all, [w.ne[1]!, T], { offset, ...nb });
     offset += w.ne[1]! * all.nb[0]!;
     return part;

@@ -798,6 +798,14 @@ export function packGetTensorRequest(req: GetTensorRequest): Uint8Array {
     .u64("get_tensor.size", req.size).done();
 }
 
+/**
+ * The part of a GET_TENSOR request after its tensor (`offset`, `size`): for a client that keeps
+ * the tensor's packed bytes and sends them before it.
+ */
+export function packGetTensorRange(offset: bigint, size: bigint): Uint8Array {
+  return new Writer(16).u64("get_tensor.offset", offset).u64("get_tensor.size", size).done();
+}
+
 /** Unpacks a GET_TENSOR request. */
 export function unpackGetTensorRequest(bytes: Uint8Array): GetTensorRequest {
   const r = new Reader(bytes, "get_tensor_req");

@@ -45,6 +45,7 @@ import {
   packBufferClearRequest,
   packCopyTensorRequest,
   packGetAllocSizeRequest,
+  packGetTensorRange,
   packGetTensorRequest,
   packGraph,
   packInitTensorRequest,
@@ -182,7 +183,9 @@ export class RpcPlan implements GraphPlan {
       if (!buffers.has(buffer)) buffers.set(buffer, t);
     }
     this.buffers = buffers;
-    this.writes = [...new Set(graph.nodes.filter(writesLeaf).map((n) => backend.bufferOf(n, "")))];
+    this.writes = [
+      ...new Set(graph.nodes.filter(writesLeaf).map((n) => backend.bufferOf(n, "graphPlanCreate"))),
+    ];
     this.#onDispose = onDispose;
   }
 
@@ -657,8 +660,7 @@ export class RpcBackend implements Backend {
     const bytes = new Uint8Array(into.buffer, into.byteOffset, into.byteLength);
     const c = this.#connection;
     await c.enqueue("GET_TENSOR", async () => {
-      const range = new Uint8Array(16);
-      new DataView(range.buffer).setBigUint64(8, BigInt(bytes.byteLength), true);
+      const range = packGetTensorRange(0n, BigInt(bytes.byteLength));
       await c.send(RpcCmd.GET_TENSOR, [this.#packedTensor(tensor, "getTensorIntoAsync"), range]);
       await c.receiveInto(RpcCmd.GET_TENSOR, bytes);
     });
@@ -991,7 +993,6 @@ function swigluPairs(graph: Graph): { gates: Map<Tensor, Tensor>; silus: Set<Ten
   for (const node of graph.nodes) {
     for (const s of node.src) uses.set(s, (uses.get(s) ?? 0) + 1);
   }
-  const outputs = new Set(graph.outputs);
   const gates = new Map<Tensor, Tensor>();
   const silus = new Set<Tensor>();
   const plain = (t: Tensor): boolean => t.dtype === "f32" && t.isContiguous;
@@ -999,7 +1000,8 @@ function swigluPairs(graph: Graph): { gates: Map<Tensor, Tensor>; silus: Set<Ten
     const [silu, up] = node.src;
     if (node.op !== Op.mul || !silu || !up || silu.op !== Op.silu) continue;
     const gate = silu.src[0]!;
-    if (uses.get(silu) !== 1 || outputs.has(silu) || silu.isOutput || silu.viewSource) continue;
+    // isOutput: an output of this graph or of any other built over it (someone reads it).
+    if (uses.get(silu) !== 1 || silu.isOutput || silu.viewSource) continue;
     const same = [gate, up, silu, node].every((t) =>
       plain(t) && t.ne.every((n, d) => n === node.ne[d])
     );

@@ -309,8 +309,10 @@ export class LLM implements Disposable {
           // embedding too (a tied output keeps a copy there anyway), and the inputs are written
           // straight to it. A token is then one compute and one read, with no local split
           // to compute and no copies across (ggml's scheduler would copy the inputs over).
-          if (choice === "cpu") {
-            owned.splice(owned.indexOf(backend), 1);
+          // A local backend the model made (CPU or WebGPU) has nothing to run: it goes.
+          const made = owned.indexOf(backend);
+          if (made >= 0) {
+            owned.splice(made, 1);
             backend.dispose();
           }
           backend = stages[0]!.backend;

@@ -306,6 +306,7 @@ export type { LayerSplit, LayerStage } from "./src/llm/plan_cache.ts";
 export {
   buildLlamaGraph,
   type LlamaGraph,
+  type LlamaGraphOptions,
   type LlamaGraphShape,
   type LlamaLayerWeights,
   type LlamaWeights,

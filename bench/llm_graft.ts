@@ -12,7 +12,9 @@
  * `add_bos_token`, as llama-bench's. Prints one JSON line: `{"pp":{"samples_ts":[...]},"tg":...}`.
  *
  *   deno run --allow-ffi --allow-env --allow-read bench/llm_graft.ts \
- *     MODEL THREADS N_PROMPT N_GEN N_CTX_PP N_CTX_TG REPS SEED
+ *     MODEL THREADS N_PROMPT N_GEN N_CTX_PP N_CTX_TG REPS SEED [FA]
+ *
+ * FA: 1 runs the model with flash attention (`LLMLoadOptions.flashAttn`; default 0).
  * @module
  */
 
@@ -22,7 +24,7 @@ import { type GGUFArray, metadataValue } from "../src/gguf/reader.ts";
 import { arrayLength } from "../src/gguf/lazy_array.ts";
 import { tokenStream } from "./llm_tokens.ts";
 
-const [model, threads, nPrompt, nGen, nCtxPP, nCtxTG, reps, seed] = Deno.args;
+const [model, threads, nPrompt, nGen, nCtxPP, nCtxTG, reps, seed, fa] = Deno.args;
 if (seed === undefined) {
   throw new Error("usage: llm_graft.ts MODEL THREADS N_PROMPT N_GEN N_CTX_PP N_CTX_TG REPS SEED");
 }
@@ -61,7 +63,12 @@ async function test(
   warmup: number,
   nCtx: number,
 ): Promise<{ samples_ts: number[]; n_ctx: number }> {
-  using llm = await LLM.load(model!, { threads: Number(threads), nCtx, backend: "cpu" });
+  using llm = await LLM.load(model!, {
+    threads: Number(threads),
+    nCtx,
+    backend: "cpu",
+    flashAttn: fa === "1",
+  });
   llm.reset();
   await run(llm, warmup);
   const samples: number[] = [];

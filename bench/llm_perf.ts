@@ -15,7 +15,10 @@
  * in one process). The sides alternate, `--rounds` times (the order reversed every other round),
  * so a noisy neighbour slows each; a missing peer is skipped with how to get it.
  *
- * Usage: deno task bench:llm [--reps 5] [--rounds 2] [--seed 42] [--no-node]
+ * `--fa on` runs every side with flash attention (llama-bench `-fa 1`, Graft's `flashAttn`,
+ * node-llama-cpp's `flashAttention`) and names the lines `llm_pp128_fa`, `llm_tg64_fa`, `llm_rss_fa`.
+ *
+ * Usage: deno task bench:llm [--reps 5] [--rounds 2] [--seed 42] [--fa on|off] [--no-node]
  * @module
  */
 
@@ -48,6 +51,11 @@ const flag = (name: string, fallback: number): number => {
 const REPS = flag("--reps", 5);
 const ROUNDS = flag("--rounds", 2);
 const SEED = flag("--seed", 42);
+const faAt = args.indexOf("--fa");
+const FA = faAt >= 0 ? args[faAt + 1] : "off";
+if (FA !== "on" && FA !== "off") throw new Error(`--fa must be on or off, got ${FA}`);
+/** Line names' suffix for the flash-attention runs. */
+const FA_SUFFIX = FA === "on" ? "_fa" : "";
 
 /** Tokens/s per repetition of each test, and the peak RSS, of one side over all rounds. */
 interface Side {
@@ -73,6 +81,7 @@ async function runGraft(): Promise<Side> {
   const run = await runWithPeakRss(Deno.execPath(), [
     ...["run", "--allow-ffi", "--allow-env", "--allow-read", script, SMOLLM2_PATH],
     ...[THREADS, N_PROMPT, N_GEN, N_CTX_PP, N_CTX_TG, REPS, SEED].map(String),
+    FA === "on" ? "1" : "0",
   ]);
   if (!run.success) throw new Error(`bench/llm_graft.ts failed:\n${run.stderr}`);
   const out = JSON.parse(run.stdout.trim().split("\n").at(-1)!) as {
@@ -112,7 +121,7 @@ if (import.meta.main) {
       `${simdLevel()}${extras.length ? ` (+${extras.join(", ")})` : ""}`,
   );
   console.log(
-    `# both sides: threads=${THREADS}; KV cache K f16, V f16; flash attention off; ` +
+    `# both sides: threads=${THREADS}; KV cache K f16, V f16; flash attention ${FA}; ` +
       `pp${N_PROMPT} n_ctx=${N_CTX_PP}, tg${N_GEN} n_ctx=${N_CTX_TG} (llama-bench asks for ` +
       `n_prompt+n_gen = ${N_PROMPT} and ${N_GEN}, llama.cpp pads to a multiple of ${LLAMA_CTX_PAD}; ` +
       `Graft and node-llama-cpp get the padded sizes); one warmup, ${REPS} repetitions x ` +
@@ -125,7 +134,7 @@ if (import.meta.main) {
     nPrompt: N_PROMPT,
     nGen: N_GEN,
     reps: REPS,
-    flashAttn: "0",
+    flashAttn: FA === "on" ? "1" : "0",
     repack: 1,
   };
   const found = llamaBenchPath();
@@ -138,13 +147,17 @@ if (import.meta.main) {
     settings.repack = repack;
     console.log(`# llama_bench: ${llamaBench} ${llamaBenchArgs(settings).join(" ")}`);
     console.log(
-      `#   -fa 0: llama-bench's default is auto (on where the CPU backend supports it); ` +
-        `Graft has no flash-attention kernel. --repack ${repack}: ${why}`,
+      `#   -fa ${settings.flashAttn}: llama-bench's default is auto (on where the CPU backend ` +
+        `supports it); both sides are set alike (--fa on|off). --repack ${repack}: ${why}`,
     );
   }
   const nodeMissing = args.includes("--no-node") ? "--no-node" : nodeLlamaCppMissing();
   if (nodeMissing) console.log(`# llm vs node_llama_cpp skipped: ${nodeMissing}`);
-  else console.log(`# node_llama_cpp: gpu: false, flashAttention: false, same threads and n_ctx`);
+  else {
+    console.log(
+      `# node_llama_cpp: gpu: false, flashAttention: ${FA === "on"}, same threads and n_ctx`,
+    );
+  }
 
   const graft = emptySide(), peer = emptySide(), node = emptySide();
   let nodeOk = !nodeMissing, nodeVersion = "";
@@ -175,6 +188,7 @@ if (import.meta.main) {
             nCtxPP: N_CTX_PP,
             nCtxTG: N_CTX_TG,
             seed: SEED,
+            flashAttention: FA === "on",
           });
           nodeVersion = run.version;
           add(node, run);
@@ -188,17 +202,17 @@ if (import.meta.main) {
   }
   progress.done();
 
-  if (llamaBench) printLines("llama_bench", "", graft, peer);
+  if (llamaBench) printLines("llama_bench", FA_SUFFIX, graft, peer);
   else {
     console.log(
-      `# graft alone: llm_pp${N_PROMPT}=${mean(graft.pp).toFixed(1)}tok/s ` +
-        `llm_tg${N_GEN}=${mean(graft.tg).toFixed(1)}tok/s llm_rss=${
+      `# graft alone: llm_pp${N_PROMPT}${FA_SUFFIX}=${mean(graft.pp).toFixed(1)}tok/s ` +
+        `llm_tg${N_GEN}${FA_SUFFIX}=${mean(graft.tg).toFixed(1)}tok/s llm_rss${FA_SUFFIX}=${
           (graft.peakRssBytes / 1e6).toFixed(1)
         }MB`,
     );
   }
   if (nodeOk) {
     console.log(`# node_llama_cpp ${nodeVersion}`);
-    printLines("node_llama_cpp", "_node_llama_cpp", graft, node);
+    printLines("node_llama_cpp", `${FA_SUFFIX}_node_llama_cpp`, graft, node);
   }
 }

@@ -15,6 +15,13 @@
  *   bits), so the AVX2 kernels are held to llama.cpp's AVX2 build (smollm2_greedy_avx2.json).
  * - against f64, the ggml path (activations quantized per block to q8_1 / q8_0, as ggml):
  *   NMSE <= 5e-3 and |error| <= 1.5 (measured 3.4e-3 and 1.1): the quantization itself;
+ * - `flashAttn` (one fused flashAttnExt per block, its own summation order in f32): with ggml's
+ *   products, NMSE <= 1e-2 and |error| <= 1.5 against f64 (measured here 4.1e-3 and 0.82; on
+ *   "The capital of France is" 9.4e-3 and 1.25, where the unfused graph has 1.1e-3: a last-bit
+ *   difference flips q8 roundings of the activations, and that noise varies with the prompt);
+ *   with `arithmetic: "fast"`, prefill NMSE <= 1e-6 and |error| <= 0.03 (measured 1.5e-7 and
+ *   0.011: no f16 rounding of the probabilities). Not llama.cpp's bits, so its greedy ids are
+ *   not compared with llama.cpp's (they part at near ties, measured at margins 0.07 to 0.16);
  * - `arithmetic: "fast"` (prompts of 20+ tokens through Graft's f32 GEMM over the dequantized
  *   weights; f16 KV cache; q and softmax rounded to f16 before the f16 products, as ggml):
  *   NMSE <= 5e-6 and |error| <= 0.05 against f64 (measured 2e-6 and 0.024; mostly the f16
@@ -24,10 +31,17 @@
 import assert from "node:assert/strict";
 import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
 import {
+  ArgumentError,
+  buildLlamaGraph,
   ContextFullError,
-  type CpuBackend,
+  CpuBackend,
+  GGUFFile,
+  KvCache,
   liveAllocations,
+  llamaWeights,
   LLM,
+  Op,
+  planGraph,
   readLlamaHParams,
 } from "../mod.ts";
 import { loadReferenceModel, referenceLogits, type ReferenceModel } from "./llm_reference.ts";
@@ -138,6 +152,107 @@ Deno.test({
         assert.ok(nmse <= 5e-6 && max <= 0.05, `${c.name} @${p}: NMSE ${nmse}, max ${max}`);
       });
     }
+  },
+});
+
+Deno.test({
+  name: "llm: flash attention against the f64 reference: ggml's products batched and one token " +
+    'at a time (NMSE <= 1e-2, |error| <= 1.5), arithmetic "fast" prefill (NMSE <= 1e-6, ' +
+    "|error| <= 0.03)",
+  ignore,
+  async fn(): Promise<void> {
+    const model = await referenceModel();
+    const ids = fixture.cases.find((c) => c.prompt_ids.length >= 40)!.prompt_ids.slice(0, 40);
+    const positions = [0, 17, 39];
+    const want = referenceLogits(model, ids, positions);
+    for (const arithmetic of ["ggml", "fast"] as const) {
+      using llm = await LLM.load(SMOLLM2_PATH, {
+        threads: 2,
+        nCtx: 64,
+        kvBucket: 32,
+        arithmetic,
+        flashAttn: true,
+      });
+      const [nmseMax, errorMax] = arithmetic === "ggml" ? [1e-2, 1.5] : [1e-6, 0.03];
+      const V = llm.hparams.nVocab;
+      const all = await llm.eval(ids, { allLogits: true });
+      positions.forEach((p, i) => {
+        const { max, nmse } = errors(all.subarray(p * V, (p + 1) * V), want[i]!);
+        assert.ok(
+          nmse <= nmseMax && max <= errorMax,
+          `${arithmetic} batched @${p}: NMSE ${nmse}, max ${max}`,
+        );
+      });
+      if (arithmetic === "fast") continue; // one token at a time takes ggml's products anyway
+      llm.reset();
+      for (let p = 0; p < ids.length; p++) {
+        const logits = await llm.eval([ids[p]!]);
+        const i = positions.indexOf(p);
+        if (i < 0) continue;
+        const { max, nmse } = errors(logits, want[i]!);
+        assert.ok(
+          nmse <= nmseMax && max <= errorMax,
+          `one at a time @${p}: NMSE ${nmse}, max ${max}`,
+        );
+      }
+      assert.equal(llm.nPast, 40); // crossed the 32-position KV bucket
+    }
+  },
+});
+
+Deno.test({
+  name: "llm: flash attention's graph: one flashAttnExt a block, no scores in the plan, V cached " +
+    "as the keys, an f16 mask; the other cache layout is refused",
+  ignore,
+  async fn(): Promise<void> {
+    using file = GGUFFile.open(SMOLLM2_PATH);
+    const hparams = readLlamaHParams(file.header);
+    using cpu = new CpuBackend({ threads: 1 });
+    using loaded = file.load(cpu);
+    const weights = llamaWeights(loaded.tensors, hparams);
+    const shape = { nTokens: 64, nKv: 256, allLogits: false };
+    using rows = new KvCache(cpu, hparams, 256, "f16", false);
+    using transposed = new KvCache(cpu, hparams, 256, "f16");
+    const width = hparams.headDim * hparams.nHeadKv;
+    assert.deepEqual(rows.layers[0]!.v.ne.slice(0, 2), [width, 256]);
+    assert.deepEqual(transposed.layers[0]!.v.ne.slice(0, 2), [256, width]);
+    const fused = buildLlamaGraph(hparams, weights, rows, shape, { flashAttn: true });
+    const plain = buildLlamaGraph(hparams, weights, transposed, shape, { flashAttn: false });
+    const count = (g: typeof fused, op: (typeof Op)[keyof typeof Op]): number =>
+      g.graph.nodes.filter((n) => n.op === op).length;
+    assert.equal(count(fused, Op.flashAttnExt), hparams.nLayer);
+    assert.equal(count(fused, Op.softmax), 0);
+    assert.equal(count(plain, Op.flashAttnExt), 0);
+    assert.equal(count(plain, Op.softmax), hparams.nLayer);
+    assert.equal(fused.mask.dtype, "f16");
+    assert.equal(plain.mask.dtype, "f32");
+    // A 256-token prompt reading 1024 positions: the unfused graph's peak holds [1024, 256, 9]
+    // f32 scores (9.4 MB) and their softmax; the fused one holds neither.
+    using rowsLong = new KvCache(cpu, hparams, 1024, "f16", false);
+    using transposedLong = new KvCache(cpu, hparams, 1024, "f16");
+    const long = { nTokens: 256, nKv: 1024, allLogits: false };
+    const peak = (cache: KvCache, flashAttn: boolean): number =>
+      planGraph(buildLlamaGraph(hparams, weights, cache, long, { flashAttn }).graph).size;
+    // (Measured: 4.3 MB fused, 10.6 MB unfused.)
+    const scores = 1024 * 256 * hparams.nHead * 4;
+    const [fusedPeak, plainPeak] = [peak(rowsLong, true), peak(transposedLong, false)];
+    assert.ok(
+      plainPeak >= scores && fusedPeak < scores / 2,
+      `fused ${fusedPeak} bytes, unfused ${plainPeak}, scores ${scores}`,
+    );
+    assert.throws(
+      () => buildLlamaGraph(hparams, weights, transposed, shape, { flashAttn: true }),
+      (e: unknown) => e instanceof ArgumentError && /vTransposed false/.test(e.message),
+    );
+    assert.throws(
+      () => buildLlamaGraph(hparams, weights, rows, shape),
+      (e: unknown) => e instanceof ArgumentError && /vTransposed true/.test(e.message),
+    );
+    await assert.rejects(
+      // deno-lint-ignore no-explicit-any -- a wrong type, as from untyped JavaScript
+      () => LLM.load(SMOLLM2_PATH, { flashAttn: "on" as any }),
+      /flashAttn must be a boolean/,
+    );
   },
 });
 

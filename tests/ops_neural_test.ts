@@ -169,7 +169,9 @@ interface AttnCase {
   q: Dims4;
   kv: [number, number, number, number, number]; // D(k), nKv, Hkv, Bkv, Dv
   dtype: "f32" | "f16";
-  mask?: "causal" | "random" | "hidden";
+  mask?: "causal" | "random" | "hidden" | "prefix" | "tails";
+  /** For a "prefix" mask: the positions visible from the start (the rest -inf). */
+  visible?: number;
   maskDType?: "f32" | "f16";
   maskRows?: number;
   options?: FlashAttnOptions;
@@ -213,6 +215,51 @@ const CASES: AttnCase[] = [
     mask: "causal",
     maskDType: "f32",
     options: { scale: 0.125 },
+  },
+  // One query token (q.ne[1] == 1) takes the one-token path: chunks of 64 positions combined
+  // after a barrier.
+  {
+    name:
+      "one token: f16 K/V, GQA 9:3, 2 batches, f16 mask visible to 450 of 700 (a decoding step)",
+    q: [64, 1, 9, 2],
+    kv: [64, 700, 3, 2, 64],
+    dtype: "f16",
+    mask: "prefix",
+    maskDType: "f16",
+    visible: 450,
+    options: { scale: 0.125 },
+  },
+  {
+    name: "one token: odd head dims (Dk 40, Dv 33), f32 random mask, softcap and ALiBi",
+    q: [40, 1, 5, 1],
+    kv: [40, 130, 5, 1, 33],
+    dtype: "f32",
+    mask: "random",
+    maskDType: "f32",
+    options: { scale: 0.3, softcap: 2.5, maxBias: 8 },
+  },
+  {
+    name: "one token, no mask, f32 K/V over 3 heads: 2 chunks, the last of 1 position",
+    q: [24, 1, 3, 1],
+    kv: [24, 65, 3, 1, 24],
+    dtype: "f32",
+  },
+  {
+    name: "one token: 16 heads on 1 kv head (groups of 8), a mask row per head hiding its own tail",
+    q: [32, 1, 16, 1],
+    kv: [32, 150, 1, 1, 32],
+    dtype: "f16",
+    mask: "tails",
+    maskDType: "f32",
+    options: { scale: 0.2 },
+  },
+  {
+    name: "one token whose every position is hidden: zeros",
+    q: [16, 1, 2, 1],
+    kv: [16, 90, 2, 1, 16],
+    dtype: "f16",
+    mask: "hidden",
+    maskDType: "f16",
   },
   {
     name: "mask hides every position of some rows: those rows are zeros",
@@ -260,6 +307,22 @@ function buildCase(c: AttnCase, seed: number): {
   if (c.mask === "hidden") {
     const values = Array.from(feed.rng.f32(nKv * rows, -1, 1));
     for (const row of [0, 3]) values.fill(-Infinity, row * nKv, (row + 1) * nKv);
+    mask = feed.of(c.maskDType!, [nKv, rows, 1, 1], values);
+  }
+  if (c.mask === "tails") {
+    // [nKv, rows, heads]: head h sees positions below nKv - 9h - 3.
+    const heads = c.q[2];
+    const values = Array.from(
+      { length: nKv * rows * heads },
+      (_, i) => i % nKv < nKv - 9 * Math.floor(i / (nKv * rows)) - 3 ? 0 : -Infinity,
+    );
+    mask = feed.of(c.maskDType!, [nKv, rows, heads, 1], values);
+  }
+  if (c.mask === "prefix") {
+    const values = Array.from(
+      { length: nKv * rows },
+      (_, i) => i % nKv < c.visible! ? 0 : -Infinity,
+    );
     mask = feed.of(c.maskDType!, [nKv, rows, 1, 1], values);
   }
   const options = { ...c.options, ...(mask ? { mask: mask.tensor } : {}) };

@@ -10,6 +10,7 @@ import { LLM } from "../mod.ts";
 import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
 import { GgmlRpcServer, llamaBinDir } from "./rpc_server.ts";
 import { nodeOps, watchSentGraphs } from "./rpc_sent_graphs.ts";
+import { loadReferenceModel, referenceLogits } from "./llm_reference.ts";
 
 const bin = llamaBinDir();
 const skip = "skip" in bin
@@ -150,5 +151,44 @@ Deno.test({
       const at = l.findIndex((v, i) => !Object.is(v, other[i]));
       assert.equal(at, -1, `step ${step}: logit ${at} is ${l[at]} fused, ${other[at]} apart`);
     });
+  },
+});
+
+Deno.test({
+  name: "rpc llm: flash attention on one ggml-rpc-server: one FLASH_ATTN_EXT a block and no " +
+    "SOFT_MAX; the prompt's logits against the f64 reference (NMSE <= 1e-2, |error| <= 1.5)",
+  ignore: skip !== null,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  fn: async () => {
+    await using server = await GgmlRpcServer.start(binDir, 1);
+    const sent: string[][] = [];
+    using _watch = watchSentGraphs((g) => sent.push(nodeOps(g)));
+    using remote = await LLM.load(SMOLLM2_PATH, {
+      threads: 1,
+      nCtx: 64,
+      flashAttn: true,
+      rpc: [server.endpoint],
+    });
+    // The prompt's graph and a decoding step's (each sent once: later steps reuse it).
+    for (const [step, ids] of [PROMPT, [12]].entries()) {
+      sent.length = 0;
+      const got = await remote.eval(ids);
+      const ops = sent.flat();
+      assert.equal(ops.filter((op) => op === "FLASH_ATTN_EXT").length, 30, `step ${step}`);
+      assert.equal(ops.filter((op) => op === "SOFT_MAX").length, 0, `step ${step}`);
+      if (step > 0) continue;
+      // ggml-cpu's flash attention (V summed in f16) with ggml's q8 activations: as the local
+      // CPU's flash attention against f64 (tests/llm_test.ts). Measured: NMSE 3.3e-3, 0.75.
+      const want = referenceLogits(await loadReferenceModel(SMOLLM2_PATH), PROMPT, [4])[0]!;
+      let num = 0, den = 0, max = 0;
+      for (let i = 0; i < want.length; i++) {
+        const d = got[i]! - want[i]!;
+        num += d * d;
+        den += want[i]! * want[i]!;
+        max = Math.max(max, Math.abs(d));
+      }
+      assert.ok(num / den <= 1e-2 && max <= 1.5, `NMSE ${num / den}, max ${max}`);
+    }
   },
 });

@@ -86,12 +86,44 @@ Deno.test({
   },
 });
 
+/**
+ * `other` follows `cpu` over the first short prompt: `steps` greedy ids of the CPU, then one
+ * evaluation of the prompt and those ids on `other` with every position's logits, whose argmax
+ * must be the CPU's id (or within NEAR_TIE of it); then one more token through `other`'s
+ * decoding plan.
+ */
+async function assertFollowsCpu(other: LLM, cpu: LLM, what: string, steps = 8): Promise<void> {
+  const c = SHORT[0]!;
+  let logits = await cpu.eval(c.prompt_ids);
+  const ids: number[] = [];
+  const rows: Float32Array[] = [];
+  for (let step = 0; step < steps; step++) {
+    const [first] = topTwo(logits);
+    ids.push(first);
+    rows.push(logits.slice());
+    if (step < steps - 1) logits = await cpu.eval([first]);
+  }
+  const V = other.hparams.nVocab;
+  const all = await other.eval([...c.prompt_ids, ...ids.slice(0, -1)], { allLogits: true });
+  const p = c.prompt_ids.length;
+  for (let step = 0; step < steps; step++) {
+    const [first] = topTwo(all.subarray((p - 1 + step) * V, (p + step) * V));
+    const gap = rows[step]![ids[step]!]! - rows[step]![first]!;
+    assert.ok(
+      first === ids[step] || gap <= NEAR_TIE,
+      `step ${step}: ${what} picks ${first}, ${gap} below the CPU's ${ids[step]}`,
+    );
+  }
+  // One more token through the decode plan (one token wide).
+  const next = await other.eval([ids[steps - 1]!]);
+  assert.equal(next.length, V);
+  assert.equal(other.nPast, p + steps);
+}
+
 Deno.test({
   name: "webgpu llm: layers split between the CPU and WebGPU (gpuLayers 3) follow the CPU's ids",
   ignore: gpu === null || !haveModel,
   async fn(): Promise<void> {
-    const c = SHORT[0]!;
-    const steps = 8;
     using cpu = await LLM.load(SMOLLM2_PATH, { threads: 2, nCtx: 32, kvBucket: 32 });
     using split = await LLM.load(SMOLLM2_PATH, {
       threads: 2,
@@ -101,30 +133,18 @@ Deno.test({
       gpuBackend: gpu!,
     });
     assert.equal(split.split?.from, 27);
-    let logits = await cpu.eval(c.prompt_ids);
-    const ids: number[] = [];
-    const rows: Float32Array[] = [];
-    for (let step = 0; step < steps; step++) {
-      const [first] = topTwo(logits);
-      ids.push(first);
-      rows.push(logits.slice());
-      if (step < steps - 1) logits = await cpu.eval([first]);
-    }
-    const V = split.hparams.nVocab;
-    const all = await split.eval([...c.prompt_ids, ...ids.slice(0, -1)], { allLogits: true });
-    const p = c.prompt_ids.length;
-    for (let step = 0; step < steps; step++) {
-      const [first] = topTwo(all.subarray((p - 1 + step) * V, (p + step) * V));
-      const gap = rows[step]![ids[step]!]! - rows[step]![first]!;
-      assert.ok(
-        first === ids[step] || gap <= NEAR_TIE,
-        `step ${step}: split picks ${first}, ${gap} below the CPU's ${ids[step]}`,
-      );
-    }
-    // One more token through the split's decode plan (a second schedule, one token wide).
-    const next = await split.eval([ids[steps - 1]!]);
-    assert.equal(next.length, V);
-    assert.equal(split.nPast, p + steps);
+    await assertFollowsCpu(split, cpu, "the split");
+  },
+});
+
+Deno.test({
+  name: "webgpu llm: flash attention (flashAttn) on WebGPU follows the CPU's flash attention",
+  ignore: gpu === null || !haveModel,
+  async fn(): Promise<void> {
+    const options = { nCtx: 32, kvBucket: 32, flashAttn: true };
+    using cpu = await LLM.load(SMOLLM2_PATH, { threads: 2, ...options });
+    using web = await LLM.load(SMOLLM2_PATH, { backend: gpu!, ...options });
+    await assertFollowsCpu(web, cpu, "WebGPU");
   },
 });
 

@@ -42,6 +42,7 @@ export const LLM_OPTIONS = {
   "ctx-size": { type: "string", short: "c" },
   "batch-size": { type: "string", short: "b" },
   "cache-type": { type: "string" },
+  "flash-attn": { type: "string" },
   "no-mmap": { type: "boolean" },
   help: { type: "boolean", short: "h" },
 } as const;
@@ -73,7 +74,13 @@ export function parseLlmArgs(
 ): LlmCliOptions {
   let parsed;
   try {
-    parsed = parseArgs({ args, options: { ...LLM_OPTIONS, ...extra }, allowPositionals: false });
+    // llama.cpp spells it `-fa`: parseArgs takes one-letter short options only.
+    const spelled = args.map((a) => a === "-fa" ? "--flash-attn" : a);
+    parsed = parseArgs({
+      args: spelled,
+      options: { ...LLM_OPTIONS, ...extra },
+      allowPositionals: false,
+    });
   } catch (error) {
     throw new UsageError((error as Error).message);
   }
@@ -90,6 +97,10 @@ export function parseLlmArgs(
   if (cacheType !== "f16" && cacheType !== "f32") {
     throw new UsageError(`--cache-type must be f16 or f32, got ${JSON.stringify(cacheType)}`);
   }
+  const flashAttn = v["flash-attn"] ?? "off";
+  if (flashAttn !== "on" && flashAttn !== "off") {
+    throw new UsageError(`--flash-attn (-fa) must be on or off, got ${JSON.stringify(flashAttn)}`);
+  }
   const threads = numberOption(v, "threads", positive, "a positive integer");
   const nCtx = numberOption(v, "ctx-size", positive, "a positive integer");
   const nBatch = numberOption(v, "batch-size", positive, "a positive integer");
@@ -102,6 +113,7 @@ export function parseLlmArgs(
     ...(nBatch !== undefined ? { nBatch } : {}),
     ...(gpuLayers !== undefined ? { gpuLayers } : {}),
     ...(v["no-mmap"] ? { mmap: false } : {}),
+    ...(flashAttn === "on" ? { flashAttn: true } : {}),
     ...(typeof v.rpc === "string" ? { rpc: rpcServers(v.rpc) } : {}),
   };
   const sampling: Record<string, unknown> = {

@@ -53,9 +53,12 @@ export async function runNodeLlamaCpp(s: {
   nCtxTG: number;
   reps: number;
   seed: number;
+  /** Flash attention on (its `flashAttention` context option); default off. */
+  flashAttention?: boolean;
 }): Promise<NodeLlamaCppResult> {
   const args = [s.model, s.threads, s.nPrompt, s.nGen, s.nCtxPP, s.nCtxTG, s.reps, s.seed]
     .map(String);
+  args.push(s.flashAttention ? "1" : "0");
   const run = await runWithPeakRss("node", [SCRIPT, ...args], {
     NODE_LLAMA_CPP_DIR: nodeLlamaCppDir(),
   });

@@ -4,12 +4,14 @@
 // printed as one JSON line on stdout. node-llama-cpp is not a dependency of the repository:
 // NODE_LLAMA_CPP_DIR names an install of it (`npm i -E node-llama-cpp@3.21.1` there).
 //
-//   node bench/peers/node_llama_cpp_bench.mjs MODEL THREADS N_PROMPT N_GEN N_CTX_PP N_CTX_TG REPS SEED
+//   node bench/peers/node_llama_cpp_bench.mjs MODEL THREADS N_PROMPT N_GEN N_CTX_PP N_CTX_TG REPS SEED [FA]
+//
+// FA: 1 turns flash attention on (default 0).
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
-const [model, threads, nPrompt, nGen, nCtxPP, nCtxTG, reps, seed] = process.argv.slice(2);
+const [model, threads, nPrompt, nGen, nCtxPP, nCtxTG, reps, seed, fa] = process.argv.slice(2);
 const dir = process.env.NODE_LLAMA_CPP_DIR;
 if (!dir || !model) {
   throw new Error("usage: NODE_LLAMA_CPP_DIR=... node_llama_cpp_bench.mjs MODEL ...");
@@ -43,7 +45,7 @@ async function test(kind, n, nCtx) {
     contextSize: nCtx,
     batchSize: Math.max(Number(nPrompt), 1),
     threads: { ideal: Number(threads), min: Number(threads) },
-    flashAttention: false,
+    flashAttention: fa === "1",
   });
   const seq = context.getSequence();
   // The logits of the last token are asked for (`generateNext`), as llama-bench's batches do.

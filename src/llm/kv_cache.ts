@@ -1,8 +1,10 @@
 /**
  * The KV cache: each layer's keys and values for every position of the context, as persistent
  * tensors in one buffer of the backend that runs the model. Keys are `[nEmbdKv, nCtx]` (a row
- * per position, as ggml's cache); values are stored transposed, `[nCtx, nEmbdKv]` (a row per
- * channel), so attention's `V·p` reads rows of positions, as llama.cpp's non-flash path does.
+ * per position, as ggml's cache). Values are stored transposed, `[nCtx, nEmbdKv]` (a row per
+ * channel), so attention's `V·p` reads rows of positions, as llama.cpp's non-flash path does;
+ * for flash attention (`vTransposed` false) they are stored as the keys, a row per position, as
+ * llama.cpp's cache with `-fa on` (the fused kernel reads a position's values together).
  * Layers split between backends have their cache on their own backend. Graphs write new positions with `setRows` at positions given as an input, so one plan serves
  * every position.
  * @module
@@ -21,7 +23,7 @@ export type KvCacheType = "f16" | "f32";
 export interface KvLayer {
   /** Keys, `[nEmbdKv, nCtx]`. */
   readonly k: Tensor;
-  /** Values, transposed: `[nCtx, nEmbdKv]`. */
+  /** Values: transposed, `[nCtx, nEmbdKv]`; or `[nEmbdKv, nCtx]` as the keys (flash attention). */
   readonly v: Tensor;
 }
 
@@ -33,18 +35,23 @@ export class KvCache implements Disposable {
   readonly type: KvCacheType;
   /** The layers' tensors. */
   readonly layers: readonly KvLayer[];
+  /** Values stored transposed (`[nCtx, nEmbdKv]`), else as the keys (for flash attention). */
+  readonly vTransposed: boolean;
   /** The buffers holding them: one per backend. */
   readonly buffers: readonly BackendBuffer[];
 
   /**
    * Allocates the cache of `nCtx` positions for `hparams`' layers, zeroed, on `backend` (or on
-   * each layer's backend, when the layers are split between backends).
+   * each layer's backend, when the layers are split between backends). `vTransposed` (default
+   * true) stores the values transposed, as attention through `mulMat` reads them; false stores
+   * them as the keys, as `flashAttnExt` reads them.
    */
   constructor(
     backend: Backend | ((layer: number) => Backend),
     hparams: LlamaHParams,
     nCtx: number,
     type: KvCacheType,
+    vTransposed = true,
   ) {
     const ctx = new Context();
     const width = hparams.headDim * hparams.nHeadKv;
@@ -52,12 +59,13 @@ export class KvCache implements Disposable {
     for (let il = 0; il < hparams.nLayer; il++) {
       layers.push({
         k: ctx.newTensor(type, [width, nCtx], `cache_k_l${il}`),
-        v: ctx.newTensor(type, [nCtx, width], `cache_v_l${il}`),
+        v: ctx.newTensor(type, vTransposed ? [nCtx, width] : [width, nCtx], `cache_v_l${il}`),
       });
     }
     this.nCtx = nCtx;
     this.type = type;
     this.layers = layers;
+    this.vTransposed = vTransposed;
     const backendOf = typeof backend === "function" ? backend : () => backend;
     const groups = new Map<Backend, Tensor[]>();
     layers.forEach((layer, il) => {

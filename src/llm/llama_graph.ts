@@ -7,7 +7,8 @@
  *
  * Attention multiplies each query head alone, as llama.cpp does: `K·Q` is one product per head
  * with nTokens columns, the kv head that a group of heads shares (GQA) broadcast to them, and so
- * is `V·p`; the mask has a row per token.
+ * is `V·p`; the mask has a row per token. With `flashAttn`, each block's attention is one fused
+ * `flashAttnExt` over the same views (llama.cpp's `-fa on` graph), its values cached as the keys.
  * @module
  */
 
@@ -24,6 +25,8 @@ import { mulMat as mulMatAny } from "../ops/matmul.ts";
 import { cont, getRows, setRows } from "../ops/copy.ts";
 import { permute, reshape, view } from "../ops/view.ts";
 import { rope, type RopeOptions } from "../ops/rope.ts";
+import { flashAttnExt } from "../ops/attention.ts";
+import { ArgumentError } from "../errors.ts";
 
 /** One layer's weights. */
 export interface LlamaLayerWeights {
@@ -177,7 +180,10 @@ export interface LlamaGraph {
   readonly tokens: Tensor;
   /** i32 `[nTokens]` positions (cache rows written). */
   readonly positions: Tensor;
-  /** f32 `[nKv, nTokens]`: 0 where token t may see key j, -Infinity elsewhere. */
+  /**
+   * `[nKv, nTokens]`: 0 where token t may see key j, -Infinity elsewhere; f32, or f16 with
+   * flash attention.
+   */
   readonly mask: Tensor;
   /**
    * i32 `[width * nTokens]` (llama.cpp's `v_idxs`): where each value element of token t goes in
@@ -262,18 +268,64 @@ function heads(t: Tensor, hd: number, n: number): Tensor {
   return view(t.viewSource!, [hd, n, T], { offset: t.viewOffset, nb: [e, hd * e, row, row * T] });
 }
 
+/** How {@link buildLlamaGraph} computes. */
+export interface LlamaGraphOptions {
+  /**
+   * Every product computes as ggml's CPU backend does (`mulMat`'s `ggml` option), so logits are
+   * llama.cpp's bit for bit on the CPU (default true); false lets prompts of 20+ tokens take the
+   * f32 GEMM.
+   */
+  readonly ggml?: boolean;
+  /**
+   * Attention as one fused `flashAttnExt` per block (llama.cpp's `-fa on`): no `[nKv, T, nHead]`
+   * scores in memory. The cache must store its values as the keys (`KvCache`'s `vTransposed`
+   * false). Default false: scores, softmax and `V·p` as llama.cpp's non-flash graph.
+   */
+  readonly flashAttn?: boolean;
+}
+
 /**
- * Builds the llama graph for `shape` over `weights` and `cache`. `ggml` (default true): every
- * product computes as ggml's CPU backend does (`mulMat`'s `ggml` option), so logits are
- * llama.cpp's bit for bit on the CPU; false lets prompts of 20+ tokens take the f32 GEMM.
+ * Builds the llama graph for `shape` over `weights` and `cache`; `options` as
+ * {@link LlamaGraphOptions} (a boolean is its `ggml`).
+ *
+ * @example
+ * ```ts
+ * import { buildLlamaGraph, CpuBackend, GGUFFile, KvCache, llamaWeights, readLlamaHParams } from "../../mod.ts";
+ * const cache = Deno.env.get("GRAFT_MODEL_CACHE") ?? `${Deno.env.get("HOME")}/.cache/graft/models`;
+ * using file = GGUFFile.open(`${cache}/SmolLM2-135M-Instruct.Q4_1.gguf`);
+ * using cpu = new CpuBackend();
+ * using loaded = file.load(cpu);
+ * const hparams = readLlamaHParams(file.header);
+ * using kv = new KvCache(cpu, hparams, 256, "f16", false);
+ * const built = buildLlamaGraph(hparams, llamaWeights(loaded.tensors, hparams), kv, {
+ *   nTokens: 8,
+ *   nKv: 256,
+ *   allLogits: false,
+ * }, { flashAttn: true });
+ * console.log(built.graph.nodes.length > 0);
+ * ```
  */
 export function buildLlamaGraph(
   hparams: LlamaHParams,
   weights: LlamaWeights,
   cache: KvCache,
   shape: LlamaGraphShape,
-  ggml = true,
+  options: boolean | LlamaGraphOptions = true,
 ): LlamaGraph {
+  const { ggml = true, flashAttn = false } = typeof options === "boolean"
+    ? { ggml: options }
+    : options;
+  if (flashAttn === cache.vTransposed) {
+    throw new ArgumentError(
+      `buildLlamaGraph: flashAttn ${flashAttn} needs a cache whose values are ` +
+        `${
+          flashAttn
+            ? "stored as the keys (KvCache vTransposed false)"
+            : "transposed (KvCache vTransposed true)"
+        }, ` +
+        `got vTransposed ${cache.vTransposed}`,
+    );
+  }
   const { nTokens: T, nKv } = shape;
   const { nEmbd, nHead, nHeadKv, headDim: hd, rmsEps } = hparams;
   const g = nHeadKv;
@@ -281,7 +333,9 @@ export function buildLlamaGraph(
   const ctx = new Context();
   const tokens = ctx.newTensor("i32", [T], "tokens");
   const positions = ctx.newTensor("i32", [T], "positions");
-  const mask = ctx.newTensor("f32", [nKv, T], "kq_mask");
+  // f16 with flash attention, as llama.cpp's (ggml-cpu's flash_attn_ext reads it so; 0 and
+  // -inf are exact in f16).
+  const mask = ctx.newTensor(flashAttn ? "f16" : "f32", [nKv, T], "kq_mask");
   const vIndices = ctx.newTensor("i32", [width * T], "v_idxs");
   const kqScale = 1 / Math.sqrt(hd);
   // ggml_rope_ext as llama.cpp calls it (llm_build_llama): the same scaling for every block,
@@ -332,37 +386,48 @@ export function buildLlamaGraph(
     const k = named(kRoped, "Krope");
     const v = named(vCur!.isContiguous ? vCur! : cont(vCur!), "Vcur"); // [width, T]
     const kWritten = setRows(layer.k, reshape(k, [width, T]), positions);
-    // The V cache is [nCtx, width]; its transpose's rows are positions.
-    const vT = view(layer.v, [width, nCtx], {
-      nb: [nCtx * cacheBytes, cacheBytes, width * nCtx * cacheBytes, width * nCtx * cacheBytes],
-    });
-    let vWritten = setRows(vT, v, positions);
-    const vBackend = layer.v.placement?.buffer.backend;
-    if (vBackend && !vBackend.supportsOp(vWritten)) {
-      // A backend that writes contiguous rows only (ggml's set_rows: an RPC server) gets the
-      // write as llama.cpp makes it for its transposed V: one-element rows at per-element
-      // indices, `c * nCtx + position` (v_idxs). Same values; slower on the CPU, so not there.
-      const vFlat = reshape(layer.v, [1, nCtx * width]);
-      vWritten = setRows(vFlat, reshape(v, [1, width * T]), vIndices);
-    }
     // Keys of kv head j: [hd, nKv], rows a position apart.
     const keys = view(kWritten, [hd, nKv, g], {
       nb: [cacheBytes, width * cacheBytes, hd * cacheBytes, width * nCtx * cacheBytes],
     });
-    // Values of kv head j transposed: [nKv, hd], rows a channel apart.
-    const values = view(vWritten, [nKv, hd, g], {
-      nb: [cacheBytes, nCtx * cacheBytes, hd * nCtx * cacheBytes, width * nCtx * cacheBytes],
-    });
     // Each head alone, as llama.cpp: queries [hd, T, nHead] (a view), the kv head broadcast to
-    // its r query heads (mulMat's batch broadcast: head h reads kv head h / r).
+    // its r query heads (head h reads kv head h / r).
     const queries = permute(q, [0, 2, 1, 3]);
-    const scores = named(mulMat(keys, queries), "kq"); // [nKv, T, nHead]
-    const p = named(softmax(scores, { mask, scale: kqScale }), "kq_soft_max");
-    const kqv = named(mulMat(values, p), "kqv"); // [hd, T, nHead]
-    // [hd, T, nHead] -> [hd, nHead, T] -> [nEmbd, T]
-    const merged = T === 1
-      ? reshape(kqv, [hd * nHead, 1])
-      : reshape(cont(permute(kqv, [0, 2, 1, 3])), [hd * nHead, T]);
+    let merged: Tensor; // [nEmbd, T]
+    if (flashAttn) {
+      // The V cache is [width, nCtx] as the keys: a position's values are a row.
+      const vWritten = setRows(layer.v, v, positions);
+      const values = view(vWritten, [hd, nKv, g], { nb: keys.nb });
+      // ggml's flash_attn_ext gives [hd, nHead, T] (already permuted): one row a head.
+      const kqv = named(flashAttnExt(queries, keys, values, { mask, scale: kqScale }), "fattn");
+      merged = reshape(kqv, [hd * nHead, T]);
+    } else {
+      // The V cache is [nCtx, width]; its transpose's rows are positions.
+      const vT = view(layer.v, [width, nCtx], {
+        nb: [nCtx * cacheBytes, cacheBytes, width * nCtx * cacheBytes, width * nCtx * cacheBytes],
+      });
+      let vWritten = setRows(vT, v, positions);
+      const vBackend = layer.v.placement?.buffer.backend;
+      if (vBackend && !vBackend.supportsOp(vWritten)) {
+        // A backend that writes contiguous rows only (ggml's set_rows: an RPC server) gets the
+        // write as llama.cpp makes it for its transposed V: one-element rows at per-element
+        // indices, `c * nCtx + position` (v_idxs). Same values; slower on the CPU, so not there.
+        const vFlat = reshape(layer.v, [1, nCtx * width]);
+        vWritten = setRows(vFlat, reshape(v, [1, width * T]), vIndices);
+      }
+      // Values of kv head j transposed: [nKv, hd], rows a channel apart.
+      const values = view(vWritten, [nKv, hd, g], {
+        nb: [cacheBytes, nCtx * cacheBytes, hd * nCtx * cacheBytes, width * nCtx * cacheBytes],
+      });
+      // mulMat's batch broadcast gives query head h kv head h / r.
+      const scores = named(mulMat(keys, queries), "kq"); // [nKv, T, nHead]
+      const p = named(softmax(scores, { mask, scale: kqScale }), "kq_soft_max");
+      const kqv = named(mulMat(values, p), "kqv"); // [hd, T, nHead]
+      // [hd, T, nHead] -> [hd, nHead, T] -> [nEmbd, T]
+      merged = T === 1
+        ? reshape(kqv, [hd * nHead, 1])
+        : reshape(cont(permute(kqv, [0, 2, 1, 3])), [hd * nHead, T]);
+    }
     let attnOut = named(mulMat(w.wo, merged), "attn_out");
     if (il === weights.layers.length - 1 && !shape.allLogits && T > 1) {
       // Only the last token's logits are read: as llama.cpp (its inp_out_ids), the last block's

@@ -13,7 +13,7 @@ import { ArgumentError, GraftError } from "../errors.ts";
 import { GGUFFile, type LoadedWeights } from "../gguf/file.ts";
 import { type LlamaHParams, readLlamaHParams, ropeFactorsName } from "./hparams.ts";
 import { KvCache, type KvCacheType } from "./kv_cache.ts";
-import { type LlamaWeights, llamaWeights } from "./llama_graph.ts";
+import { type LlamaGraphOptions, type LlamaWeights, llamaWeights } from "./llama_graph.ts";
 import { type LayerSplit, type LayerStage, PlanCache } from "./plan_cache.ts";
 import { type TokenizeOptions, Tokenizer } from "./tokenizer.ts";
 import { Sampler, type SamplerOptions, StopChecker } from "./sampling.ts";
@@ -78,6 +78,14 @@ export interface LLMLoadOptions {
    * about twice as fast and nearer the exact product, but not llama.cpp's bits.
    */
   readonly arithmetic?: "ggml" | "fast";
+  /**
+   * Flash attention (llama.cpp's `-fa on`): each block's attention is one fused
+   * `flashAttnExt` that never holds the `[nKv, nTokens, nHead]` scores, and the V cache stores
+   * a position's values as a row, as the keys. Default false: llama.cpp's non-flash graph, whose
+   * logits `arithmetic: "ggml"` gives bit for bit; the fused kernel sums in its own order (in f32
+   * throughout), so its logits are near those, not equal (`tests/llm_test.ts` states how near).
+   */
+  readonly flashAttn?: boolean;
   /** Map the file (CPU default) or copy the weights into backend buffers. */
   readonly mmap?: boolean;
   /** Loading progress, bytes of weights done of the total. */
@@ -201,7 +209,7 @@ export class LLM implements Disposable {
     nBatch: number;
     kvBucket: number;
     split: LayerSplit | null;
-    ggml: boolean;
+    graph: LlamaGraphOptions;
   }) {
     this.file = init.file;
     this.backend = init.backend;
@@ -219,7 +227,7 @@ export class LLM implements Disposable {
       init.cache,
       init.kvBucket,
       init.split,
-      init.ggml,
+      init.graph,
     );
   }
 
@@ -269,6 +277,10 @@ export class LLM implements Disposable {
         throw new ArgumentError(
           `LLM.load: arithmetic must be "ggml" or "fast", got ${String(arithmetic)}`,
         );
+      }
+      const flashAttn = options.flashAttn ?? false;
+      if (typeof flashAttn !== "boolean") {
+        throw new ArgumentError(`LLM.load: flashAttn must be a boolean, got ${String(flashAttn)}`);
       }
       const cacheType = options.cacheType ?? "f16";
       if (cacheType !== "f16" && cacheType !== "f32") {
@@ -377,6 +389,7 @@ export class LLM implements Disposable {
         hparams,
         nCtx,
         cacheType,
+        !flashAttn,
       );
       return new LLM({
         file,
@@ -389,7 +402,7 @@ export class LLM implements Disposable {
         nBatch,
         kvBucket,
         split,
-        ggml: arithmetic === "ggml",
+        graph: { ggml: arithmetic === "ggml", flashAttn },
       });
     } catch (error) {
       for (const w of weights) w.dispose();

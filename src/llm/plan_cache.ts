@@ -17,6 +17,7 @@ import type { KvCache } from "./kv_cache.ts";
 import {
   buildLlamaGraph,
   type LlamaGraph,
+  type LlamaGraphOptions,
   type LlamaGraphShape,
   type LlamaWeights,
   vCacheIndices,
@@ -51,7 +52,8 @@ export interface LayerSplit {
 interface Entry {
   readonly built: LlamaGraph;
   readonly inputs: BackendBuffer;
-  readonly mask: Float32Array;
+  /** The mask's values: f32, or f16 bits (flash attention). */
+  readonly mask: Float32Array | Uint16Array;
   readonly vIndices: Int32Array;
   /** The token ids and positions written as inputs (the plan's own arrays, reused). */
   readonly tokens: Int32Array;
@@ -69,7 +71,7 @@ export class PlanCache implements Disposable {
   readonly #cache: KvCache;
   readonly #bucket: number;
   readonly #split: LayerSplit | null;
-  readonly #ggml: boolean;
+  readonly #graph: LlamaGraphOptions;
   readonly #entries = new Map<string, Entry>();
   /** The most recently used entry and its key (also in #entries). */
   #lastKey: string | null = null;
@@ -86,9 +88,9 @@ export class PlanCache implements Disposable {
     cache: KvCache,
     bucket: number,
     split: LayerSplit | null = null,
-    ggml = true,
+    graph: LlamaGraphOptions = {},
   ) {
-    this.#ggml = ggml;
+    this.#graph = graph;
     this.#split = split;
     this.#backend = backend;
     this.#hparams = hparams;
@@ -134,11 +136,13 @@ export class PlanCache implements Disposable {
     backend.setTensor(built.positions, positions);
     // Row t is token t's (llama_graph.ts): keys up to its position are visible.
     const nKv = shape.nKv;
+    // 0 and -inf; in f16 bits, 0x0000 and 0xfc00.
+    const hidden = mask instanceof Float32Array ? -Infinity : 0xfc00;
     for (let t = 0; t < T; t++) {
       const visible = nPast + t + 1;
       const line = mask.subarray(t * nKv, (t + 1) * nKv);
       line.fill(0, 0, visible);
-      line.fill(-Infinity, visible);
+      line.fill(hidden, visible);
     }
     backend.setTensor(built.mask, mask);
     const { headDim, nHeadKv } = this.#hparams;
@@ -153,7 +157,7 @@ export class PlanCache implements Disposable {
    */
   memoryPlan(nTokens: number, nPast: number): MemoryPlan {
     const shape = { nTokens, nKv: this.kvLength(nPast + nTokens), allLogits: false };
-    const built = buildLlamaGraph(this.#hparams, this.#weights, this.#cache, shape, this.#ggml);
+    const built = buildLlamaGraph(this.#hparams, this.#weights, this.#cache, shape, this.#graph);
     return planGraph(built.graph, { alignment: this.#backend.alignment });
   }
 
@@ -170,14 +174,16 @@ export class PlanCache implements Disposable {
       this.#entries.set(key, found);
       return found;
     }
-    const built = buildLlamaGraph(this.#hparams, this.#weights, this.#cache, shape, this.#ggml);
+    const built = buildLlamaGraph(this.#hparams, this.#weights, this.#cache, shape, this.#graph);
     const inputs = allocTensors(this.#backend, built.inputs);
     try {
       const run = this.#split ? this.#scheduled(built, this.#split) : this.#planned(built);
       const entry: Entry = {
         built,
         inputs,
-        mask: new Float32Array(built.mask.nelements),
+        mask: built.mask.dtype === "f16"
+          ? new Uint16Array(built.mask.nelements)
+          : new Float32Array(built.mask.nelements),
         vIndices: new Int32Array(built.vIndices.nelements),
         tokens: new Int32Array(built.tokens.nelements),
         positions: new Int32Array(built.positions.nelements),

@@ -33,6 +33,9 @@
 //! the thread count (a row's accumulators never mix with the other rows of its block), so the
 //! result does not depend on it. A tile where the mask hides
 //! every row of a block is skipped (the upper triangle of a causal mask).
+//!
+//! One query token per head (a decoding step) takes `OneToken` instead: chunks of positions for
+//! the query heads that share a kv head together, combined after a barrier (see there).
 
 const std = @import("std");
 const common = @import("common.zig");
@@ -133,9 +136,11 @@ fn thread_bytes(args: *const Args) usize {
     return round_up(Scratch.floats(args.dk, args.dv_padded, args.blocks) * 4, 64);
 }
 
-/// Scratch bytes for `thread_count` threads: one `Scratch` each.
+/// Scratch bytes for `thread_count` threads: one `Scratch` each; for one query token, the
+/// one-token path's (`OneToken`).
 pub fn work_size(n: *const common.Node, thread_count: u32) u64 {
     const args = args_of(n);
+    if (OneToken.applies(&args)) return OneToken.of(&args).work_size(thread_count);
     return @as(u64, thread_bytes(&args)) * thread_count;
 }
 
@@ -176,6 +181,10 @@ pub fn flash_attn_ext(n: *const common.Node, work: *const common.Work) common.St
     assert(args.k.ne[0] == args.dk);
     assert(args.dst.ne[0] == args.dv);
     if (work.scratch_size_bytes < work_size(n, work.thread_count)) return .out_of_space;
+    if (OneToken.applies(&args)) {
+        OneToken.of(&args).run(&args, work);
+        return .ok;
+    }
     const scratch = scratch_of(&args, work);
     const heads = args.q.ne[2] * args.q.ne[3];
     const range = common.thread_range(heads * args.blocks, work);
@@ -629,3 +638,280 @@ noinline fn accumulate_group(
         }
     }
 }
+
+/// One query token per head (a decoding step: q.ne[1] == 1). The block path above would compute
+/// a rows_block-row block for that one row (5 of 6 rows wasted) and give each thread whole
+/// heads (9 heads on 2 threads: 5 against 4). Here the kv positions are cut into chunks of
+/// `chunk` (fixed, so the result does not depend on the thread count), and the query heads
+/// that share a kv head (grouped-query attention) go together, so each key and value row is
+/// read once for all of them:
+/// - phase 1, each (kv head group, batch, chunk) on its own: for each of the group's heads, the
+///   chunk's logits (dot products of q with each key row, then scale, softcap and the sloped mask
+///   a vector at a time), their maximum M, the weights exp(s - M), their sum L and the weighted
+///   sum O of the value rows, stored as that head's partial (M, L, O) for the chunk;
+/// - after a barrier, each (head, batch): the partials combined in chunk order, O and L scaled
+///   by exp(M_c - M) to the row's maximum, and O / L written (zeros where every logit is -inf).
+const OneToken = struct {
+    /// kv positions per partial.
+    const chunk = tile;
+    /// Vectors of logits per chunk.
+    const chunk_vectors = chunk / lanes;
+    /// Most query heads that read the key and value rows together.
+    const group_max = 8;
+
+    chunks: usize, // per (head, batch)
+    rows: usize, // (head, batch) pairs
+    group: usize, // query heads of a unit: consecutive heads sharing their k and v heads
+    partial_floats: usize, // M, L, then O, rounded to whole vectors
+    thread_floats: usize, // a thread's logits (a chunk per head of a group) or combined output
+
+    fn applies(args: *const Args) bool {
+        return args.q.ne[1] == 1;
+    }
+
+    fn of(args: *const Args) OneToken {
+        const heads = args.q.ne[2];
+        // Heads h share k head h / (heads / k.ne[2]); they share a v head too where v has as
+        // many heads as k (else each head goes alone).
+        const per_k = heads / args.k.ne[2];
+        const group = if (args.v.ne[2] == args.k.ne[2]) largest_divisor_at_most(per_k, group_max) else 1;
+        return .{
+            .chunks = (args.kv_count + chunk - 1) / chunk,
+            .rows = heads * args.q.ne[3],
+            .group = group,
+            .partial_floats = round_up(2 + args.dv_padded, lanes),
+            .thread_floats = round_up(@max(group * chunk, args.dv_padded), lanes),
+        };
+    }
+
+    fn largest_divisor_at_most(value: usize, limit: usize) usize {
+        var d = @min(value, limit);
+        while (value % d != 0) d -= 1;
+        return d;
+    }
+
+    fn thread_bytes_of(self: OneToken) usize {
+        return round_up(self.thread_floats * 4, 64);
+    }
+
+    fn work_size(self: OneToken, thread_count: u32) u64 {
+        const partials = @as(u64, self.rows) * self.chunks * self.partial_floats * 4;
+        return @as(u64, self.thread_bytes_of()) * thread_count + partials;
+    }
+
+    fn run(self: OneToken, args: *const Args, work: *const common.Work) void {
+        const own: [*]f32 = @ptrCast(@alignCast(work.scratch + self.thread_bytes_of() * work.thread_index));
+        const shared: [*]f32 = @ptrCast(@alignCast(work.scratch + self.thread_bytes_of() * work.thread_count));
+        const logits = Logits.of(args);
+        const groups = self.rows / self.group;
+        const units = common.thread_range(groups * self.chunks, work);
+        for (units.begin..units.end) |unit| {
+            // Unit (g, c): heads [first, first + group) of batch b (rows b * heads + h), chunk c.
+            const first_row = (unit / self.chunks) * self.group;
+            const c = unit % self.chunks;
+            self.attend_chunk(logits, args, own, shared, first_row, c);
+        }
+        work.sync(); // every partial is written before any row combines them
+        const rows = common.thread_range(self.rows, work);
+        for (rows.begin..rows.end) |row| {
+            self.combine(args, own, shared + row * self.chunks * self.partial_floats, row % args.q.ne[2], row / args.q.ne[2]);
+        }
+    }
+
+    /// The partial of (head, batch) row `row` for chunk c.
+    fn partial_of(self: OneToken, shared: [*]f32, row: usize, c: usize) [*]f32 {
+        return shared + (row * self.chunks + c) * self.partial_floats;
+    }
+
+    /// Positions [c * chunk, ...) of the group's heads (rows [first_row, first_row + group) of
+    /// one batch), into their partials (M, L, O[dv_padded]).
+    fn attend_chunk(
+        self: OneToken,
+        logits: Logits,
+        args: *const Args,
+        scores: [*]f32,
+        shared: [*]f32,
+        first_row: usize,
+        c: usize,
+    ) void {
+        const heads = args.q.ne[2];
+        const h0 = first_row % heads;
+        const b = first_row / heads;
+        const begin = c * chunk;
+        // Positions past the last one the mask shows (the unfilled end of a decoding bucket) are
+        // neither multiplied nor read: their logits are -inf for every head of the group.
+        const count = self.visible_count(args, h0, b, begin, @min(chunk, args.kv_count - begin));
+        const rows: Rows2 = .{
+            .k = args.k.row_at(.{ .i1 = begin, .i2 = h0 / (heads / args.k.ne[2]), .i3 = b / (args.q.ne[3] / args.k.ne[3]) }).base,
+            .v = args.v.row_at(.{ .i1 = begin, .i2 = h0 / (heads / args.v.ne[2]), .i3 = b / (args.q.ne[3] / args.v.ne[3]) }).base,
+        };
+        switch (self.group) {
+            inline 1...group_max => |group| dots(group, args, h0, b, rows.k, scores, count),
+            else => unreachable,
+        }
+        var used: [chunk]bool = @splat(false);
+        for (0..self.group) |g| {
+            const partial = self.partial_of(shared, first_row + g, c);
+            switch (logits.mask) {
+                inline else => |mask| if (logits.softcap)
+                    weights_of(.{ .mask = mask, .softcap = true }, args, h0 + g, b, begin, count, scores + g * chunk, partial, &used)
+                else
+                    weights_of(.{ .mask = mask, .softcap = false }, args, h0 + g, b, begin, count, scores + g * chunk, partial, &used),
+            }
+        }
+        switch (self.group) {
+            inline 1...group_max => |group| self.accumulate(group, args, rows.v, scores, &used, count, shared, first_row, c),
+            else => unreachable,
+        }
+    }
+
+    const Rows2 = struct { k: usize, v: usize };
+
+    /// `count`, less the positions at the chunk's end that the mask hides from every head of the
+    /// group (where one mask row serves them all).
+    fn visible_count(self: OneToken, args: *const Args, h0: usize, b: usize, begin: usize, count: usize) usize {
+        const mask = args.mask orelse return count;
+        if (mask.ne[2] != 1 and self.group > 1) return count;
+        const row = mask_row(mask, h0, 0, b);
+        var n = count;
+        while (n > 0) : (n -= 1) {
+            const value = if (mask.dtype == .f16) @as(f32, common.load_f16(row.at(begin + n - 1))) else common.load_f32(row.at(begin + n - 1));
+            if (value != negative_infinity) break;
+        }
+        return n;
+    }
+
+    /// q_g . k_j for the group's heads and positions j < count, into scores[g * chunk + j] (0
+    /// past count): a vector of the head dim at a time, the lanes summed by `lanes_sum`.
+    fn dots(comptime group: usize, args: *const Args, h0: usize, b: usize, k_first: usize, scores: [*]f32, count: usize) void {
+        var q_rows: [group]usize = undefined;
+        inline for (0..group) |g| q_rows[g] = args.q.row_at(.{ .i1 = 0, .i2 = h0 + g, .i3 = b }).base;
+        const k_stride = args.k.nb[1];
+        const element: usize = if (args.k.dtype == .f16) 2 else 4;
+        for (0..count) |j| {
+            const k_row = k_first + j * k_stride;
+            var acc: [group]F32x = @splat(splat(0));
+            var d: usize = 0;
+            while (d + lanes <= args.dk) : (d += lanes) {
+                const k = k_chunk(args.k.dtype, k_row, d);
+                inline for (0..group) |g| {
+                    const q: F32x = @as(*align(1) const [lanes]f32, @ptrFromInt(q_rows[g] + d * 4)).*;
+                    acc[g] = common.mul_add(q, k, acc[g]);
+                }
+            }
+            if (d < args.dk) {
+                const width = args.dk - d;
+                const k_at: common.Strided = .{ .base = k_row, .stride = element };
+                const k = if (args.k.dtype == .f16) common.load_chunk_f16(k_at, d, width) else common.load_chunk(k_at, d, width, 0);
+                inline for (0..group) |g| {
+                    const q = common.load_chunk(.{ .base = q_rows[g], .stride = 4 }, d, width, 0);
+                    acc[g] = common.mul_add(q, k, acc[g]);
+                }
+            }
+            inline for (0..group) |g| scores[g * chunk + j] = lanes_sum(acc[g]);
+        }
+        inline for (0..group) |g| @memset(scores[g * chunk + count .. (g + 1) * chunk], 0);
+    }
+
+    /// Head h's logits (scale, softcap, sloped mask; -inf past count) and its maximum M, then
+    /// in place the weights exp(s - M) (all 0 where every logit is -inf) and their sum L:
+    /// partial[0] = M, partial[1] = L. Marks the positions with a weight in `used`.
+    noinline fn weights_of(
+        comptime logits: Logits,
+        args: *const Args,
+        h: usize,
+        b: usize,
+        begin: usize,
+        count: usize,
+        scores: [*]f32,
+        partial: [*]f32,
+        used: *[chunk]bool,
+    ) void {
+        const slope = alibi_slope(args.max_bias, h, args.q.ne[2]);
+        const mask_at: common.Strided = if (logits.mask != .none) mask_row(args.mask.?, h, 0, b) else undefined;
+        var maximum = splat(negative_infinity);
+        inline for (0..chunk_vectors) |i| {
+            const first = i * lanes;
+            const value = logit(logits, args, scores[first..][0..lanes].*, mask_at, begin + first, count -| first, slope);
+            scores[first..][0..lanes].* = value;
+            maximum = vector_max(maximum, value);
+        }
+        const top = lanes_max(maximum);
+        partial[0] = top;
+        partial[1] = 0;
+        if (top == negative_infinity) {
+            @memset(scores[0..chunk], 0); // every position hidden: nothing to add
+            return;
+        }
+        var total = splat(0);
+        inline for (0..chunk_vectors) |i| {
+            const weights = exp_nonpositive(@as(F32x, scores[i * lanes ..][0..lanes].*) - splat(top));
+            scores[i * lanes ..][0..lanes].* = weights;
+            total += weights;
+        }
+        partial[1] = lanes_sum(total);
+        for (0..count) |j| used[j] = used[j] or scores[j] != 0;
+    }
+
+    /// O_g = sum over used positions j of weight_g[j] * v_j for the group's heads, into their
+    /// partials: a vector of the head dim at a time, its group accumulators in registers.
+    fn accumulate(
+        self: OneToken,
+        comptime group: usize,
+        args: *const Args,
+        v_first: usize,
+        scores: [*]const f32,
+        used: *const [chunk]bool,
+        count: usize,
+        shared: [*]f32,
+        first_row: usize,
+        c: usize,
+    ) void {
+        const v_stride = args.v.nb[1];
+        const element: usize = if (args.v.dtype == .f16) 2 else 4;
+        var d: usize = 0;
+        while (d < args.dv_padded) : (d += lanes) {
+            var acc: [group]F32x = @splat(splat(0));
+            if (d < args.dv) {
+                const width = @min(lanes, args.dv - d);
+                for (0..count) |j| {
+                    if (!used[j]) continue;
+                    const v_at: common.Strided = .{ .base = v_first + j * v_stride, .stride = element };
+                    const value = if (args.v.dtype == .f16) common.load_chunk_f16(v_at, d, width) else common.load_chunk(v_at, d, width, 0);
+                    inline for (0..group) |g| acc[g] = common.mul_add(splat(scores[g * chunk + j]), value, acc[g]);
+                }
+            }
+            inline for (0..group) |g| {
+                const output = self.partial_of(shared, first_row + g, c) + 2;
+                output[d..][0..lanes].* = acc[g];
+            }
+        }
+    }
+
+    /// Head h in batch b from its chunks' partials (`partials`, in chunk order) into dst.
+    fn combine(self: OneToken, args: *const Args, output: [*]f32, partials: [*]const f32, h: usize, b: usize) void {
+        var top = negative_infinity;
+        for (0..self.chunks) |c| top = @max(top, partials[c * self.partial_floats]);
+        @memset(output[0..args.dv_padded], 0);
+        var total: f32 = 0;
+        if (top != negative_infinity) {
+            for (0..self.chunks) |c| {
+                const partial = partials + c * self.partial_floats;
+                if (partial[0] == negative_infinity) continue;
+                const factor = exp_nonpositive(splat(partial[0] - top))[0];
+                total += partial[1] * factor;
+                var d: usize = 0;
+                while (d < args.dv_padded) : (d += lanes) {
+                    const sum: F32x = output[d..][0..lanes].*;
+                    output[d..][0..lanes].* = common.mul_add(splat(factor), partial[2 + d ..][0..lanes].*, sum);
+                }
+            }
+        }
+        const inverse = splat(if (total == 0) 0 else 1.0 / total);
+        var d: usize = 0;
+        while (d < args.dv) : (d += lanes) {
+            const value: F32x = output[d..][0..lanes].*;
+            common.store_chunk(dst_row(args, h, 0, b), d, @min(lanes, args.dv - d), value * inverse);
+        }
+    }
+};

@@ -155,5 +155,5 @@ pub fn fails_on_data(op: Op) bool {
 /// Ops whose kernel calls `Work.sync`, so every thread must run it concurrently.
 pub fn uses_barrier(op: Op) bool {
     return op == .sum or op == .mul_mat or op == .count_equal or op == .acc or op == .set or
-        op == .conv_2d;
+        op == .conv_2d or op == .flash_attn_ext;
 }

@@ -8,7 +8,9 @@
  * flashAttnExt: seq 512, head dim 64, 8 heads, causal mask (and without a mask), against the
  * unfused graph llama.cpp builds without flash attention: mulMat(K, Q), softmax with the mask
  * and scale, mulMat(V^T, P) with V stored transposed (llama.cpp's non-flash V cache), and the
- * permute + cont to [D, heads, tokens]. Memory is the planner's size for the graph's
+ * permute + cont to [D, heads, tokens]; and one decoding step (1 token, 4096 positions, 9 query
+ * heads on 3 kv heads, f16 K/V: SmolLM2's attention deep in a long context). Memory is the
+ * planner's size for the graph's
  * activations (inputs excluded), plus each plan's work buffer.
  *
  * conv2d: 3x3, 64 -> 64 channels, 56x56, padding 1 (ggml_conv_2d: im2col + mulMat, which the
@@ -76,43 +78,61 @@ class Case implements Disposable {
   }
 }
 
+/** Token i of the last t of nKv positions sees positions up to its own. */
 function causalMask(nKv: number, t: number): Float32Array {
   const out = new Float32Array(nKv * t);
   for (let i = 0; i < t; i++) {
-    for (let j = 0; j < nKv; j++) out[i * nKv + j] = j <= i ? 0 : -Infinity;
+    for (let j = 0; j < nKv; j++) out[i * nKv + j] = j <= nKv - t + i ? 0 : -Infinity;
   }
   return out;
 }
 
-function attention(cpu: CpuBackend, dtype: "f32" | "f16", masked: boolean): void {
-  const [d, seq, heads] = [64, 512, 8];
+/** An attention shape: query tokens, kv positions, query heads, kv heads (GQA). */
+interface AttentionShape {
+  seq: number;
+  nKv: number;
+  heads: number;
+  kvHeads: number;
+}
+const PREFILL: AttentionShape = { seq: 512, nKv: 512, heads: 8, kvHeads: 8 };
+/** A decoding step of SmolLM2's shape (9 query heads on 3 kv heads) deep in a 4096 context. */
+const DECODE: AttentionShape = { seq: 1, nKv: 4096, heads: 9, kvHeads: 3 };
+
+function attention(
+  cpu: CpuBackend,
+  dtype: "f32" | "f16",
+  masked: boolean,
+  shape: AttentionShape = PREFILL,
+): void {
+  const d = 64;
+  const { seq, nKv, heads, kvHeads } = shape;
   const scale = 1 / Math.sqrt(d);
   const qData = random(d * seq * heads, 1);
-  const kData = random(d * seq * heads, 2);
-  const vData = random(d * seq * heads, 3);
+  const kData = random(d * nKv * kvHeads, 2);
+  const vData = random(d * nKv * kvHeads, 3);
   // V transposed for the unfused graph: vt[j, e, h] = v[e, j, h].
   const vtData = new Float32Array(vData.length);
-  for (let h = 0; h < heads; h++) {
-    for (let j = 0; j < seq; j++) {
-      for (let e = 0; e < d; e++) vtData[j + seq * (e + d * h)] = vData[e + d * (j + seq * h)]!;
+  for (let h = 0; h < kvHeads; h++) {
+    for (let j = 0; j < nKv; j++) {
+      for (let e = 0; e < d; e++) vtData[j + nKv * (e + d * h)] = vData[e + d * (j + nKv * h)]!;
     }
   }
   const typed = (x: Float32Array): ArrayBufferView => dtype === "f16" ? new Float16Array(x) : x;
-  const maskData = causalMask(seq, seq);
+  const maskData = causalMask(nKv, seq);
   const build = (fused: boolean): Case => {
     const ctx = new Context();
     const q = ctx.newTensor("f32", [d, seq, heads]);
-    const k = ctx.newTensor(dtype, [d, seq, heads]);
-    const mask = ctx.newTensor("f32", [seq, seq]);
+    const k = ctx.newTensor(dtype, [d, nKv, kvHeads]);
+    const mask = ctx.newTensor("f32", [nKv, seq]);
     const inputs: [Tensor, ArrayBufferView][] = [[q, qData], [k, typed(kData)]];
     if (masked) inputs.push([mask, maskData]);
     let out: Tensor;
     if (fused) {
-      const v = ctx.newTensor(dtype, [d, seq, heads]);
+      const v = ctx.newTensor(dtype, [d, nKv, kvHeads]);
       inputs.push([v, typed(vData)]);
       out = flashAttnExt(q, k, v, { scale, ...(masked ? { mask } : {}) });
     } else {
-      const vt = ctx.newTensor(dtype, [seq, d, heads]);
+      const vt = ctx.newTensor(dtype, [nKv, d, kvHeads]);
       inputs.push([vt, typed(vtData)]);
       const p = softmax(mulMat(k, q), { scale, ...(masked ? { mask } : {}) });
       out = cont(permute(mulMat(vt, p), [0, 2, 1, 3]));
@@ -126,7 +146,9 @@ function attention(cpu: CpuBackend, dtype: "f32" | "f16", masked: boolean): void
   const b = plain.result();
   let worst = 0;
   for (let i = 0; i < a.length; i++) worst = Math.max(worst, Math.abs(a[i]! - b[i]!));
-  const name = `flash_attn_${dtype}_seq${seq}_d${d}_h${heads}${masked ? "_causal" : ""}`;
+  const name = seq === 1
+    ? `flash_attn_${dtype}_decode_kv${nKv}_d${d}_h${heads}_kvh${kvHeads}`
+    : `flash_attn_${dtype}_seq${seq}_d${d}_h${heads}${masked ? "_causal" : ""}`;
   console.log(`${name}: fused vs unfused max abs difference ${worst.toExponential(2)}`);
   const [tf, tu] = compare(fused.run, plain.run);
   perf.report(name, tf * 1e3, "unfused", tu * 1e3, "ms");
@@ -182,6 +204,7 @@ async function convolution(cpu: CpuBackend): Promise<void> {
     attention(cpu, dtype, true);
     attention(cpu, dtype, false);
   }
+  attention(cpu, "f16", true, DECODE);
 }
 
 await Deno.mkdir(new URL("./out/", import.meta.url), { recursive: true });

@@ -106,6 +106,41 @@ async function referenceModel(): Promise<ReferenceModel> {
   return reference;
 }
 
+/**
+ * `llm`'s logits for `ids` at `positions` against the f64 reference's (`want`, in that order):
+ * from one evaluation of them all and, with `oneAtATime`, from one token per evaluation (the
+ * cache reset first). Each within `bound`'s NMSE and largest error.
+ */
+async function assertNearReference(
+  llm: LLM,
+  ids: number[],
+  positions: number[],
+  want: Float64Array[],
+  bound: { nmse: number; max: number },
+  oneAtATime: boolean,
+  what: string,
+): Promise<void> {
+  const check = (got: Float32Array, i: number, how: string): void => {
+    const { max, nmse } = errors(got, want[i]!);
+    assert.ok(
+      nmse <= bound.nmse && max <= bound.max,
+      `${what} ${how} @${positions[i]}: NMSE ${nmse}, max ${max}`,
+    );
+  };
+  const V = llm.hparams.nVocab;
+  llm.reset();
+  const all = await llm.eval(ids, { allLogits: true });
+  positions.forEach((p, i) => check(all.subarray(p * V, (p + 1) * V), i, "batched"));
+  if (!oneAtATime) return;
+  llm.reset();
+  for (let p = 0; p < ids.length; p++) {
+    const logits = await llm.eval([ids[p]!]);
+    const i = positions.indexOf(p);
+    if (i >= 0) check(logits, i, "one at a time");
+  }
+  assert.equal(llm.nPast, ids.length);
+}
+
 Deno.test({
   name: "llm: hyperparameters from the GGUF, tied output, tokenizer and chat template",
   ignore,
@@ -173,29 +208,11 @@ Deno.test({
         arithmetic,
         flashAttn: true,
       });
-      const [nmseMax, errorMax] = arithmetic === "ggml" ? [1e-2, 1.5] : [1e-6, 0.03];
-      const V = llm.hparams.nVocab;
-      const all = await llm.eval(ids, { allLogits: true });
-      positions.forEach((p, i) => {
-        const { max, nmse } = errors(all.subarray(p * V, (p + 1) * V), want[i]!);
-        assert.ok(
-          nmse <= nmseMax && max <= errorMax,
-          `${arithmetic} batched @${p}: NMSE ${nmse}, max ${max}`,
-        );
-      });
-      if (arithmetic === "fast") continue; // one token at a time takes ggml's products anyway
-      llm.reset();
-      for (let p = 0; p < ids.length; p++) {
-        const logits = await llm.eval([ids[p]!]);
-        const i = positions.indexOf(p);
-        if (i < 0) continue;
-        const { max, nmse } = errors(logits, want[i]!);
-        assert.ok(
-          nmse <= nmseMax && max <= errorMax,
-          `one at a time @${p}: NMSE ${nmse}, max ${max}`,
-        );
-      }
-      assert.equal(llm.nPast, 40); // crossed the 32-position KV bucket
+      // One token at a time takes ggml's products whatever the arithmetic: ggml's only.
+      const ggml = arithmetic === "ggml";
+      const bound = ggml ? { nmse: 1e-2, max: 1.5 } : { nmse: 1e-6, max: 0.03 };
+      // 40 positions cross the 32-position KV bucket.
+      await assertNearReference(llm, ids, positions, want, bound, ggml, arithmetic);
     }
   },
 });
@@ -266,21 +283,8 @@ Deno.test({
     const ids = fixture.cases.find((c) => c.prompt_ids.length >= 40)!.prompt_ids.slice(0, 40);
     const positions = [0, 17, 39];
     const want = referenceLogits(model, ids, positions);
-    const V = llm.hparams.nVocab;
-    const all = await llm.eval(ids, { allLogits: true });
-    positions.forEach((p, i) => {
-      const { max, nmse } = errors(all.subarray(p * V, (p + 1) * V), want[i]!);
-      assert.ok(nmse <= 5e-3 && max <= 1.5, `batched @${p}: NMSE ${nmse}, max ${max}`);
-    });
-    llm.reset();
-    for (let p = 0; p < ids.length; p++) {
-      const logits = await llm.eval([ids[p]!]);
-      const i = positions.indexOf(p);
-      if (i < 0) continue;
-      const { max, nmse } = errors(logits, want[i]!);
-      assert.ok(nmse <= 5e-3 && max <= 1.5, `@${p}: NMSE ${nmse}, max ${max}`);
-    }
-    assert.equal(llm.nPast, 40); // crossed the 32-position KV bucket
+    // 40 positions cross the 32-position KV bucket.
+    await assertNearReference(llm, ids, positions, want, { nmse: 5e-3, max: 1.5 }, true, "ggml");
   },
 });
 

@@ -45,6 +45,24 @@ function topTwo(row: Float32Array): [number, number] {
   return [first, second];
 }
 
+/** `steps` greedy ids after `prompt` on `cpu` (from its cache's state) and each step's logits. */
+async function cpuGreedy(
+  cpu: LLM,
+  prompt: number[],
+  steps: number,
+): Promise<{ ids: number[]; rows: Float32Array[] }> {
+  let logits = await cpu.eval(prompt);
+  const ids: number[] = [];
+  const rows: Float32Array[] = [];
+  for (let step = 0; step < steps; step++) {
+    const [first] = topTwo(logits);
+    ids.push(first);
+    rows.push(logits.slice());
+    if (step < steps - 1) logits = await cpu.eval([first]);
+  }
+  return { ids, rows };
+}
+
 Deno.test({
   name: `webgpu llm: greedy ids of the short prompts equal the CPU's (${STEPS} steps)`,
   ignore: gpu === null || !haveModel,
@@ -55,15 +73,7 @@ Deno.test({
     const report: string[] = [];
     for (const c of SHORT) {
       cpu.reset();
-      let logits = await cpu.eval(c.prompt_ids);
-      const ids: number[] = [];
-      const rows: Float32Array[] = [];
-      for (let step = 0; step < STEPS; step++) {
-        const [first] = topTwo(logits);
-        ids.push(first);
-        rows.push(logits.slice());
-        if (step < STEPS - 1) logits = await cpu.eval([first]);
-      }
+      const { ids, rows } = await cpuGreedy(cpu, c.prompt_ids, STEPS);
       web.reset();
       const V = web.hparams.nVocab;
       const all = await web.eval([...c.prompt_ids, ...ids.slice(0, -1)], { allLogits: true });
@@ -94,15 +104,7 @@ Deno.test({
  */
 async function assertFollowsCpu(other: LLM, cpu: LLM, what: string, steps = 8): Promise<void> {
   const c = SHORT[0]!;
-  let logits = await cpu.eval(c.prompt_ids);
-  const ids: number[] = [];
-  const rows: Float32Array[] = [];
-  for (let step = 0; step < steps; step++) {
-    const [first] = topTwo(logits);
-    ids.push(first);
-    rows.push(logits.slice());
-    if (step < steps - 1) logits = await cpu.eval([first]);
-  }
+  const { ids, rows } = await cpuGreedy(cpu, c.prompt_ids, steps);
   const V = other.hparams.nVocab;
   const all = await other.eval([...c.prompt_ids, ...ids.slice(0, -1)], { allLogits: true });
   const p = c.prompt_ids.length;

@@ -232,7 +232,9 @@ Deno.test("conv2d runs as one conv_2d node within f32 rounding of im2col + mulMa
         assert.equal(cols.op, Op.im2col);
         const graph = readUnfolded ? Graph.build(out, cols) : Graph.build(out);
         using _leafs = allocTensors(cpu, ctx.tensors);
-        using _nodes = allocGraph(cpu, graph);
+        // Every node its memory (allocGraph's default leaves a fused im2col none): the plan
+        // without fusion below computes it.
+        using _nodes = allocGraph(cpu, graph, { fused: new Map() });
         const count = (t: Tensor): number => t.ne.reduce((p, q) => p * q, 1);
         const weights = random(count(kernel), 5);
         cpu.setTensor(kernel, c.dtype === "f16" ? new Float16Array(weights) : weights);
@@ -255,4 +257,48 @@ Deno.test("conv2d runs as one conv_2d node within f32 rounding of im2col + mulMa
     }
   }
   assertNothingLive(baseline);
+});
+
+Deno.test("allocGraph gives a fused conv2d's im2col no memory; the plan computes the same; a plan without fusion over it says what to do", () => {
+  using cpu = new CpuBackend({ threads: 2 });
+  const ctx = new Context();
+  const kernel = ctx.newTensor("f32", [3, 3, 16, 8]);
+  const image = ctx.newTensor("f32", [20, 17, 16]);
+  const first = conv2d(kernel, image, { padding: 1 });
+  // A second conv2d reading the first's result: two im2cols, the first image live until its
+  // product, the second reading a computed tensor.
+  const kernel2 = ctx.newTensor("f32", [3, 3, 8, 4]);
+  const out = conv2d(kernel2, first, { padding: 1 });
+  const graph = Graph.build(out);
+  const cols = graph.nodes.filter((t) => t.op === Op.im2col);
+  assert.equal(cols.length, 2);
+  assert.deepEqual([...cpu.fusedAway([graph]).keys()].sort((a, b) => a.id - b.id), cols);
+  using _leafs = allocTensors(cpu, ctx.tensors);
+  const count = (t: Tensor): number => t.ne.reduce((p, q) => p * q, 1);
+  cpu.setTensor(kernel, random(count(kernel), 7));
+  cpu.setTensor(kernel2, random(count(kernel2), 8));
+  cpu.setTensor(image, random(count(image), 9));
+  const run = (fusedAway: boolean): { bytes: Uint8Array; size: number } => {
+    using memory = fusedAway
+      ? allocGraph(cpu, graph)
+      : allocGraph(cpu, graph, { fused: new Map() });
+    cpu.graphCompute(graph);
+    return { bytes: bits(cpu.getTensor(out)), size: memory.size };
+  };
+  const lean = run(true);
+  const full = run(false);
+  // The same fused kernels over other addresses: the same bits.
+  assert.deepEqual(lean.bytes, full.bytes);
+  // The lean plan holds the two results alone (10,880 + 5,440 bytes; measured 16,320), less
+  // than either im2col (196 KB and 98 KB); the full one holds the larger im2col.
+  assert.equal(lean.size, first.nbytes + out.nbytes);
+  assert.ok(full.size >= cols[0]!.nbytes, `full ${full.size}, im2col ${cols[0]!.nbytes}`);
+  using _memory = allocGraph(cpu, graph);
+  assert.throws(
+    () => cpu.graphPlanCreate(graph, { fuse: false }),
+    (e: unknown) =>
+      e instanceof Error && e.name === "PlacementError" &&
+      /has no memory: allocGraph planned it inside its conv2d product.*fuse: false.*fused: new Map\(\)/
+        .test(e.message),
+  );
 });

@@ -37,6 +37,8 @@ export interface Lifetimes {
   readonly blockCount: number;
   /** For each tensor, the tensor whose memory it took over in place (an owner), or null. */
   readonly inPlaceOf: readonly (Tensor | null)[];
+  /** Nodes computed inside a later node (the `fused` argument's, in the timeline): no memory. */
+  readonly fusedAway: readonly Tensor[];
 }
 
 /** True for tensors the planner gives memory: computed, owning memory, not yet placed. */
@@ -92,11 +94,13 @@ function ownerOf(t: Tensor): Tensor {
 
 // Every occurrence of a node touches its own memory owner (a write, or for a view nothing
 // yet, which is harmless: a view comes before its consumers) and its sources' owners (reads;
-// cpy's second source is the memory it writes).
+// cpy's second source is the memory it writes). A fused-away node reads its sources at the
+// step of the node it is computed in.
 function collectUses(
   timeline: readonly Tensor[],
   graphEnd: Int32Array,
   keep: ReadonlySet<Tensor> | undefined,
+  readAt: ReadonlyMap<Tensor, number>,
 ): Uses {
   const index = new Map<number, number>();
   const last: number[] = [];
@@ -110,7 +114,7 @@ function collectUses(
       last.push(step);
       pinned.push(0);
     } else {
-      last[n] = step;
+      last[n] = Math.max(last[n] as number, step);
     }
     return n;
   };
@@ -120,7 +124,8 @@ function collectUses(
     stepOwner[step] = own;
     if (keep ? keep.has(node) : node.isOutput) pinned[own] = 1;
     const src = node.src;
-    for (let i = 0; i < src.length; i++) touch(ownerOf(src[i] as Tensor), step);
+    const reads = readAt.get(node) ?? step;
+    for (let i = 0; i < src.length; i++) touch(ownerOf(src[i] as Tensor), reads);
   }
   // An output that is not kept is still read after its graph (a scheduler copies it to
   // another backend then): it lives at least to its graph's last step, and no node of that
@@ -136,11 +141,16 @@ function collectUses(
   return { index, last, pinned, output, stepOwner };
 }
 
-/** Builds the timeline of `graphs` and decides blocks and in-place reuse. */
+/**
+ * Builds the timeline of `graphs` and decides blocks and in-place reuse. `fused` maps nodes
+ * computed inside a later node to that node: they get no block (nor their views), and their
+ * sources are read at that node's step.
+ */
 export function analyzeLifetimes(
   graphs: readonly Graph[],
   alignment: number,
   keep?: ReadonlySet<Tensor>,
+  fused?: ReadonlyMap<Tensor, Tensor>,
 ): Lifetimes {
   const timeline: Tensor[] = [];
   const graphEnd: number[] = [];
@@ -150,7 +160,16 @@ export function analyzeLifetimes(
     for (let i = 0; i < graph.nodes.length; i++) graphEnd.push(end);
   }
   const steps = timeline.length;
-  const uses = collectUses(timeline, Int32Array.from(graphEnd), keep);
+  const readAt = new Map<Tensor, number>();
+  if (fused && fused.size > 0) {
+    const stepOf = new Map<Tensor, number>();
+    timeline.forEach((node, step) => stepOf.set(node, step));
+    for (const [node, into] of fused) {
+      const at = stepOf.get(into);
+      if (at !== undefined && stepOf.has(node)) readAt.set(node, at);
+    }
+  }
+  const uses = collectUses(timeline, Int32Array.from(graphEnd), keep, readAt);
   const tensors: Tensor[] = [];
   const tensorBlockList: number[] = [];
   const firstList: number[] = [];
@@ -165,7 +184,7 @@ export function analyzeLifetimes(
   for (let step = 0; step < steps; step++) {
     const node = timeline[step] as Tensor;
     const own = uses.stepOwner[step] as number;
-    if (blockOf[own] !== -1 || !isPlannable(node)) continue;
+    if (blockOf[own] !== -1 || !isPlannable(node) || readAt.has(node)) continue;
     const pinned = uses.pinned[own] as number;
     const end = pinned ? steps - 1 : uses.last[own] as number;
     const parent = inPlaceParent(node, step, uses, blockOf, ends);
@@ -201,6 +220,7 @@ export function analyzeLifetimes(
     blockPinned: Uint8Array.from(pins),
     blockCount: starts.length,
     inPlaceOf,
+    fusedAway: [...readAt.keys()],
   };
 }
 

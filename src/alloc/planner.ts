@@ -48,6 +48,12 @@ export interface PlanOptions {
    * read it after a compute (one whose memory is reused is refused on read, naming this option).
    */
   keep?: ReadonlySet<Tensor>;
+  /**
+   * Nodes the backend computes inside a later node, each mapped to that node (a fused pair's
+   * intermediate, see `Backend.fusedAway`): they get no memory, and what they read stays live
+   * until that node. `allocGraph` asks the backend; default none.
+   */
+  fused?: ReadonlyMap<Tensor, Tensor>;
 }
 
 /** Where one tensor lives in a plan, and when. */
@@ -198,6 +204,11 @@ export class MemoryPlan {
         );
       }
     }
+    // A fused-away node an earlier plan placed in a buffer since disposed keeps no stale
+    // memory (the backend computes it inside another node, and nothing may read it).
+    for (const t of this.#life.fusedAway) {
+      if (t.placement?.buffer.disposed && placedByPlanner(t)) t.unplace();
+    }
     for (const block of this.blocks) {
       // A tensor an earlier plan placed in a buffer since disposed moves to this one.
       if (block.tensor.placement) block.tensor.unplace();
@@ -337,7 +348,7 @@ export function planGraph(graphs: Graph | readonly Graph[], options: PlanOptions
     throw new GraftError(`planGraph: alignment must be a power of two, got ${alignment}`);
   }
   const wanted = options.strategy ?? "auto";
-  const life = analyzeLifetimes(list, alignment, options.keep);
+  const life = analyzeLifetimes(list, alignment, options.keep, options.fused);
   const sizes: Partial<Record<PlanStrategy, number>> = {};
   let chosen: BlockOffsets | null = null;
   let strategy: PlanStrategy = "greedy";
@@ -388,5 +399,11 @@ export function allocGraph(
   graphs: Graph | readonly Graph[],
   options: PlanOptions = {},
 ): BackendBuffer {
-  return planGraph(graphs, { alignment: backend.alignment, ...options }).allocate(backend);
+  const list: readonly Graph[] = Array.isArray(graphs) ? graphs : [graphs as Graph];
+  const fused = options.fused ?? backend.fusedAway?.(list);
+  return planGraph(list, {
+    alignment: backend.alignment,
+    ...options,
+    ...(fused && fused.size > 0 ? { fused } : {}),
+  }).allocate(backend);
 }

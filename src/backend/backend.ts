@@ -142,6 +142,12 @@ export interface Backend extends Disposable {
    * scheduler asks it of every node and falls back to another backend where the answer is no.
    */
   supportsOp(tensor: Tensor): boolean;
+  /**
+   * The nodes of `graphs` whose result this backend's plans compute inside a later node and
+   * never write (a fused pair's intermediate), each mapped to that node. `allocGraph` gives them
+   * no memory and keeps their sources live until that node. Optional: none by default.
+   */
+  fusedAway?(graphs: readonly Graph[]): ReadonlyMap<Tensor, Tensor>;
   /** Plans, computes and frees: for one-off graphs. */
   graphCompute(graph: Graph): void;
   /** Frees the backend's native resources. */

@@ -30,6 +30,7 @@ import {
 import { requireReadable } from "../../alloc/reuse.ts";
 import { CPU_ALIGNMENT, CpuBuffer, CpuMappedBuffer } from "./buffer.ts";
 import { CpuPlan, type CpuPlanOptions } from "./plan.ts";
+import { convFusedAway } from "./fuse.ts";
 import { resolveSimd, type SimdChoice, type SimdLevel, simdLevelName } from "./simd.ts";
 
 /** Options of every backend over the Zig core ({@link CpuBackend}, `WasmBackend`). */
@@ -215,6 +216,28 @@ export class CoreBackend implements Backend {
    * The CPU runs every op of the op table that the core computes, with the dtypes the op
    * builders accept (the core validates each node again when a plan is made).
    */
+  /**
+   * conv2d's im2col nodes, which CPU plans fuse into their product (core `conv_2d`, an implicit
+   * GEMM that never writes the unfolded image): `allocGraph` gives them no memory. A plan made
+   * with `fuse: false` needs them placed: plan its memory with `fused: new Map()`.
+   *
+   * @example
+   * ```ts
+   * import { allocGraph, Context, conv2d, CpuBackend, Graph } from "../../../mod.ts";
+   * using cpu = new CpuBackend();
+   * const ctx = new Context();
+   * const image = ctx.newTensor("f32", [32, 32, 16]);
+   * const kernel = ctx.newTensor("f32", [3, 3, 16, 16]);
+   * const graph = Graph.build(conv2d(kernel, image, { padding: 1 }));
+   * console.log(cpu.fusedAway([graph]).size); // 1: the im2col, 9x the image, is never stored
+   * using memory = allocGraph(cpu, graph); // the image's 64 KiB result, no 576 KiB im2col
+   * console.log(memory.size < 9 * 32 * 32 * 16 * 4);
+   * ```
+   */
+  fusedAway(graphs: readonly Graph[]): ReadonlyMap<Tensor, Tensor> {
+    return new Map(graphs.flatMap((g) => [...convFusedAway(g)]));
+  }
+
   supportsOp(tensor: Tensor): boolean {
     if (isViewOp(tensor.op)) return true;
     const info = opInfo(tensor.op);

@@ -82,6 +82,43 @@ function convOf(
   };
 }
 
+/** Whether a tensor of `graph` is read by exactly one node and is no graph output. */
+function readOnceIn(graph: Graph): (t: Tensor) => boolean {
+  const uses = new Map<Tensor, number>();
+  for (const node of graph.nodes) {
+    for (const source of node.src) uses.set(source, (uses.get(source) ?? 0) + 1);
+  }
+  const outputs = new Set(graph.outputs);
+  return (t) => !outputs.has(t) && uses.get(t) === 1;
+}
+
+/**
+ * The im2col nodes of `graph` that a CPU plan fuses into their conv2d product (core
+ * `conv_2d`), each mapped to that product, judged from the graph alone: the plan also asks that
+ * no node in between writes the image's memory and that the product does not overlap it, which
+ * a memory plan that keeps the image live until the product (`allocGraph` with this map, see
+ * `CpuBackend.fusedAway`) gives. An im2col whose image a node in between writes (into a view
+ * of it) is left out.
+ */
+export function convFusedAway(graph: Graph): Map<Tensor, Tensor> {
+  const readOnce = readOnceIn(graph);
+  const order = graph.nodes.filter((t) => !isViewOp(t.op));
+  const position = new Map(order.map((t, i) => [t, i]));
+  const out = new Map<Tensor, Tensor>();
+  for (const consumer of order) {
+    const conv = convOf(consumer, readOnce);
+    if (!conv) continue;
+    const from = position.get(conv.im2col);
+    const to = position.get(consumer)!;
+    if (from === undefined) continue;
+    const image = conv.im2col.src[1]!.memoryOwner;
+    let written = consumer.memoryOwner === image;
+    for (let i = from + 1; i < to && !written; i++) written = order[i]!.memoryOwner === image;
+    if (!written) out.set(conv.im2col, consumer);
+  }
+  return out;
+}
+
 /**
  * The node table entries for `graph`'s compute nodes in order, fused where allowed. Each
  * fused entry stands at the second node's place and lists both nodes in `fused`.
@@ -110,7 +147,7 @@ export function fuseNodes(graph: Graph, memory: FusionMemory): TableEntry[] {
   };
 
   // A view (or the im2col) read only by the next step of the chain, and no graph output.
-  const readOnce = (t: Tensor): boolean => !outputs.has(t) && uses.get(t) === 1;
+  const readOnce = readOnceIn(graph);
   for (const consumer of order) {
     const conv = convOf(consumer, readOnce);
     if (conv && !absorbed.has(conv.im2col) && !fusedAt.has(conv.im2col)) {

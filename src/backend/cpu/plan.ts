@@ -3,7 +3,7 @@
  * @module
  */
 
-import { DisposedError } from "../../errors.ts";
+import { DisposedError, PlacementError } from "../../errors.ts";
 import { check, type NativeCore } from "../../core/core.ts";
 import type { Graph } from "../../graph.ts";
 import { CoreOp, Op } from "../../op.ts";
@@ -14,7 +14,7 @@ import { PlanIdentity } from "../plan_identity.ts";
 import { markFused } from "../../alloc/reuse.ts";
 import type { CoreBackend } from "./backend.ts";
 import type { CpuBuffer } from "./buffer.ts";
-import { fuseNodes } from "./fuse.ts";
+import { convFusedAway, fuseNodes } from "./fuse.ts";
 import { computeNodes, encodeNodeTable, type TableEntry, tensorEntry } from "./node_table.ts";
 
 const plans = new FinalizationRegistry<{ lib: NativeCore; handle: number }>((held) => {
@@ -120,26 +120,45 @@ export class CpuPlan implements GraphPlan {
     options: CpuPlanOptions = {},
   ) {
     const nodes = computeNodes(graph.nodes);
+    // Memory that is not there yet (a fused-away im2col, see allocGraph) overlaps nothing; the
+    // checks below name it if the plan does not fuse it after all.
+    const placed = (t: Tensor): boolean => t.memoryOwner.placement !== null;
+    const entries = options.fuse === false ? nodes.map(tensorEntry) : fuseNodes(graph, {
+      overlaps: (a, b) =>
+        placed(a) && placed(b) && overlaps(ownerRange(backend, a), ownerRange(backend, b)),
+      addressOf: (t) => backend.addressOf(t),
+    });
+    // The intermediates computed inside a fused node (and their views) need no memory.
+    const absorbed = new Set(entries.flatMap((e) => e.fused?.slice(0, -1) ?? []));
+    const inside = (t: Tensor): boolean => absorbed.has(t.memoryOwner);
+    const fusedAway = convFusedAway(graph);
     for (const tensor of [...graph.leafs, ...graph.nodes]) {
+      if (inside(tensor)) continue;
+      if (!placed(tensor) && fusedAway.has(tensor.memoryOwner)) {
+        throw new PlacementError(
+          `graphPlanCreate: ${tensor.memoryOwner.label} has no memory: allocGraph planned it ` +
+            `inside its conv2d product (CPU plans fuse the pair), but this plan does not fuse ` +
+            `it${options.fuse === false ? " (fuse: false)" : ""}; plan the memory with ` +
+            `\`fused: new Map()\` to give every node its own`,
+        );
+      }
       backend.bufferOf(tensor, "graphPlanCreate");
     }
     // A node that writes into read-only memory (a mapped weight, as a cpy into it) would fault.
     for (const node of nodes) {
+      if (inside(node)) continue;
       backend.bufferOf(node.memoryOwner, "graphPlanCreate").requireWritable(
         "graphPlanCreate",
         node,
       );
     }
-    const entries = options.fuse === false ? nodes.map(tensorEntry) : fuseNodes(graph, {
-      overlaps: (a, b) => overlaps(ownerRange(backend, a), ownerRange(backend, b)),
-      addressOf: (t) => backend.addressOf(t),
-    });
     // A product fused into another core op (conv_2d) packs its weight itself.
     const fusedProducts = new Set(
       entries.filter((e) => e.coreOp !== CoreOp.mul_mat).map((e) => e.tensor),
     );
+    const computed = nodes.filter((t) => !inside(t));
     const prepacked = options.prepackWeights
-      ? prepackedProducts(backend, nodes).filter((t) => !fusedProducts.has(t))
+      ? prepackedProducts(backend, computed).filter((t) => !fusedProducts.has(t))
       : [];
     // Reads of an intermediate fused away are refused until a plan computes it again.
     for (const entry of entries) {
@@ -164,7 +183,7 @@ export class CpuPlan implements GraphPlan {
     this.prepacked = prepacked;
     this.#lib = lib;
     this.#writes = [
-      ...new Set(nodes.filter(writesLeaf).map((t) => backend.bufferOf(t, "graphPlanCreate"))),
+      ...new Set(computed.filter(writesLeaf).map((t) => backend.bufferOf(t, "graphPlanCreate"))),
     ];
     // -1: never packed; the first compute packs anyway (the core starts unpacked).
     for (const t of prepacked) {

@@ -213,10 +213,6 @@ export class CoreBackend implements Backend {
   }
 
   /**
-   * The CPU runs every op of the op table that the core computes, with the dtypes the op
-   * builders accept (the core validates each node again when a plan is made).
-   */
-  /**
    * conv2d's im2col nodes, which CPU plans fuse into their product (core `conv_2d`, an implicit
    * GEMM that never writes the unfolded image): `allocGraph` gives them no memory. A plan made
    * with `fuse: false` needs them placed: plan its memory with `fused: new Map()`.
@@ -238,6 +234,10 @@ export class CoreBackend implements Backend {
     return new Map(graphs.flatMap((g) => [...convFusedAway(g)]));
   }
 
+  /**
+   * The CPU runs every op of the op table that the core computes, with the dtypes the op
+   * builders accept (the core validates each node again when a plan is made).
+   */
   supportsOp(tensor: Tensor): boolean {
     if (isViewOp(tensor.op)) return true;
     const info = opInfo(tensor.op);

@@ -12,9 +12,11 @@
  * `add_bos_token`, as llama-bench's. Prints one JSON line: `{"pp":{"samples_ts":[...]},"tg":...}`.
  *
  *   deno run --allow-ffi --allow-env --allow-read bench/llm_graft.ts \
- *     MODEL THREADS N_PROMPT N_GEN N_CTX_PP N_CTX_TG REPS SEED [FA]
+ *     MODEL THREADS N_PROMPT N_GEN N_CTX_PP N_CTX_TG REPS SEED [FA] [DEPTH]
  *
- * FA: 1 runs the model with flash attention (`LLMLoadOptions.flashAttn`; default 0).
+ * FA: 1 runs the model with flash attention (`LLMLoadOptions.flashAttn`; default 0). DEPTH
+ * (llama-bench's `-d`, default 0): each run starts after that many tokens were evaluated, as a
+ * prompt (BOS first), untimed.
  * @module
  */
 
@@ -24,7 +26,8 @@ import { type GGUFArray, metadataValue } from "../src/gguf/reader.ts";
 import { arrayLength } from "../src/gguf/lazy_array.ts";
 import { tokenStream } from "./llm_tokens.ts";
 
-const [model, threads, nPrompt, nGen, nCtxPP, nCtxTG, reps, seed, fa] = Deno.args;
+const [model, threads, nPrompt, nGen, nCtxPP, nCtxTG, reps, seed, fa, depthArg] = Deno.args;
+const depth = Number(depthArg ?? 0);
 if (seed === undefined) {
   throw new Error("usage: llm_graft.ts MODEL THREADS N_PROMPT N_GEN N_CTX_PP N_CTX_TG REPS SEED");
 }
@@ -74,10 +77,13 @@ async function test(
   const samples: number[] = [];
   for (let r = 0; r < Number(reps); r++) {
     llm.reset();
+    if (depth > 0) await pp(llm, depth); // the context a run starts from, untimed
     const start = performance.now();
     await run(llm, n);
     samples.push(n / ((performance.now() - start) / 1000));
-    if (llm.nPast !== n) throw new Error(`${n} tokens evaluated but nPast is ${llm.nPast}`);
+    if (llm.nPast !== depth + n) {
+      throw new Error(`${depth} + ${n} tokens evaluated but nPast is ${llm.nPast}`);
+    }
   }
   return { samples_ts: samples, n_ctx: nCtx };
 }

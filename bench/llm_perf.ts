@@ -18,7 +18,11 @@
  * `--fa on` runs every side with flash attention (llama-bench `-fa 1`, Graft's `flashAttn`,
  * node-llama-cpp's `flashAttention`) and names the lines `llm_pp128_fa`, `llm_tg64_fa`, `llm_rss_fa`.
  *
- * Usage: deno task bench:llm [--reps 5] [--rounds 2] [--seed 42] [--fa on|off] [--no-node]
+ * `--depth N` (llama-bench's `-d`) starts every run after N tokens of context (evaluated untimed,
+ * n_ctx grown by N) and adds `_dN` to the line names; node-llama-cpp is skipped then.
+ *
+ * Usage: deno task bench:llm [--reps 5] [--rounds 2] [--seed 42] [--fa on|off] [--depth N]
+ *   [--no-node]
  * @module
  */
 
@@ -54,8 +58,10 @@ const SEED = flag("--seed", 42);
 const faAt = args.indexOf("--fa");
 const FA = faAt >= 0 ? args[faAt + 1] : "off";
 if (FA !== "on" && FA !== "off") throw new Error(`--fa must be on or off, got ${FA}`);
-/** Line names' suffix for the flash-attention runs. */
-const FA_SUFFIX = FA === "on" ? "_fa" : "";
+const DEPTH = flag("--depth", 0);
+if (!Number.isInteger(DEPTH) || DEPTH < 0) throw new Error(`--depth must be an integer >= 0`);
+/** Line names' suffix for flash attention and depth. */
+const FA_SUFFIX = (FA === "on" ? "_fa" : "") + (DEPTH > 0 ? `_d${DEPTH}` : "");
 
 /** Tokens/s per repetition of each test, and the peak RSS, of one side over all rounds. */
 interface Side {
@@ -73,8 +79,8 @@ const mean = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / xs.length
 
 /** n_ctx as llama-bench asks for it (n_prompt + n_gen + n_depth) and as llama.cpp allocates it. */
 const padCtx = (n: number): number => Math.ceil(n / LLAMA_CTX_PAD) * LLAMA_CTX_PAD;
-const N_CTX_PP = padCtx(N_PROMPT);
-const N_CTX_TG = padCtx(N_GEN);
+const N_CTX_PP = padCtx(N_PROMPT + DEPTH);
+const N_CTX_TG = padCtx(N_GEN + DEPTH);
 
 async function runGraft(): Promise<Side> {
   const script = new URL("./llm_graft.ts", import.meta.url).pathname;
@@ -82,6 +88,7 @@ async function runGraft(): Promise<Side> {
     ...["run", "--allow-ffi", "--allow-env", "--allow-read", script, SMOLLM2_PATH],
     ...[THREADS, N_PROMPT, N_GEN, N_CTX_PP, N_CTX_TG, REPS, SEED].map(String),
     FA === "on" ? "1" : "0",
+    String(DEPTH),
   ]);
   if (!run.success) throw new Error(`bench/llm_graft.ts failed:\n${run.stderr}`);
   const out = JSON.parse(run.stdout.trim().split("\n").at(-1)!) as {
@@ -123,9 +130,11 @@ if (import.meta.main) {
   console.log(
     `# both sides: threads=${THREADS}; KV cache K f16, V f16; flash attention ${FA}; ` +
       `pp${N_PROMPT} n_ctx=${N_CTX_PP}, tg${N_GEN} n_ctx=${N_CTX_TG} (llama-bench asks for ` +
-      `n_prompt+n_gen = ${N_PROMPT} and ${N_GEN}, llama.cpp pads to a multiple of ${LLAMA_CTX_PAD}; ` +
+      `n_prompt+n_gen+n_depth = ${N_PROMPT + DEPTH} and ${N_GEN + DEPTH}, llama.cpp pads to ` +
+      `a multiple of ${LLAMA_CTX_PAD}; ` +
       `Graft and node-llama-cpp get the padded sizes); one warmup, ${REPS} repetitions x ` +
-      `${ROUNDS} rounds, tokens/s the mean over all; random tokens (seed ${SEED})`,
+      `${ROUNDS} rounds, tokens/s the mean over all; random tokens (seed ${SEED})` +
+      (DEPTH > 0 ? `; each run after ${DEPTH} tokens of context (untimed)` : ""),
   );
 
   const settings: LlamaBenchSettings = {
@@ -136,6 +145,7 @@ if (import.meta.main) {
     reps: REPS,
     flashAttn: FA === "on" ? "1" : "0",
     repack: 1,
+    depth: DEPTH,
   };
   const found = llamaBenchPath();
   let llamaBench: string | undefined;
@@ -151,7 +161,11 @@ if (import.meta.main) {
         `supports it); both sides are set alike (--fa on|off). --repack ${repack}: ${why}`,
     );
   }
-  const nodeMissing = args.includes("--no-node") ? "--no-node" : nodeLlamaCppMissing();
+  const nodeMissing = args.includes("--no-node")
+    ? "--no-node"
+    : DEPTH > 0
+    ? "--depth (bench/peers/node_llama_cpp_bench.mjs has no depth)"
+    : nodeLlamaCppMissing();
   if (nodeMissing) console.log(`# llm vs node_llama_cpp skipped: ${nodeMissing}`);
   else {
     console.log(

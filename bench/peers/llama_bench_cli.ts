@@ -82,6 +82,8 @@ export interface LlamaBenchSettings {
   flashAttn: "0" | "1" | "auto";
   /** `--repack`: llama.cpp's extra CPU buffer types (repacked weights, AMX). */
   repack: 0 | 1;
+  /** `-d`: tokens of context evaluated (untimed) before each run; default 0. */
+  depth?: number;
   /** `--rpc HOST:PORT -ngl 99`: every layer on that RPC server (bench/rpc_*_perf.ts). */
   rpc?: string;
 }
@@ -92,6 +94,7 @@ export function llamaBenchArgs(s: LlamaBenchSettings): string[] {
     ...["-m", s.model, "-t", String(s.threads), "-p", String(s.nPrompt), "-n", String(s.nGen)],
     ...["-r", String(s.reps), "-ctk", "f16", "-ctv", "f16", "-fa", s.flashAttn],
     ...["--repack", String(s.repack), "-o", "json"],
+    ...(s.depth ? ["-d", String(s.depth)] : []),
     ...(s.rpc === undefined ? [] : ["--rpc", s.rpc, "-ngl", "99"]),
   ];
 }

@@ -317,13 +317,8 @@ export function buildLlamaGraph(
     : options;
   if (flashAttn === cache.vTransposed) {
     throw new ArgumentError(
-      `buildLlamaGraph: flashAttn ${flashAttn} needs a cache whose values are ` +
-        `${
-          flashAttn
-            ? "stored as the keys (KvCache vTransposed false)"
-            : "transposed (KvCache vTransposed true)"
-        }, ` +
-        `got vTransposed ${cache.vTransposed}`,
+      `buildLlamaGraph: flashAttn ${flashAttn} needs a KvCache made with vTransposed ` +
+        `${!flashAttn}, got one with vTransposed ${cache.vTransposed}`,
     );
   }
   const { nTokens: T, nKv } = shape;

@@ -52,8 +52,8 @@ export interface LayerSplit {
 interface Entry {
   readonly built: LlamaGraph;
   readonly inputs: BackendBuffer;
-  /** The mask's values: f32, or f16 bits (flash attention). */
-  readonly mask: Float32Array | Uint16Array;
+  /** The mask's values: f32, or f16 (flash attention). */
+  readonly mask: Float32Array | Float16Array;
   readonly vIndices: Int32Array;
   /** The token ids and positions written as inputs (the plan's own arrays, reused). */
   readonly tokens: Int32Array;
@@ -136,13 +136,11 @@ export class PlanCache implements Disposable {
     backend.setTensor(built.positions, positions);
     // Row t is token t's (llama_graph.ts): keys up to its position are visible.
     const nKv = shape.nKv;
-    // 0 and -inf; in f16 bits, 0x0000 and 0xfc00.
-    const hidden = mask instanceof Float32Array ? -Infinity : 0xfc00;
     for (let t = 0; t < T; t++) {
       const visible = nPast + t + 1;
       const line = mask.subarray(t * nKv, (t + 1) * nKv);
       line.fill(0, 0, visible);
-      line.fill(hidden, visible);
+      line.fill(-Infinity, visible);
     }
     backend.setTensor(built.mask, mask);
     const { headDim, nHeadKv } = this.#hparams;
@@ -182,7 +180,7 @@ export class PlanCache implements Disposable {
         built,
         inputs,
         mask: built.mask.dtype === "f16"
-          ? new Uint16Array(built.mask.nelements)
+          ? new Float16Array(built.mask.nelements)
           : new Float32Array(built.mask.nelements),
         vIndices: new Int32Array(built.vIndices.nelements),
         tokens: new Int32Array(built.tokens.nelements),

@@ -269,12 +269,14 @@ fn mask_row(mask: Tensor, h: usize, t: usize, b: usize) common.Strided {
     return mask.row_at(.{ .i1 = t, .i2 = h % mask.ne[2], .i3 = b % mask.ne[3] });
 }
 
+/// Elements [index, index + width) of an f32 or f16 row as f32 (width >= 1); padding lanes 0.
+inline fn row_chunk(dtype: common.DType, row: common.Strided, index: usize, width: usize) F32x {
+    return if (dtype == .f16) common.load_chunk_f16(row, index, width) else common.load_chunk(row, index, width, 0);
+}
+
 /// Lanes [first, first + width) of a mask row as f32 (width >= 1); padding lanes are -inf.
 fn mask_chunk(mask: Tensor, row: common.Strided, first: usize, width: usize) F32x {
-    const value = if (mask.dtype == .f16)
-        common.load_chunk_f16(row, first, width)
-    else
-        common.load_chunk(row, first, width, 0);
+    const value = row_chunk(mask.dtype, row, first, width);
     if (width == lanes) return value;
     return @select(f32, common.lane_mask(width), value, splat(negative_infinity));
 }
@@ -382,13 +384,8 @@ fn load_v_tile(args: *const Args, scratch: *const Scratch, v_head: usize, v_batc
         const out: common.Strided = .{ .base = @intFromPtr(scratch.v_tile.ptr + j * args.dv_padded), .stride = 4 };
         var chunk: usize = 0;
         while (chunk < args.dv) : (chunk += lanes) {
-            const width = @min(lanes, args.dv - chunk);
-            const value = if (args.v.dtype == .f16)
-                common.load_chunk_f16(row, chunk, width)
-            else
-                common.load_chunk(row, chunk, width, 0);
-            const padded = if (width == lanes) value else @select(f32, common.lane_mask(width), value, splat(0));
-            common.store_chunk(out, chunk, lanes, padded);
+            // Padding lanes are 0 (row_chunk), as the products past dv need.
+            common.store_chunk(out, chunk, lanes, row_chunk(args.v.dtype, row, chunk, @min(lanes, args.dv - chunk)));
         }
     }
     return .{ .base = scratch.v_tile.ptr, .stride = args.dv_padded };
@@ -802,7 +799,7 @@ const OneToken = struct {
             if (d < args.dk) {
                 const width = args.dk - d;
                 const k_at: common.Strided = .{ .base = k_row, .stride = element };
-                const k = if (args.k.dtype == .f16) common.load_chunk_f16(k_at, d, width) else common.load_chunk(k_at, d, width, 0);
+                const k = row_chunk(args.k.dtype, k_at, d, width);
                 inline for (0..group) |g| {
                     const q = common.load_chunk(.{ .base = q_rows[g], .stride = 4 }, d, width, 0);
                     acc[g] = common.mul_add(q, k, acc[g]);
@@ -877,7 +874,7 @@ const OneToken = struct {
                 for (0..count) |j| {
                     if (!used[j]) continue;
                     const v_at: common.Strided = .{ .base = v_first + j * v_stride, .stride = element };
-                    const value = if (args.v.dtype == .f16) common.load_chunk_f16(v_at, d, width) else common.load_chunk(v_at, d, width, 0);
+                    const value = row_chunk(args.v.dtype, v_at, d, width);
                     inline for (0..group) |g| acc[g] = common.mul_add(splat(scores[g * chunk + j]), value, acc[g]);
                 }
             }

@@ -124,11 +124,6 @@ export function convFusedAway(graph: Graph): Map<Tensor, Tensor> {
  * fused entry stands at the second node's place and lists both nodes in `fused`.
  */
 export function fuseNodes(graph: Graph, memory: FusionMemory): TableEntry[] {
-  const uses = new Map<Tensor, number>();
-  for (const node of graph.nodes) {
-    for (const source of node.src) uses.set(source, (uses.get(source) ?? 0) + 1);
-  }
-  const outputs = new Set(graph.outputs);
   const order = graph.nodes.filter((t) => !isViewOp(t.op));
   const position = new Map(order.map((t, i) => [t, i]));
   const absorbed = new Set<Tensor>();
@@ -146,7 +141,8 @@ export function fuseNodes(graph: Graph, memory: FusionMemory): TableEntry[] {
     return sameLayout(consumer, x) && memory.addressOf(consumer) === memory.addressOf(x);
   };
 
-  // A view (or the im2col) read only by the next step of the chain, and no graph output.
+  // An intermediate (a view, the im2col, the silu or rmsNorm) read only by the next step of
+  // its chain, and no graph output.
   const readOnce = readOnceIn(graph);
   for (const consumer of order) {
     const conv = convOf(consumer, readOnce);
@@ -171,7 +167,7 @@ export function fuseNodes(graph: Graph, memory: FusionMemory): TableEntry[] {
     for (const side of [0, 1]) {
       const inner = consumer.src[side]!;
       const other = consumer.src[1 - side]!;
-      if (inner === other || outputs.has(inner) || uses.get(inner) !== 1) continue;
+      if (inner === other || !readOnce(inner)) continue;
       if (absorbed.has(inner) || fusedAt.has(inner) || !position.has(inner)) continue;
       const x = inner.src[0]!;
       if (inner.op === Op.silu && sameShape(other, inner) && movable(inner, consumer, x)) {

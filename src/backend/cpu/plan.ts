@@ -131,10 +131,10 @@ export class CpuPlan implements GraphPlan {
     // The intermediates computed inside a fused node (and their views) need no memory.
     const absorbed = new Set(entries.flatMap((e) => e.fused?.slice(0, -1) ?? []));
     const inside = (t: Tensor): boolean => absorbed.has(t.memoryOwner);
-    const fusedAway = convFusedAway(graph);
     for (const tensor of [...graph.leafs, ...graph.nodes]) {
       if (inside(tensor)) continue;
-      if (!placed(tensor) && fusedAway.has(tensor.memoryOwner)) {
+      // Only an unplaced tensor asks whether allocGraph left it out for fusion.
+      if (!placed(tensor) && convFusedAway(graph).has(tensor.memoryOwner)) {
         throw new PlacementError(
           `graphPlanCreate: ${tensor.memoryOwner.label} has no memory: allocGraph planned it ` +
             `inside its conv2d product (CPU plans fuse the pair), but this plan does not fuse ` +

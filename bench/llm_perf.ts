@@ -61,7 +61,7 @@ if (FA !== "on" && FA !== "off") throw new Error(`--fa must be on or off, got ${
 const DEPTH = flag("--depth", 0);
 if (!Number.isInteger(DEPTH) || DEPTH < 0) throw new Error(`--depth must be an integer >= 0`);
 /** Line names' suffix for flash attention and depth. */
-const FA_SUFFIX = (FA === "on" ? "_fa" : "") + (DEPTH > 0 ? `_d${DEPTH}` : "");
+const LINE_SUFFIX = (FA === "on" ? "_fa" : "") + (DEPTH > 0 ? `_d${DEPTH}` : "");
 
 /** Tokens/s per repetition of each test, and the peak RSS, of one side over all rounds. */
 interface Side {
@@ -216,17 +216,17 @@ if (import.meta.main) {
   }
   progress.done();
 
-  if (llamaBench) printLines("llama_bench", FA_SUFFIX, graft, peer);
+  if (llamaBench) printLines("llama_bench", LINE_SUFFIX, graft, peer);
   else {
     console.log(
-      `# graft alone: llm_pp${N_PROMPT}${FA_SUFFIX}=${mean(graft.pp).toFixed(1)}tok/s ` +
-        `llm_tg${N_GEN}${FA_SUFFIX}=${mean(graft.tg).toFixed(1)}tok/s llm_rss${FA_SUFFIX}=${
+      `# graft alone: llm_pp${N_PROMPT}${LINE_SUFFIX}=${mean(graft.pp).toFixed(1)}tok/s ` +
+        `llm_tg${N_GEN}${LINE_SUFFIX}=${mean(graft.tg).toFixed(1)}tok/s llm_rss${LINE_SUFFIX}=${
           (graft.peakRssBytes / 1e6).toFixed(1)
         }MB`,
     );
   }
   if (nodeOk) {
     console.log(`# node_llama_cpp ${nodeVersion}`);
-    printLines("node_llama_cpp", `${FA_SUFFIX}_node_llama_cpp`, graft, node);
+    printLines("node_llama_cpp", `${LINE_SUFFIX}_node_llama_cpp`, graft, node);
   }
 }

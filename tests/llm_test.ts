@@ -130,6 +130,7 @@ async function assertNearReference(
   const V = llm.hparams.nVocab;
   llm.reset();
   const all = await llm.eval(ids, { allLogits: true });
+  assert.equal(all.length, ids.length * V);
   positions.forEach((p, i) => check(all.subarray(p * V, (p + 1) * V), i, "batched"));
   if (!oneAtATime) return;
   llm.reset();
@@ -174,18 +175,19 @@ Deno.test({
   async fn(): Promise<void> {
     const model = await referenceModel();
     using llm = await LLM.load(SMOLLM2_PATH, { threads: 2, nCtx: 64, arithmetic: "fast" });
-    const V = llm.hparams.nVocab;
     for (const c of fixture.cases.filter((c) => c.prompt_ids.length >= 24).slice(0, 2)) {
       const ids = c.prompt_ids.slice(0, 24);
       const positions = [0, 11, 23];
       const want = referenceLogits(model, ids, positions);
-      llm.reset();
-      const all = await llm.eval(ids, { allLogits: true });
-      assert.equal(all.length, ids.length * V);
-      positions.forEach((p, i) => {
-        const { max, nmse } = errors(all.subarray(p * V, (p + 1) * V), want[i]!);
-        assert.ok(nmse <= 5e-6 && max <= 0.05, `${c.name} @${p}: NMSE ${nmse}, max ${max}`);
-      });
+      await assertNearReference(
+        llm,
+        ids,
+        positions,
+        want,
+        { nmse: 5e-6, max: 0.05 },
+        false,
+        c.name,
+      );
     }
   },
 });

@@ -20,6 +20,8 @@ const skip = "skip" in bin
   : `no ${SMOLLM2_PATH} (deno task model:fetch)`;
 if (skip) console.warn(`rpc_llm_test: skipped: ${skip}`);
 const binDir = "dir" in bin ? bin.dir : "";
+// The servers are child processes and their sockets outlive a test's own ops.
+const opts = { ignore: skip !== null, sanitizeResources: false, sanitizeOps: false };
 const PROMPT = [504, 3575, 282, 4649, 314]; // "The capital of France is"
 const N = 16;
 
@@ -32,9 +34,7 @@ async function greedy(llm: LLM): Promise<readonly number[]> {
 
 Deno.test({
   name: "rpc llm: SmolLM2 over two ggml-rpc-servers gives the local CPU's greedy ids",
-  ignore: skip !== null,
-  sanitizeResources: false,
-  sanitizeOps: false,
+  ...opts,
   fn: async () => {
     await using s1 = await GgmlRpcServer.start(binDir, 1);
     await using s2 = await GgmlRpcServer.start(binDir, 1);
@@ -60,9 +60,7 @@ Deno.test({
 
 Deno.test({
   name: "rpc llm: deno task generate --rpc prints the same greedy ids as without",
-  ignore: skip !== null,
-  sanitizeResources: false,
-  sanitizeOps: false,
+  ...opts,
   fn: async () => {
     await using s1 = await GgmlRpcServer.start(binDir, 1);
     const run = async (extra: string[]): Promise<number[]> => {
@@ -104,9 +102,7 @@ Deno.test({
 Deno.test({
   name: "rpc llm: one server gets q, k, v and gate, up fused: 3 matrix products a block for a " +
     "token, not 5 (a prompt: 4), one rope, and the logits of the unfused graph bit for bit",
-  ignore: skip !== null,
-  sanitizeResources: false,
-  sanitizeOps: false,
+  ...opts,
   fn: async () => {
     await using server = await GgmlRpcServer.start(binDir, 1);
     // The matrix products of each graph the connection sends (GRAPH_COMPUTE), by graph.
@@ -157,9 +153,7 @@ Deno.test({
 Deno.test({
   name: "rpc llm: flash attention on one ggml-rpc-server: one FLASH_ATTN_EXT a block and no " +
     "SOFT_MAX; the prompt's logits against the f64 reference (NMSE <= 1e-2, |error| <= 1.5)",
-  ignore: skip !== null,
-  sanitizeResources: false,
-  sanitizeOps: false,
+  ...opts,
   fn: async () => {
     await using server = await GgmlRpcServer.start(binDir, 1);
     const sent: string[][] = [];

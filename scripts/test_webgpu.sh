@@ -17,6 +17,7 @@ FILES=(
   tests/webgpu_indexing_test.ts
   tests/sched_fallback_test.ts
   tests/webgpu_neural_test.ts
+  tests/webgpu_exact_test.ts
 )
 DENO_TEST=(./scripts/deno test --allow-ffi --allow-env --allow-read --allow-write --allow-run)
 

@@ -1,0 +1,214 @@
+/**
+ * The WGSL exact-arithmetic helpers (src/backend/webgpu/wgsl_exact.ts) on the shared WebGPU
+ * device against the same operations computed in float64 here: `fma_exact` is a * b + c rounded
+ * once on seeded operands, many of them chosen so that c cancels most of a * b (where an unfused
+ * product or a compiler's algebra shows); `two_sum` and `two_prod` give the exact error terms;
+ * the float-float total of a row and its quotients round as the f64 ones do. Skipped, visibly,
+ * when Deno finds no adapter.
+ */
+
+import assert from "node:assert/strict";
+import { closeSharedWebGpuTest, sharedWebGpu } from "./gpu.ts";
+import { EXACT_WGSL } from "../src/backend/webgpu/wgsl_exact.ts";
+import { PARAMS_WGSL, UNIFORM_SLOT_BYTES } from "../src/backend/webgpu/wgsl_common.ts";
+import { Rng } from "./reference.ts";
+
+const gpu = await sharedWebGpu();
+
+/** Runs `body` (WGSL statements over `i`, inputs `a`, `b`, `c`, output `o`) for `n` values of i. */
+async function run(
+  body: string,
+  inputs: [Float32Array<ArrayBuffer>, Float32Array<ArrayBuffer>, Float32Array<ArrayBuffer>],
+  outputs: number,
+): Promise<Float32Array> {
+  const device = gpu!.device;
+  const n = inputs[0].length;
+  const code = `${PARAMS_WGSL}
+${EXACT_WGSL}
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read> c: array<f32>;
+@group(0) @binding(4) var<storage, read_write> o: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) g: vec3<u32>) {
+  let i = g.x;
+  if (i >= arrayLength(&a)) {
+    return;
+  }
+  // Every binding is used, so that the automatic layout has them all.
+  _ = b[0];
+  _ = c[0];
+${body}
+}`;
+  const module = device.createShaderModule({ code });
+  const pipeline = device.createComputePipeline({
+    layout: "auto",
+    compute: { module, entryPoint: "main" },
+  });
+  const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST;
+  const params = device.createBuffer({
+    size: UNIFORM_SLOT_BYTES,
+    usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST,
+  });
+  const sources = inputs.map((x) => {
+    const buffer = device.createBuffer({ size: x.byteLength, usage });
+    device.queue.writeBuffer(buffer, 0, x);
+    return buffer;
+  });
+  const size = n * outputs * 4;
+  const out = device.createBuffer({
+    size,
+    usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC,
+  });
+  const read = device.createBuffer({
+    size,
+    usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+  });
+  const bindGroup = device.createBindGroup({
+    layout: pipeline.getBindGroupLayout(0),
+    entries: [params, ...sources, out].map((buffer, binding) => ({
+      binding,
+      resource: { buffer },
+    })),
+  });
+  const encoder = device.createCommandEncoder();
+  const pass = encoder.beginComputePass();
+  pass.setPipeline(pipeline);
+  pass.setBindGroup(0, bindGroup);
+  pass.dispatchWorkgroups(Math.ceil(n / 64));
+  pass.end();
+  encoder.copyBufferToBuffer(out, 0, read, 0, size);
+  device.queue.submit([encoder.finish()]);
+  await read.mapAsync(GPUMapMode.READ);
+  const result = new Float32Array(read.getMappedRange().slice(0));
+  read.unmap();
+  for (const buffer of [params, ...sources, out, read]) buffer.destroy();
+  return result;
+}
+
+const N = 1 << 16;
+const f32 = new Float32Array(1);
+const u32 = new Uint32Array(f32.buffer);
+
+/** The f32 next to x, away from zero (up) or toward it. */
+function step(x: number, up: boolean): number {
+  f32[0] = x;
+  u32[0] = u32[0]! + (up ? 1 : -1);
+  return f32[0];
+}
+
+/** x (an f64) rounded to f32, ties broken by the sign of `below` (the f64's own rounding error). */
+function roundF32(x: number, below: number): number {
+  const r = Math.fround(x);
+  if (r === x || below === 0) return r;
+  const other = step(r, Math.abs(r) < Math.abs(x));
+  if (Math.abs(x - r) !== Math.abs(other - x)) return r;
+  // x is halfway between two floats: the exact value lies on `below`'s side.
+  const towardOther = (other - x) * below > 0;
+  return towardOther ? other : r;
+}
+
+/** a * b + c rounded once: a * b is exact in f64, the sum's f64 error decides a halfway case. */
+function fmaRef(a: number, b: number, c: number): number {
+  const p = a * b;
+  const s = p + c;
+  const bb = s - p;
+  return roundF32(s, (p - (s - bb)) + (c - bb));
+}
+
+/** Seeded operands over 16 binades; `cancel` makes c nearly -a*b. */
+function operands(
+  seed: number,
+): [Float32Array<ArrayBuffer>, Float32Array<ArrayBuffer>, Float32Array<ArrayBuffer>] {
+  const rng = new Rng(seed);
+  const value = (): number =>
+    Math.fround((rng.next() * 2 - 1) * 2 ** Math.floor(rng.next() * 16 - 8));
+  const a = Float32Array.from({ length: N }, value);
+  const b = Float32Array.from({ length: N }, value);
+  const c = Float32Array.from({ length: N }, (_, i) => {
+    const p = a[i]! * b[i]!;
+    if (i % 3 === 0) return Math.fround(-p * (1 + (rng.next() - 0.5) * 2 ** -16));
+    if (i % 3 === 1) return Math.fround(p * 2 ** -(10 + (i % 20)));
+    return value();
+  });
+  return [a, b, c];
+}
+
+Deno.test({
+  name: "webgpu exact: fma_exact rounds a * b + c once",
+  ignore: gpu === null,
+  async fn(): Promise<void> {
+    const [a, b, c] = operands(7);
+    const got = await run("  o[i] = fma_exact(a[i], b[i], c[i]);", [a, b, c], 1);
+    let differ = 0;
+    let first = "";
+    for (let i = 0; i < N; i++) {
+      const want = fmaRef(a[i]!, b[i]!, c[i]!);
+      if (Object.is(got[i], want) || (got[i] === 0 && want === 0)) continue;
+      differ++;
+      first ||= `fma(${a[i]}, ${b[i]}, ${c[i]}) = ${got[i]}, want ${want}`;
+    }
+    assert.equal(differ, 0, `${differ}/${N} differ; first ${first}`);
+  },
+});
+
+Deno.test({
+  name: "webgpu exact: two_sum and two_prod give exact error terms",
+  ignore: gpu === null,
+  async fn(): Promise<void> {
+    const [a, b, c] = operands(11);
+    const got = await run(
+      `  let s = two_sum(a[i], c[i]);
+  let p = two_prod(a[i], b[i]);
+  o[4u * i] = s.x;
+  o[4u * i + 1u] = s.y;
+  o[4u * i + 2u] = p.x;
+  o[4u * i + 3u] = p.y;`,
+      [a, b, c],
+      4,
+    );
+    for (let i = 0; i < N; i++) {
+      const [s, e, p, q] = got.subarray(4 * i, 4 * i + 4);
+      assert.equal(s, Math.fround(a[i]! + c[i]!), `two_sum(${a[i]}, ${c[i]}).s`);
+      // s + e is the exact sum (exact in f64: two floats of 24 bits within 2^30 of each other).
+      assert.equal(s! + e!, a[i]! + c[i]!, `two_sum(${a[i]}, ${c[i]}) = ${s} + ${e}`);
+      assert.equal(p, Math.fround(a[i]! * b[i]!), `two_prod(${a[i]}, ${b[i]}).p`);
+      assert.equal(p! + q!, a[i]! * b[i]!, `two_prod(${a[i]}, ${b[i]}) = ${p} + ${q}`);
+    }
+  },
+});
+
+Deno.test({
+  name: "webgpu exact: float-float totals round as f64 ones (sum / n, 1 / sum)",
+  ignore: gpu === null,
+  async fn(): Promise<void> {
+    // Each thread sums 96 values from a[i] on (wrapping), squared as rms_norm's: x * x in f32.
+    const rng = new Rng(3);
+    const a = Float32Array.from({ length: 4096 }, () => Math.fround((rng.next() * 2 - 1) * 4));
+    const got = await run(
+      `  var acc = vec2<f32>(0.0, 0.0);
+  for (var j = 0u; j < 96u; j = j + 1u) {
+    let x = a[(i + j) % arrayLength(&a)];
+    acc = ff_add(acc, x * x);
+  }
+  o[2u * i] = ff_div_f32(acc, 96.0);
+  o[2u * i + 1u] = ff_recip_f32(acc);`,
+      [a, a, a],
+      2,
+    );
+    let differ = 0;
+    for (let i = 0; i < a.length; i++) {
+      let sum = 0;
+      for (let j = 0; j < 96; j++) {
+        const x = a[(i + j) % a.length]!;
+        sum += Math.fround(x * x);
+      }
+      if (got[2 * i] !== Math.fround(sum / 96)) differ++;
+      if (got[2 * i + 1] !== Math.fround(1 / sum)) differ++;
+    }
+    // Equal but where the f64 result lies within about 2^-40 of a halfway point (none here).
+    assert.equal(differ, 0, `${differ} of ${2 * a.length} roundings differ`);
+  },
+});
+
+closeSharedWebGpuTest();

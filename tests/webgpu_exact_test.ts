@@ -10,6 +10,7 @@
 import assert from "node:assert/strict";
 import { closeSharedWebGpuTest, sharedWebGpu } from "./gpu.ts";
 import { EXACT_WGSL } from "../src/backend/webgpu/wgsl_exact.ts";
+import { SINCOSF_WGSL } from "../src/backend/webgpu/wgsl_sincosf.ts";
 import { PARAMS_WGSL, UNIFORM_SLOT_BYTES } from "../src/backend/webgpu/wgsl_common.ts";
 import { Rng } from "./reference.ts";
 
@@ -25,6 +26,7 @@ async function run(
   const n = inputs[0].length;
   const code = `${PARAMS_WGSL}
 ${EXACT_WGSL}
+${SINCOSF_WGSL}
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read> c: array<f32>;
@@ -208,6 +210,75 @@ Deno.test({
     }
     // Equal but where the f64 result lies within about 2^-40 of a halfway point (none here).
     assert.equal(differ, 0, `${differ} of ${2 * a.length} roundings differ`);
+  },
+});
+
+/** glibc's sinf and cosf, or null where the C library is not glibc's libm.so.6. */
+function glibcLibm():
+  | Deno.DynamicLibrary<{
+    sinf: { parameters: ["f32"]; result: "f32" };
+    cosf: { parameters: ["f32"]; result: "f32" };
+    powf: { parameters: ["f32", "f32"]; result: "f32" };
+  }>
+  | null {
+  try {
+    return Deno.dlopen("libm.so.6", {
+      sinf: { parameters: ["f32"], result: "f32" },
+      cosf: { parameters: ["f32"], result: "f32" },
+      powf: { parameters: ["f32", "f32"], result: "f32" },
+    });
+  } catch {
+    return null;
+  }
+}
+
+Deno.test({
+  name: "webgpu exact: glibc_sinf and glibc_cosf equal the C library's (rope's angles and more)",
+  ignore: gpu === null,
+  async fn(): Promise<void> {
+    const libm = glibcLibm();
+    if (libm === null) {
+      console.log("skipped: no glibc libm.so.6 to compare with");
+      return;
+    }
+    try {
+      // Every angle of SmolLM2's rope (head 64, base 100000) at positions 0..8191, as ggml's
+      // recurrence makes them, then seeded values over many binades, both signs.
+      const scale = libm.symbols.powf(100000, Math.fround(-2 / 64));
+      const angles: number[] = [];
+      for (let p = 0; p < 8192; p++) {
+        let theta = Math.fround(p);
+        for (let k = 0; k < 32; k++) {
+          angles.push(theta);
+          theta = Math.fround(theta * scale);
+        }
+      }
+      const rng = new Rng(5);
+      for (let i = 0; i < 1 << 16; i++) {
+        const magnitude = 2 ** (rng.next() * 60 - 20);
+        angles.push(Math.fround((rng.next() < 0.5 ? -1 : 1) * magnitude));
+      }
+      const a = Float32Array.from(angles);
+      const got = await run(
+        `  o[2u * i] = glibc_sinf(a[i]);
+  o[2u * i + 1u] = glibc_cosf(a[i]);`,
+        [a, a, a],
+        2,
+      );
+      let differ = 0;
+      let first = "";
+      for (let i = 0; i < a.length; i++) {
+        const want = [libm.symbols.sinf(a[i]!), libm.symbols.cosf(a[i]!)];
+        for (let k = 0; k < 2; k++) {
+          if (Object.is(got[2 * i + k], want[k])) continue;
+          differ++;
+          first ||= `${k ? "cos" : "sin"}(${a[i]}) = ${got[2 * i + k]}, glibc ${want[k]}`;
+        }
+      }
+      assert.equal(differ, 0, `${differ}/${2 * a.length} differ; first ${first}`);
+    } finally {
+      libm.close();
+    }
   },
 });
 

@@ -39,17 +39,18 @@ fn opaque(x: f32) -> f32 {
 
 // Dekker's split of a into two halves of 12 significant bits, both exact.
 fn exact_split(a: f32) -> vec2<f32> {
-  let t = 4097.0 * a;
-  let hi = t - opaque(t - a);
-  return vec2<f32>(hi, a - hi);
+  let t = opaque(4097.0 * a);
+  let hi = opaque(t - opaque(t - a));
+  return vec2<f32>(hi, opaque(a - hi));
 }
 
 // a * b = p + e exactly.
 fn two_prod(a: f32, b: f32) -> vec2<f32> {
-  let p = a * b;
+  let p = opaque(a * b);
   let x = exact_split(a);
   let y = exact_split(b);
-  let e = opaque(opaque(opaque(x.x * y.x - p) + x.x * y.y) + x.y * y.x) + x.y * y.y;
+  let e = opaque(opaque(opaque(opaque(x.x * y.x) - p) + opaque(x.x * y.y)) + opaque(x.y * y.x)) +
+    opaque(x.y * y.y);
   return vec2<f32>(p, e);
 }
 

@@ -3,8 +3,10 @@
  * device against the same operations computed in float64 here: `fma_exact` is a * b + c rounded
  * once on seeded operands, many of them chosen so that c cancels most of a * b (where an unfused
  * product or a compiler's algebra shows); `two_sum` and `two_prod` give the exact error terms;
- * the float-float total of a row and its quotients round as the f64 ones do. Skipped, visibly,
- * when Deno finds no adapter.
+ * the float-float total of a row and its quotients round as the f64 ones do; `glibc_sinf` and
+ * `glibc_cosf` equal the C library's (through FFI, where it is glibc's libm.so.6); and the rope
+ * kernel built on them equals ggml's AVX2 build (tests/fixtures/ggml_exact_ops.json). Skipped,
+ * visibly, when Deno finds no adapter.
  */
 
 import assert from "node:assert/strict";
@@ -13,6 +15,8 @@ import { EXACT_WGSL } from "../src/backend/webgpu/wgsl_exact.ts";
 import { SINCOSF_WGSL } from "../src/backend/webgpu/wgsl_sincosf.ts";
 import { PARAMS_WGSL, UNIFORM_SLOT_BYTES } from "../src/backend/webgpu/wgsl_common.ts";
 import { Rng } from "./reference.ts";
+import { allocTensors, Context, Graph } from "../mod.ts";
+import { bitDiff, digest, exactCases, graftOutput } from "./ggml_exact_ops.ts";
 
 const gpu = await sharedWebGpu();
 
@@ -278,6 +282,33 @@ Deno.test({
       assert.equal(differ, 0, `${differ}/${2 * a.length} differ; first ${first}`);
     } finally {
       libm.close();
+    }
+  },
+});
+
+const opsFixture = JSON.parse(
+  Deno.readTextFileSync(new URL("./fixtures/ggml_exact_ops.json", import.meta.url)),
+) as { cases: Record<string, Record<string, string>> };
+
+Deno.test({
+  name: "webgpu exact: rope equals ggml's AVX2 build bit for bit (SmolLM2's, positions 0..8191)",
+  ignore: gpu === null,
+  async fn(): Promise<void> {
+    const ropeCases = exactCases().filter((c) => c.name.startsWith("rope_"));
+    assert.ok(ropeCases.length >= 2);
+    for (const c of ropeCases) {
+      const ctx = new Context();
+      const { inputs, output } = c.build(ctx);
+      const graph = Graph.build(output);
+      using _memory = allocTensors(gpu!, [...ctx.tensors, ...graph.leafs, ...graph.nodes]);
+      inputs.forEach((t, k) => gpu!.setTensor(t, c.inputs[k]!));
+      gpu!.graphCompute(graph);
+      const got = await gpu!.getTensorAsync(output) as Float32Array;
+      if (await digest(got) === opsFixture.cases[c.name]!.avx2) continue;
+      const { count, first } = bitDiff(got, graftOutput(c, 1, "avx2"));
+      assert.fail(
+        `${c.name}: ${count}/${got.length} elements differ from ggml's, first at ${first}`,
+      );
     }
   },
 });

@@ -216,7 +216,8 @@ function matmul(node: Tensor): Kernel {
   };
 }
 
-// One item per rotated pair and per copied element of each row (see shader_rope.ts). P.f: nDims,
+// One item per position and rotated pair, and one per copied element of each row (see
+// shader_rope.ts). P.f: nDims,
 // ggml's theta_scale (powf(freqBase, -2.0f/nDims), rounded as the CPU's), freqScale, extFactor;
 // P.g: the scale of cos and sin (attnFactor, times YaRN's 1 + 0.1 logf(1/freqScale) when
 // extFactor is not 0) and YaRN's corr dims. The mode, dtype and frequency factors select the
@@ -245,9 +246,11 @@ function rope(node: Tensor): Kernel {
     );
   const start = Math.floor(corrDim(betaFast)), end = Math.ceil(corrDim(betaSlow));
   const low = 0 > start ? 0 : start, high = nDims - 1 < end ? nDims - 1 : end;
+  // 1.0f + 0.1f*logf(...), which GCC contracts: the product is exact in f64, so one f64 sum
+  // rounded to f32 is the fused result (but for a double rounding).
   const yarn = f(Math.fround(0.1) * f(Math.log(f(1 / f(freqScale)))) + 1);
   const mscale = f(extFactor) !== 0 ? f(f(attnFactor) * yarn) : f(attnFactor);
-  const count = a.nrows * (a.ne[0] - nDims / 2);
+  const count = (nDims / 2) * a.ne[2] * a.ne[3] + a.nrows * (a.ne[0] - nDims);
   const kind = mode === 2 ? "neox" : "normal";
   const dtype = node.dtype as "f32" | "f16";
   return {

@@ -48,7 +48,6 @@ export const unaryExpressions = {
   // As ggml's CPU gelu: 0 for x <= -10, x for x >= 10.
   gelu: "select(select(x / (1.0 + exp(-2.0 * (0.7978845608028654 * x * (1.0 + 0.044715 * x * " +
     "x)))), x, x >= 10.0), 0.0, x <= -10.0)",
-  silu: "x / (1.0 + exp(-x))",
   // ggml's (x > 0) ? x : 0, so NaN and -0 give +0.
   relu: "select(0.0, x, x > 0.0)",
 } as const;

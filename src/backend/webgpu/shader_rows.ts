@@ -1,10 +1,21 @@
 /**
  * WGSL for reductions and row-wise ops: sum (one workgroup over every element), mean, norm,
- * rmsNorm and softmax (one workgroup per row, a tree reduction in workgroup memory). Sums are
- * compensated (Kahan) per thread, since WGSL has no f64 and the CPU sums in f64.
+ * rmsNorm and softmax (one workgroup per row, a tree reduction in workgroup memory). mean's and
+ * norm's sums are compensated (Kahan) per thread, since WGSL has no f64 and the CPU sums in f64.
+ *
+ * rmsNorm and softmax give ggml-cpu's AVX2 bits (`zig/kernels/norm.zig`, `soft_max.zig`), with
+ * ggml's f64 totals carried as float-floats (`EXACT_WGSL`), which round as the f64 ones except
+ * where a total lies within about 2^-40 of a rounding boundary:
+ * - rmsNorm: the squares rounded to f32, their total, mean = (float)(total / n), scale =
+ *   1 / sqrt(mean + eps) in f32, then x * scale.
+ * - softmax: logits x * scale + slope * mask (each rounded), minus the row's maximum; the exps
+ *   of each full vector of 8 through ggml_v_expf, the vector's f32 sum in ggml's AVX2 order added
+ *   to the total; the row's last n % 8 through glibc's expf (`expf_libc`), each added to the
+ *   total; then each exp times (float)(1 / total). A fully masked row gives zeros.
  * @module
  */
 
+import { EXACT_WGSL, GGML_EXP_WGSL } from "./wgsl_exact.ts";
 import { PARAMS_WGSL, tensorBindings, WORKGROUP_SIZE } from "./wgsl_common.ts";
 
 /** Row kinds computed by {@link rowShader}. */
@@ -39,6 +50,26 @@ fn reduce_max(lid: u32, value: f32) -> f32 {
     workgroupBarrier();
   }
   let total = red[0];
+  workgroupBarrier();
+  return total;
+}
+`;
+
+/** Workgroup tree reduction of float-float totals (`reduce_ff`); needs `EXACT_WGSL` before it. */
+const REDUCE_FF_WGSL = `
+var<workgroup> red_ff: array<vec2<f32>, ${WORKGROUP_SIZE}>;
+
+// The float-float sum of every thread's total; all threads get it.
+fn reduce_ff(lid: u32, value: vec2<f32>) -> vec2<f32> {
+  red_ff[lid] = value;
+  workgroupBarrier();
+  for (var s = ${WORKGROUP_SIZE / 2}u; s > 0u; s = s >> 1u) {
+    if (lid < s) {
+      red_ff[lid] = ff_join(red_ff[lid], red_ff[lid + s]);
+    }
+    workgroupBarrier();
+  }
+  let total = red_ff[0];
   workgroupBarrier();
   return total;
 }
@@ -99,8 +130,16 @@ const bodies: Readonly<Record<RowKind, string>> = {
     let e = rc + vec4<u32>(j, 0u, 0u, 0u);
     D_set_f32(at(0u, e), (S0_f32(at(1u, e)) - mean) * scale);
   }`,
-  rmsNorm: `${ROW_SUM("x * x")}
-  let scale = 1.0 / sqrt(reduce_sum(lid, sum) / f32(n) + P.f.x);
+  // ggml_compute_forward_rms_norm_f32: each square rounded to f32, summed as a float-float.
+  rmsNorm: `
+  var acc = vec2<f32>(0.0, 0.0);
+  for (var j = lid; j < n; j = j + ${WORKGROUP_SIZE}u) {
+    let x = S0_f32(at(1u, rc + vec4<u32>(j, 0u, 0u, 0u)));
+    acc = ff_add(acc, x * x);
+  }
+  let mean = ff_div_f32(reduce_ff(lid, acc), f32(n));
+  // opaque: 1 / sqrt(y) must stay a correctly rounded root and quotient, not an rsqrt.
+  let scale = 1.0 / opaque(sqrt(mean + P.f.x));
   for (var j = lid; j < n; j = j + ${WORKGROUP_SIZE}u) {
     let e = rc + vec4<u32>(j, 0u, 0u, 0u);
     D_set_f32(at(0u, e), S0_f32(at(1u, e)) * scale);
@@ -109,11 +148,16 @@ const bodies: Readonly<Record<RowKind, string>> = {
   softmaxMask: softmaxBody(true),
 };
 
-// logit(j) = x * scale (+ mask row i1, mask dims 2-3 broadcast). A row whose maximum is -inf
-// (fully masked) becomes zeros, as the CPU kernel: the test is on the bits, which no compiler
-// folds away, and exp of a difference below -88 is taken as 0 so -inf never reaches exp.
+// logit(j) = x * scale (+ slope * mask row i1, mask dims 2-3 broadcast), each rounded as ggml.
 // The mask is multiplied by ALiBi's slope of head rc.z (P.f.y = m0, P.f.z = m1, P.f.w =
-// n_head_log2; all slopes are exactly 1 when m0 = m1 = 1).
+// n_head_log2; all slopes are exactly 1 when m0 = m1 = 1). A row whose maximum is -inf (fully
+// masked) becomes zeros, as the CPU kernel: the test is on the bits, which no compiler folds away.
+// The logit is opaque before the maximum is subtracted: Mesa otherwise reassociates
+// (x * scale + mask) - top, one rounding off.
+// Thread t takes the row's full vectors of 8 t, t + ${WORKGROUP_SIZE}, ...: their exps (ggml_v_expf
+// lane by lane; 0 below -104, as ggml_v_expf's there) go to D and their sums, in ggml's AVX2
+// order, into the thread's float-float total; threads t < n % 8 take the tail element 8 (n / 8) +
+// t through glibc's expf. The last pass scales the exps each thread wrote itself.
 function softmaxBody(masked: boolean): string {
   const logit = masked
     ? `S0_f32(at(1u, e)) * P.f.x + slope * S1_f32(at(2u, vec4<u32>(j, rc.y, ` +
@@ -132,20 +176,56 @@ function softmaxBody(masked: boolean): string {
   }
   let top = reduce_max(lid, m);
   let hidden = bitcast<u32>(top) == 0xff800000u;
-  var sum = 0.0;
-  for (var j = lid; j < n; j = j + ${WORKGROUP_SIZE}u) {
-    let e = rc + vec4<u32>(j, 0u, 0u, 0u);
-    let d = ${logit} - top;
-    sum = sum + select(exp(d), 0.0, d < -88.0 || hidden);
+  let vectors = n / 8u;
+  let tail = vectors * 8u + lid;
+  var acc = vec2<f32>(0.0, 0.0);
+  if (!hidden) {
+    for (var v = lid; v < vectors; v = v + ${WORKGROUP_SIZE}u) {
+      var lanes: array<f32, 8>;
+      for (var l = 0u; l < 8u; l = l + 1u) {
+        let j = 8u * v + l;
+        let e = rc + vec4<u32>(j, 0u, 0u, 0u);
+        let d = opaque(${logit}) - top;
+        var y = 0.0;
+        if (d >= -104.0) {
+          y = ggml_v_expf(d);
+        }
+        lanes[l] = y;
+        D_set_f32(at(0u, e), y);
+      }
+      let lo = vec4<f32>(lanes[0], lanes[1], lanes[2], lanes[3]);
+      let hi = vec4<f32>(lanes[4], lanes[5], lanes[6], lanes[7]);
+      acc = ff_add(acc, ggml_reduce_add8(lo, hi));
+    }
+    if (tail < n) {
+      let j = tail;
+      let e = rc + vec4<u32>(j, 0u, 0u, 0u);
+      let y = expf_libc(opaque(${logit}) - top);
+      D_set_f32(at(0u, e), y);
+      acc = ff_add(acc, y);
+    }
   }
-  let total = reduce_sum(lid, sum);
-  let inverse = select(1.0 / total, 0.0, hidden);
-  for (var j = lid; j < n; j = j + ${WORKGROUP_SIZE}u) {
-    let e = rc + vec4<u32>(j, 0u, 0u, 0u);
-    let d = ${logit} - top;
-    D_set_f32(at(0u, e), select(exp(d), 0.0, d < -88.0 || hidden) * inverse);
+  let inverse = ff_recip_f32(reduce_ff(lid, acc));
+  for (var j = 8u * lid; j < 8u * vectors; j = j + ${8 * WORKGROUP_SIZE}u) {
+    for (var l = 0u; l < 8u; l = l + 1u) {
+      let e = rc + vec4<u32>(j + l, 0u, 0u, 0u);
+      D_set_f32(at(0u, e), select(D_f32(at(0u, e)) * inverse, 0.0, hidden));
+    }
+  }
+  if (tail < n) {
+    let e = rc + vec4<u32>(tail, 0u, 0u, 0u);
+    D_set_f32(at(0u, e), select(D_f32(at(0u, e)) * inverse, 0.0, hidden));
   }`;
 }
+
+/** The exact-arithmetic WGSL each row kind calls (ggml's bits: rmsNorm and softmax). */
+const exactParts: Readonly<Record<RowKind, () => string>> = {
+  mean: () => "",
+  norm: () => "",
+  rmsNorm: () => `${EXACT_WGSL}${REDUCE_FF_WGSL}`,
+  softmax: () => `${EXACT_WGSL}${GGML_EXP_WGSL}${REDUCE_FF_WGSL}`,
+  softmaxMask: () => `${EXACT_WGSL}${GGML_EXP_WGSL}${REDUCE_FF_WGSL}`,
+};
 
 /** One workgroup per row of S0 (`P.u.x` rows); `P.f.x` is eps or the softmax scale. */
 export function rowShader(kind: RowKind): string {
@@ -153,6 +233,7 @@ export function rowShader(kind: RowKind): string {
   return `${PARAMS_WGSL}
 ${tensorBindings("f32", sources)}
 ${REDUCE_WGSL}
+${exactParts[kind]()}
 ${rowEntry(bodies[kind])}`;
 }
 

@@ -1,13 +1,18 @@
 /**
- * WGSL for ggml's unary math ops (abs ... trunc, `src/ops/unary.ts`), f32 or f16 in and out
- * (f16 computed in f32). One thread per element, the source read through its strides. Each
+ * WGSL for ggml's unary math ops (abs ... trunc, `src/ops/unary.ts`) and silu, f32 or f16 in and
+ * out (f16 computed in f32). One thread per element, the source read through its strides. Each
  * expression follows the CPU kernel (`zig/kernels/unary.zig`): the same comparisons, so step,
  * sgn, hardSigmoid and clamp give the CPU's values on NaN too where the adapter keeps NaN.
+ *
+ * silu gives ggml-cpu's AVX2 bits (ggml_vec_silu_f32, `zig/kernels/elementwise.zig`): each row's
+ * full vectors of 8 through ggml_v_silu, its last ne0 % 8 elements through ggml_silu_f32 with
+ * glibc's expf (`GGML_EXP_WGSL`), so llama.cpp's swiglu (silu, then mul) is ggml's too.
  * @module
  */
 
 import type { DType } from "../../dtype.ts";
 import { flatKernel, PARAMS_WGSL, tensorBindings } from "./wgsl_common.ts";
+import { EXACT_WGSL, GGML_EXP_WGSL } from "./wgsl_exact.ts";
 
 /** Helpers the expressions call: roundf and erfc, which WGSL lacks. */
 const HELPERS_WGSL = `
@@ -29,8 +34,19 @@ fn erfc_nr(z: f32) -> f32 {
 }
 `;
 
-/** Each op's WGSL expression of `x` (params in `P.f`), by op-table name. */
+/** silu of element x at i0 in a row of n, as ggml_vec_silu_f32 splits the row. */
+const SILU_WGSL = `${EXACT_WGSL}${GGML_EXP_WGSL}
+fn silu_row(x: f32, i0: u32, n: u32) -> f32 {
+  if (i0 < n - n % 8u) {
+    return ggml_v_silu(x);
+  }
+  return ggml_silu_f32(x);
+}
+`;
+
+/** Each op's WGSL expression of `x` at coordinates `c` (params in `P.f`), by op-table name. */
 export const mathExpressions = {
+  silu: "silu_row(x, c.x, P.t[0].ne.x)",
   abs: "abs(x)",
   sgn: "select(select(0.0, -1.0, x < 0.0), 1.0, x > 0.0)",
   neg: "-x",
@@ -63,7 +79,7 @@ export type MathKind = keyof typeof mathExpressions;
 export function mathShader(kind: MathKind, dtype: DType): string {
   return `${PARAMS_WGSL}
 ${tensorBindings(dtype, [dtype])}
-${HELPERS_WGSL}
+${kind === "silu" ? SILU_WGSL : HELPERS_WGSL}
 ${
     flatKernel(`  let c = coords(0u, i);
   let x = S0_f32(at(1u, c));

@@ -109,3 +109,201 @@ fn ff_recip_f32(acc: vec2<f32>) -> f32 {
   return q + q * r;
 }
 `;
+
+/** An f32 value as a WGSL hexadecimal float literal, exact (`v` must be a normal f32 or 0). */
+function hexF32(v: number): string {
+  if (v === 0) return "0.0";
+  const bits = new Uint32Array(new Float32Array([v]).buffer)[0]!;
+  const exponent = ((bits >>> 23) & 0xff) - 127;
+  const mantissa = ((bits & 0x7fffff) << 1).toString(16).padStart(6, "0");
+  return `${bits >>> 31 ? "-" : ""}0x1.${mantissa}p${exponent}`;
+}
+
+/** A double split into f32s whose sum is the double (to about 2^-48, or exactly with three). */
+function splitF64(d: number, parts: 2 | 3): number[] {
+  const out: number[] = [];
+  let rest = d;
+  for (let i = 0; i < parts; i++) {
+    out.push(Math.fround(rest));
+    rest -= out[i]!;
+  }
+  return out;
+}
+
+/** A float-float WGSL constant of a double. */
+function ffLiteral(d: number): string {
+  const [hi, lo] = splitF64(d, 2);
+  return `vec2<f32>(${hexF32(hi!)}, ${hexF32(lo!)})`;
+}
+
+// glibc's expf (sysdeps/ieee754/flt-32/e_expf.c and e_exp2f_data.c, glibc 2.27 on): 2^(i/32)
+// for i < 32 as the bits of doubles, less i << 47 (the exponent's share the code adds back).
+// deno-fmt-ignore
+const GLIBC_EXP2F_TABLE = [
+  0x3ff0000000000000n, 0x3fefd9b0d3158574n, 0x3fefb5586cf9890fn, 0x3fef9301d0125b51n,
+  0x3fef72b83c7d517bn, 0x3fef54873168b9aan, 0x3fef387a6e756238n, 0x3fef1e9df51fdee1n,
+  0x3fef06fe0a31b715n, 0x3feef1a7373aa9cbn, 0x3feedea64c123422n, 0x3feece086061892dn,
+  0x3feebfdad5362a27n, 0x3feeb42b569d4f82n, 0x3feeab07dd485429n, 0x3feea47eb03a5585n,
+  0x3feea09e667f3bcdn, 0x3fee9f75e8ec5f74n, 0x3feea11473eb0187n, 0x3feea589994cce13n,
+  0x3feeace5422aa0dbn, 0x3feeb737b0cdc5e5n, 0x3feec49182a3f090n, 0x3feed503b23e255dn,
+  0x3feee89f995ad3adn, 0x3feeff76f2fb5e47n, 0x3fef199bdd85529cn, 0x3fef3720dcef9069n,
+  0x3fef5818dcfba487n, 0x3fef7c97337b9b5fn, 0x3fefa4afa2a490dan, 0x3fefd0765b6e4540n,
+];
+const GLIBC_N = 32;
+const GLIBC_INV_LN2_N = (1 + 0x71547652b82fe / 2 ** 52) * GLIBC_N; // 0x1.71547652b82fep+0 * N
+const GLIBC_POLY = [
+  (1 + 0xc6af84b912394 / 2 ** 52) * 2 ** -5 / GLIBC_N ** 3, // 0x1.c6af84b912394p-5 / N^3
+  (1 + 0xebfce50fac4f3 / 2 ** 52) * 2 ** -3 / GLIBC_N ** 2, // 0x1.ebfce50fac4f3p-3 / N^2
+  (1 + 0x62e42ff0c52d6 / 2 ** 52) * 2 ** -1 / GLIBC_N, // 0x1.62e42ff0c52d6p-1 / N
+];
+
+function glibcExp2Table(): string {
+  const view = new DataView(new ArrayBuffer(8));
+  const entries = GLIBC_EXP2F_TABLE.map((bits, i) => {
+    view.setBigUint64(0, bits + (BigInt(i) << 47n));
+    return ffLiteral(view.getFloat64(0));
+  });
+  return `array<vec2<f32>, ${GLIBC_N}>(\n  ${entries.join(",\n  ")},\n)`;
+}
+
+/**
+ * ggml's exp and silu as its AVX2 build computes them, and the C library's expf that ggml calls
+ * for a row's scalar tail (needs {@link EXACT_WGSL} before it):
+ * - `ggml_v_expf(x)`: one lane of ggml_v_expf (AVX2 + FMA, ggml-cpu's vec.h; `zig/kernels/common.zig`
+ *   `ggml_expf` with 8 lanes), its fused multiply-adds through `fma_exact`: bit for bit.
+ * - `ggml_v_silu(x)`: one lane of ggml_v_silu, x / (1 + ggml_v_expf(0 - x)): bit for bit.
+ * - `ggml_reduce_add8(lo, hi)`: the f32 sum of 8 lanes in the order of ggml's AVX2 horizontal
+ *   adds (`ggml_reduce_add`): lane i plus lane i + 4, then (v0 + v2) + (v1 + v3).
+ * - `expf_libc(x)`: glibc's expf (its algorithm since 2.27: a 32-entry table of 2^(i/32) and a
+ *   cubic, in double), its double arithmetic carried in float-floats of about 48 bits: glibc's
+ *   result except where glibc's double lies within about 2^-46 (relative) of the midpoint between
+ *   two floats, subnormal results included.
+ * - `ggml_silu_f32(x)`: ggml's scalar silu, x / (1 + expf(-x)) with `expf_libc`.
+ */
+export const GGML_EXP_WGSL = `
+// 2^e for e in [-126, 127], exact.
+fn pow2(e: i32) -> f32 {
+  return bitcast<f32>(u32(e + 127) << 23u);
+}
+
+// One lane of ggml_v_expf, AVX2 + FMA (at most 1.95 ulp from e^x; +inf above 88.38, 0 below
+// -103.97): n = x log2(e) rounded by adding 1.5 * 2^23, the remainder b = x - n ln2 in two fused
+// steps, a degree-5 polynomial j = e^b - 1, then 2^n (1 + j); lanes with |n| > 126 scale in two
+// halves. Where ggml's fused operations are exact or scale by a power of two, plain arithmetic
+// gives their single rounding:
+// - n ln2_hi is exact for |n| < 512 (ln2_hi has 15 significant bits; lanes with |n| > 192 do
+//   not use b), so fnmadd(n, ln2_hi, x) is x - n ln2_hi.
+// - fmadd(j, k, k) with k = 2^n is k (1 + j) rounded once: k times 1 + j rounded, unless the
+//   result is subnormal (n = -126, j < 0), where 1 + j rounds at 2^-23: (2 + j) - 1.
+// - fmadd(s2, j, s2) likewise is s2 (1 + j) (s2 is at least 2^-67).
+fn ggml_v_expf(x: f32) -> f32 {
+  if (abs(x) > 150.0) {
+    // |n| > 192 (ggml's s1 * s1: +inf or 0), infinities included (fma_exact would give NaN).
+    return select(0.0, -neg_inf(), x > 0.0);
+  }
+  let r = 0x1.8p23;
+  let z = fma_exact(x, 0x1.715476p+0, r);
+  let n = opaque(z) - r;
+  let b = fma_exact(-n, 0x1.7f7d1cp-20, x - n * 0x1.62e4p-1);
+  let u = b * b;
+  let j = fma_exact(
+    fma_exact(fma_exact(0x1.0e4020p-7, b, 0x1.573e2ep-5), u, fma_exact(0x1.555e66p-3, b, 0x1.fffdb6p-2)),
+    u,
+    0x1.ffffecp-1 * b,
+  );
+  let e = bitcast<u32>(z) << 23u;
+  if (!(abs(n) > 126.0)) {
+    let k = bitcast<f32>(e + 0x3f800000u);
+    let subnormal = n == -126.0 && j < 0.0;
+    return k * select(opaque(1.0 + j), opaque(2.0 + j) - 1.0, subnormal);
+  }
+  let g = select(0u, 0x82000000u, n <= 0.0);
+  let s1 = bitcast<f32>(g + 0x7f000000u);
+  if (abs(n) > 192.0) {
+    return s1 * s1;
+  }
+  let s2 = bitcast<f32>(e - g);
+  return (s2 * opaque(1.0 + j)) * s1;
+}
+
+// One lane of ggml_v_silu.
+fn ggml_v_silu(x: f32) -> f32 {
+  return x / (1.0 + ggml_v_expf(0.0 - x));
+}
+
+// The sum of lanes lo (0-3) and hi (4-7) in ggml's AVX2 order.
+fn ggml_reduce_add8(lo: vec4<f32>, hi: vec4<f32>) -> f32 {
+  let h = vec4<f32>(opaque(hi.x + lo.x), opaque(hi.y + lo.y), opaque(hi.z + lo.z), opaque(hi.w + lo.w));
+  return opaque(h.x + h.z) + opaque(h.y + h.w);
+}
+
+// The product of two float-floats, renormalized.
+fn ff_mul(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
+  let p = two_prod(a.x, b.x);
+  return two_sum(p.x, p.y + (a.x * b.y + a.y * b.x));
+}
+
+// (s.x + s.y) * 2^e rounded once to f32 (subnormal results too), for a renormalized s with s.x
+// in [1/2, 2] and e in [-150, 128].
+fn ff_ldexp_f32(s: vec2<f32>, e: i32) -> f32 {
+  if (e >= -125) {
+    // s.x is (s.x + s.y) rounded; the scaling is exact, or overflows to +inf.
+    let half = e / 2;
+    return (s.x * pow2(half)) * pow2(e - half);
+  }
+  let m = pow2(e + 126);
+  let h = s.x * m;
+  if (h >= 1.0) {
+    return h * pow2(-126);
+  }
+  // A subnormal: 2^-126 (1 + h + l) rounds at 2^-149, the quantum of the result.
+  let t = two_sum(1.0, h);
+  let v = opaque(t.x + opaque(t.y + s.y * m));
+  return opaque(v - 1.0) * pow2(-126);
+}
+
+// glibc's 2^(i/32), i < 32, as float-floats.
+const GLIBC_EXP2_32 = ${glibcExp2Table()};
+
+// glibc's expf: x (32/ln2) = k + r with k the nearest integer and |r| <= 1/2, e^x = 2^(k/32)
+// 2^(r/32), the latter 1 + C2 r + (C0 r + C1) r^2; glibc's special cases first.
+fn expf_libc(x: f32) -> f32 {
+  if (x > ${hexF32(88.72283172607421875)}) {
+    return -neg_inf();
+  }
+  if (!(x >= ${hexF32(-103.972076416015625)})) {
+    // -inf and below log(2^-150): 0; NaN: NaN.
+    return select(0.0, x + x, (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u);
+  }
+  if (x < ${hexF32(-103.27892303466796875)}) {
+    return bitcast<f32>(1u); // 2^-149, as glibc's __math_may_uflowf
+  }
+  let c = array<f32, 3>(${splitF64(GLIBC_INV_LN2_N, 3).map(hexF32).join(", ")});
+  let p = two_prod(x, c[0]);
+  var k = round(p.x);
+  let m = two_prod(x, c[1]);
+  let s1 = two_sum(opaque(p.x - k), p.y);
+  let s2 = two_sum(s1.x, m.x);
+  var r = two_sum(s2.x, opaque(opaque(s1.y + s2.y) + m.y) + x * c[2]);
+  // k rounds x (32/ln2) to nearest (ties to even: k, from round(), already is).
+  if (r.x > 0.5 || (r.x == 0.5 && r.y > 0.0)) {
+    k = k + 1.0;
+    r = two_sum(opaque(r.x - 1.0), r.y);
+  } else if (r.x < -0.5 || (r.x == -0.5 && r.y < 0.0)) {
+    k = k - 1.0;
+    r = two_sum(opaque(r.x + 1.0), r.y);
+  }
+  let r2 = ff_mul(r, r);
+  let cubic = ff_join(${ffLiteral(GLIBC_POLY[1]!)}, ff_mul(${ffLiteral(GLIBC_POLY[0]!)}, r));
+  let linear = ff_mul(${ffLiteral(GLIBC_POLY[2]!)}, r);
+  let y = ff_join(vec2<f32>(1.0, 0.0), ff_join(linear, ff_mul(cubic, r2)));
+  let ki = i32(k);
+  let table = GLIBC_EXP2_32;
+  return ff_ldexp_f32(ff_mul(y, table[ki & 31]), ki >> 5u);
+}
+
+// ggml_silu_f32: a row's scalar tail.
+fn ggml_silu_f32(x: f32) -> f32 {
+  return x / (1.0 + expf_libc(-x));
+}
+`;

@@ -5,8 +5,8 @@
  *   q4_1 and q8_0, 1 to 5 columns, from ggml_exact_dots_cases.ts's generator) bit for bit;
  * - larger shapes against `CpuBackend({ simd: "avx2" })` with the same option, bit for bit:
  *   20, 24 and 64 columns (prefill) and one column (decode), row counts that are no multiple of
- *   the workgroup's 32, rows longer than one chunk of blocks of either kernel (the one-column
- *   kernel's 256 blocks, the many-column one's 32), broadcast batches, weights at a byte offset
+ *   a workgroup's 32 or 64 rows, rows longer than one chunk of blocks of either kernel (as many
+ *   blocks as the workgroup has rows), broadcast batches, weights at a byte offset
  *   that is no multiple of 4, and activations with all-zero blocks, tiny blocks and blocks of
  *   very different magnitudes.
  * Every element is bit-exact: there is no tolerance (activation blocks holding an infinity or
@@ -159,7 +159,7 @@ const shapes: Shape[] = [
   { dtype: "q8_0", k: 1536, m: 37, n: 64 },
   { dtype: "q4_0", k: 576, m: 75, n: 20 },
   { dtype: "q4_0", k: 1536, m: 31, n: 64 },
-  // Decode: the one-column kernel, K over one chunk (256 blocks).
+  // Decode: the one-column kernel, K over one chunk (64 blocks).
   { dtype: "q4_1", k: 576, m: 1536, n: 1 },
   { dtype: "q4_1", k: 8224, m: 35, n: 1 },
   { dtype: "q8_0", k: 8224, m: 33, n: 1 },

@@ -11,26 +11,29 @@
  * - 8 lanes, lane j the exact integer sum of the block's elements 4j..4j+3 (weight quant times
  *   activation quant; q4 nibbles: low ones are elements 0-15, high ones 16-31), converted to f32
  *   (exact: |sum| < 2^17);
- * - acc_j = fma(d_w * d_a, lane_j, acc_j) with the scale product rounded first and the
- *   multiply-add rounded once (_mm256_fmadd_ps; `fma_exact`, lavapipe's `fma()` being unfused);
- * - for q4_1 beside it summs = fma(m_w, s_a, summs) (GCC contracts ggml's `summs += m * s`);
+ * - acc_j = fma(d_w * d_a, lane_j, acc_j), the multiply-add rounded once (_mm256_fmadd_ps;
+ *   `fma_exact`, lavapipe's `fma()` being unfused; the scale product of two f16 values is
+ *   exact);
+ * - for q4_1 beside it summs = fma(m_w, s_a, summs) (GCC contracts ggml's `summs += m * s`),
+ *   here `m_w * s_a + summs`: the product of two f16 values is exact in f32 (at most 22
+ *   significant bits, far from f32's range limits), so fused or not it rounds once;
  * and the result is hsum_float_8(acc) = ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) +
  * (acc3 + acc7)), plus summs for q4_1. ggml's AVX2 loops keep one accumulator (no unrolling into
- * several), so each lane is one sequential chain over the blocks: the parallelism is rows,
- * lanes and columns, never blocks.
+ * several), so each lane is one sequential chain over the blocks: the parallelism is rows and
+ * columns, never blocks.
  *
- * A workgroup of 256 threads computes {@link EXACT_ROWS} rows by 1 or {@link EXACT_COLUMNS}
- * columns of D. Thread t takes row t % 32 and lane t / 32 (so a SIMD group of consecutive
- * threads runs one lane of 8 rows, and the extra summs chains of q4_1 — thread (row, lane)
- * also runs column `lane`'s — fall on whole groups), and holds one accumulator per column.
- * K is walked in chunks of blocks: the workgroup quantizes the chunk of its columns into
- * workgroup memory (a block per thread), then every thread runs its chains over the chunk. At
- * the end the 8 lanes of each (row, column) meet in workgroup memory and one thread sums them in
- * hsum_float_8's order (each partial sum through `opaque`, so the compiler keeps the order).
+ * One thread computes one element of D, its 8 lane chains and its summs chain in registers (so
+ * the blocks of a row stream through one thread, and every load of a weight block serves all
+ * 8 lanes): a workgroup of {@link DECODE_ROWS} rows by 1 column (decode) or {@link EXACT_ROWS}
+ * rows by {@link EXACT_COLUMNS} columns, thread t taking row t % rows and column t / rows.
+ * K is walked in chunks of as many blocks as the workgroup has rows: the workgroup quantizes
+ * the chunk of its columns into workgroup memory (a block per thread), then every thread runs
+ * its chains over the chunk. At the end each thread sums its 8 lanes in hsum_float_8's order
+ * (each partial sum through `opaque`, so the compiler keeps the order).
  *
- * Exact for finite activations; a block of S1 holding an infinity or NaN quantizes here as the
- * finite formula gives (the CPU takes ggml's scalar reference there), so its output's bits,
- * an infinity or NaN either way, may differ.
+ * Exact for finite activations. A block of S1 holding an infinity or NaN quantizes here by the
+ * same formula (the CPU takes ggml's scalar reference there, ggml's vector code having no
+ * defined result): the outputs it reaches are then not checked against the CPU's.
  * @module
  */
 
@@ -46,13 +49,14 @@ export type ExactQuantDType = "q8_0" | "q4_0" | "q4_1";
 
 const DTYPES: readonly ExactQuantDType[] = ["q8_0", "q4_0", "q4_1"];
 
-/** Output rows of one workgroup. */
+/** Output rows of a workgroup when S1 has more than one column. */
 export const EXACT_ROWS = 32;
-/** Columns of one workgroup when S1 has more than one (decode, one column, takes 1). */
+/** Columns of a workgroup when S1 has more than one. */
 export const EXACT_COLUMNS = 8;
+/** Output rows of a workgroup when S1 has one column (decode). */
+export const DECODE_ROWS = 64;
 /** ggml's 8 f32 lanes per block. */
 const LANES = 8;
-const THREADS = EXACT_ROWS * LANES;
 /** Workgroups per grid dimension (WebGPU's default maxComputeWorkgroupsPerDimension). */
 const GROUPS_MAX = 65535;
 
@@ -61,21 +65,31 @@ function isExactQuant(dtype: string): dtype is ExactQuantDType {
 }
 
 /**
- * Each thread's 32-bit word of weight quants for its lane j (elements 4j..4j+3) of the block at
- * byte `a`, and the integer dot of that word with the lane's packed activation quants `y`.
+ * Per weight type: `block_lanes(a, &x)` reads the block at byte `a`, leaves in x[j] the
+ * 32-bit word of lane j's weight quants (elements 4j..4j+3, as 4 bytes: q4 nibbles unpacked)
+ * and returns its d and (q4_1) m; `lane_dot(x, y)` is the lane's integer dot with the packed
+ * activation quants `y`.
  */
 const LANE_WGSL: Readonly<Record<ExactQuantDType, string>> = {
   q8_0: `
-fn lane_word(a: u32, lane: u32) -> u32 {
-  return S0_u32(a + 2u + 4u * lane);
+fn block_lanes(a: u32, x: ptr<function, array<u32, 8>>) -> vec2<f32> {
+  for (var l = 0u; l < 8u; l = l + 1u) {
+    (*x)[l] = S0_u32(a + 2u + 4u * l);
+  }
+  return vec2<f32>(S0_f16(a), 0.0);
 }
 fn lane_dot(x: u32, y: u32) -> i32 {
   return i8_of(x, 0u) * i8_of(y, 0u) + i8_of(x, 1u) * i8_of(y, 1u) +
     i8_of(x, 2u) * i8_of(y, 2u) + i8_of(x, 3u) * i8_of(y, 3u);
 }`,
   q4_0: `
-fn lane_word(a: u32, lane: u32) -> u32 {
-  return (S0_u32(a + 2u + 4u * (lane & 3u)) >> (4u * (lane >> 2u))) & 0x0f0f0f0fu;
+fn block_lanes(a: u32, x: ptr<function, array<u32, 8>>) -> vec2<f32> {
+  for (var l = 0u; l < 4u; l = l + 1u) {
+    let q = S0_u32(a + 2u + 4u * l);
+    (*x)[l] = q & 0x0f0f0f0fu;
+    (*x)[l + 4u] = (q >> 4u) & 0x0f0f0f0fu;
+  }
+  return vec2<f32>(S0_f16(a), 0.0);
 }
 // The nibbles less 8 (q4_0's quants).
 fn lane_dot(x: u32, y: u32) -> i32 {
@@ -83,8 +97,14 @@ fn lane_dot(x: u32, y: u32) -> i32 {
     (i32((x >> 16u) & 0xfu) - 8) * i8_of(y, 2u) + (i32(x >> 24u) - 8) * i8_of(y, 3u);
 }`,
   q4_1: `
-fn lane_word(a: u32, lane: u32) -> u32 {
-  return (S0_u32(a + 4u + 4u * (lane & 3u)) >> (4u * (lane >> 2u))) & 0x0f0f0f0fu;
+fn block_lanes(a: u32, x: ptr<function, array<u32, 8>>) -> vec2<f32> {
+  for (var l = 0u; l < 4u; l = l + 1u) {
+    let q = S0_u32(a + 4u + 4u * l);
+    (*x)[l] = q & 0x0f0f0f0fu;
+    (*x)[l + 4u] = (q >> 4u) & 0x0f0f0f0fu;
+  }
+  let h = S0_u32(a);
+  return vec2<f32>(f16_to_f32(h & 0xffffu), f16_to_f32(h >> 16u));
 }
 fn lane_dot(x: u32, y: u32) -> i32 {
   return i32(x & 0xfu) * i8_of(y, 0u) + i32((x >> 8u) & 0xfu) * i8_of(y, 1u) +
@@ -98,21 +118,24 @@ fn lane_dot(x: u32, y: u32) -> i32 {
  */
 export function exactQuantShader(dtype: ExactQuantDType, columns: number): string {
   const C = columns;
-  // Blocks of a chunk: one per thread and column, so each thread quantizes at most one.
-  const B = THREADS / C;
+  const R = columns === 1 ? DECODE_ROWS : EXACT_ROWS;
+  // Blocks of a chunk: one per thread, so each thread quantizes at most one.
+  const B = R;
   const minTerm = dtype === "q4_1";
-  // After the chunks, yq holds the lanes' accumulators and ys the summs chains.
-  const words = Math.max(B * C * LANES, C * LANES * EXACT_ROWS);
+  const lanes = Array.from(
+    { length: LANES },
+    (_, l) => `acc[${l}] = fma_exact(dd, f32(lane_dot(x[${l}], yq[y + ${l}u])), acc[${l}]);`,
+  ).join("\n        ");
   return `${PARAMS_WGSL}
 ${weightBindings(dtype, ["f32"])}
 ${EXACT_WGSL}
 ${LANE_WGSL[dtype]}
-const ROWS = ${EXACT_ROWS}u;
+const R = ${R}u;
 const C = ${C}u;
 const B = ${B}u;
-// Chunk blocks' packed activation quants (8 words a block, columns apart by B blocks), their
-// d and (q8_1) s as f32.
-var<workgroup> yq: array<u32, ${words}>;
+// The chunk's blocks' packed activation quants (8 words a block, columns apart by B blocks),
+// their d and (q8_1) s as f32.
+var<workgroup> yq: array<u32, ${B * C * LANES}>;
 var<workgroup> yd: array<f32, ${B * C}>;
 var<workgroup> ys: array<f32, ${B * C}>;
 
@@ -138,7 +161,7 @@ fn quantize_block(c: u32, j: u32, x: u32) {
   ${minTerm ? "ys[c * B + j] = f16_to_f32(f32_to_f16(d * f32(sum)));" : ""}
 }
 
-@compute @workgroup_size(${THREADS})
+@compute @workgroup_size(${R * C})
 fn main(
   @builtin(workgroup_id) wid: vec3<u32>,
   @builtin(local_invocation_index) lid: u32,
@@ -151,17 +174,17 @@ fn main(
   let i3 = wid.z / P.t[2].ne.z;
   let a2 = i2 / (P.t[2].ne.z / P.t[1].ne.z);
   let a3 = i3 / (P.t[2].ne.w / P.t[1].ne.w);
-  let m0 = wid.x * ROWS;
+  let m0 = wid.x * R;
   let n0 = wid.y * C;
   let nc = min(C, N - n0);
-  let row = lid % ROWS;
-  let lane = lid / ROWS;
+  let row = lid % R;
+  let col = lid / R;
   let m = m0 + row;
   let rb = at(1u, vec4<u32>(0u, min(m, M - 1u), a2, a3));
   let blocks = K / 32u;
-  var acc: array<f32, ${C}>;
-  for (var c = 0u; c < C; c = c + 1u) {
-    acc[c] = 0.0;
+  var acc: array<f32, 8>;
+  for (var l = 0u; l < 8u; l = l + 1u) {
+    acc[l] = 0.0;
   }
   var summs = 0.0;
   for (var b0 = 0u; b0 < blocks; b0 = b0 + B) {
@@ -173,48 +196,27 @@ fn main(
       quantize_block(qc, qj, at(2u, vec4<u32>((b0 + qj) * 32u, n0 + qc, i2, i3)));
     }
     workgroupBarrier();
-    if (m < M) {
+    if (m < M && col < nc) {
       for (var j = 0u; j < nbk; j = j + 1u) {
         let a = rb + (b0 + j) * nb0;
-        let x = lane_word(a, lane);
-        let dx = S0_f16(a);
-        for (var c = 0u; c < C; c = c + 1u) {
-          if (c < nc) {
-            let xy = f32(lane_dot(x, yq[(c * B + j) * 8u + lane]));
-            acc[c] = fma_exact(dx * yd[c * B + j], xy, acc[c]);
-          }
-        }
-        ${
-    minTerm
-      ? `if (lane < nc) {
-          summs = fma_exact(S0_f16(a + 2u), ys[lane * B + j], summs);
-        }`
-      : ""
-  }
+        var x: array<u32, 8>;
+        let dm = block_lanes(a, &x);
+        let yb = col * B + j;
+        let y = yb * 8u;
+        let dd = dm.x * yd[yb];
+        ${lanes}
+        ${minTerm ? "summs = dm.y * ys[yb] + summs;" : ""}
       }
     }
   }
-  workgroupBarrier();
-  for (var c = 0u; c < C; c = c + 1u) {
-    yq[(c * 8u + lane) * ROWS + row] = bitcast<u32>(acc[c]);
-  }
-  ${minTerm ? "if (lane < C) { ys[lane * ROWS + row] = summs; }" : ""}
-  workgroupBarrier();
-  if (lane < nc && m < M) {
-    let base = lane * 8u * ROWS + row;
-    var v: array<f32, 8>;
-    for (var i = 0u; i < 8u; i = i + 1u) {
-      v[i] = bitcast<f32>(yq[base + i * ROWS]);
-    }
+  if (m < M && col < nc) {
     // hsum_float_8: the high half onto the low one, then lanes 2-3 onto 0-1, then lane 1 onto 0.
-    let h0 = opaque(v[0] + v[4]);
-    let h1 = opaque(v[1] + v[5]);
-    let h2 = opaque(v[2] + v[6]);
-    let h3 = opaque(v[3] + v[7]);
+    let h0 = opaque(acc[0] + acc[4]);
+    let h1 = opaque(acc[1] + acc[5]);
+    let h2 = opaque(acc[2] + acc[6]);
+    let h3 = opaque(acc[3] + acc[7]);
     let sum = opaque(opaque(h0 + h2) + opaque(h1 + h3));
-    D_set_f32(at(0u, vec4<u32>(m, n0 + lane, i2, i3)), ${
-    minTerm ? "sum + ys[lane * ROWS + row]" : "sum"
-  });
+    D_set_f32(at(0u, vec4<u32>(m, n0 + col, i2, i3)), ${minTerm ? "sum + summs" : "sum"});
   }
 }`;
 }

@@ -1,0 +1,252 @@
+/**
+ * WGSL for mulMat with ggml's arithmetic (`mulMat(a, b, { ggml: true })`) on q8_0, q4_0 and
+ * q4_1 weights: the bits of the CPU backend's AVX2 build, which are ggml's (zig/kernels/
+ * gemv_quant.zig, ggml_vec_dot_q8_0_q8_0 / _q4_0_q8_0 / _q4_1_q8_1 of ggml-cpu's x86 AVX2
+ * code), at every column count.
+ *
+ * As ggml, each column of S1 is first quantized per block of 32 (q8_1 for q4_1 weights, q8_0
+ * otherwise; zig/quant.zig's quantize_activation_block): d = absmax / 127 kept as f16, the
+ * quants x * (127 / absmax) rounded half to even, and q8_1's s = d * (sum of the quants) as f16
+ * (d unrounded). Then per weight row the dot is, block after block in order:
+ * - 8 lanes, lane j the exact integer sum of the block's elements 4j..4j+3 (weight quant times
+ *   activation quant; q4 nibbles: low ones are elements 0-15, high ones 16-31), converted to f32
+ *   (exact: |sum| < 2^17);
+ * - acc_j = fma(d_w * d_a, lane_j, acc_j), the multiply-add rounded once (_mm256_fmadd_ps;
+ *   `fma_exact`, lavapipe's `fma()` being unfused; the scale product of two f16 values is
+ *   exact);
+ * - for q4_1 beside it summs = fma(m_w, s_a, summs) (GCC contracts ggml's `summs += m * s`),
+ *   here `m_w * s_a + summs`: the product of two f16 values is exact in f32 (at most 22
+ *   significant bits, far from f32's range limits), so fused or not it rounds once;
+ * and the result is hsum_float_8(acc) = ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) +
+ * (acc3 + acc7)), plus summs for q4_1. ggml's AVX2 loops keep one accumulator (no unrolling into
+ * several), so each lane is one sequential chain over the blocks: the parallelism is rows and
+ * columns, never blocks.
+ *
+ * One thread computes one element of D, its 8 lane chains and its summs chain in registers (so
+ * the blocks of a row stream through one thread, and every load of a weight block serves all
+ * 8 lanes): a workgroup of {@link DECODE_ROWS} rows by 1 column (decode) or {@link EXACT_ROWS}
+ * rows by {@link EXACT_COLUMNS} columns, thread t taking row t % rows and column t / rows.
+ * K is walked in chunks of as many blocks as the workgroup has rows: the workgroup quantizes
+ * the chunk of its columns into workgroup memory (a block per thread), then every thread runs
+ * its chains over the chunk. At the end each thread sums its 8 lanes in hsum_float_8's order
+ * (each partial sum through `opaque`, so the compiler keeps the order).
+ *
+ * Exact for finite activations. A block of S1 holding an infinity or NaN quantizes here by the
+ * same formula (the CPU takes ggml's scalar reference there, ggml's vector code having no
+ * defined result): the outputs it reaches are then not checked against the CPU's.
+ * @module
+ */
+
+import { LimitError, Status } from "../../errors.ts";
+import type { Tensor } from "../../tensor.ts";
+import type { Kernel } from "./kernels.ts";
+import { weightBindings } from "./shader_quant.ts";
+import { EXACT_WGSL } from "./wgsl_exact.ts";
+import { PARAMS_WGSL } from "./wgsl_common.ts";
+
+/** The weight dtypes this kernel takes. */
+export type ExactQuantDType = "q8_0" | "q4_0" | "q4_1";
+
+const DTYPES: readonly ExactQuantDType[] = ["q8_0", "q4_0", "q4_1"];
+
+/** Output rows of a workgroup when S1 has more than one column. */
+export const EXACT_ROWS = 32;
+/** Columns of a workgroup when S1 has more than one. */
+export const EXACT_COLUMNS = 8;
+/** Output rows of a workgroup when S1 has one column (decode). */
+export const DECODE_ROWS = 64;
+/** ggml's 8 f32 lanes per block. */
+const LANES = 8;
+/** Workgroups per grid dimension (WebGPU's default maxComputeWorkgroupsPerDimension). */
+const GROUPS_MAX = 65535;
+
+function isExactQuant(dtype: string): dtype is ExactQuantDType {
+  return (DTYPES as readonly string[]).includes(dtype);
+}
+
+/**
+ * Per weight type: `block_lanes(a, &x)` reads the block at byte `a`, leaves in x[j] the
+ * 32-bit word of lane j's weight quants (elements 4j..4j+3, as 4 bytes: q4 nibbles unpacked)
+ * and returns its d and (q4_1) m; `lane_dot(x, y)` is the lane's integer dot with the packed
+ * activation quants `y`.
+ */
+const LANE_WGSL: Readonly<Record<ExactQuantDType, string>> = {
+  q8_0: `
+fn block_lanes(a: u32, x: ptr<function, array<u32, 8>>) -> vec2<f32> {
+  for (var l = 0u; l < 8u; l = l + 1u) {
+    (*x)[l] = S0_u32(a + 2u + 4u * l);
+  }
+  return vec2<f32>(S0_f16(a), 0.0);
+}
+fn lane_dot(x: u32, y: u32) -> i32 {
+  return i8_of(x, 0u) * i8_of(y, 0u) + i8_of(x, 1u) * i8_of(y, 1u) +
+    i8_of(x, 2u) * i8_of(y, 2u) + i8_of(x, 3u) * i8_of(y, 3u);
+}`,
+  q4_0: `
+fn block_lanes(a: u32, x: ptr<function, array<u32, 8>>) -> vec2<f32> {
+  for (var l = 0u; l < 4u; l = l + 1u) {
+    let q = S0_u32(a + 2u + 4u * l);
+    (*x)[l] = q & 0x0f0f0f0fu;
+    (*x)[l + 4u] = (q >> 4u) & 0x0f0f0f0fu;
+  }
+  return vec2<f32>(S0_f16(a), 0.0);
+}
+// The nibbles less 8 (q4_0's quants).
+fn lane_dot(x: u32, y: u32) -> i32 {
+  return (i32(x & 0xfu) - 8) * i8_of(y, 0u) + (i32((x >> 8u) & 0xfu) - 8) * i8_of(y, 1u) +
+    (i32((x >> 16u) & 0xfu) - 8) * i8_of(y, 2u) + (i32(x >> 24u) - 8) * i8_of(y, 3u);
+}`,
+  q4_1: `
+fn block_lanes(a: u32, x: ptr<function, array<u32, 8>>) -> vec2<f32> {
+  for (var l = 0u; l < 4u; l = l + 1u) {
+    let q = S0_u32(a + 4u + 4u * l);
+    (*x)[l] = q & 0x0f0f0f0fu;
+    (*x)[l + 4u] = (q >> 4u) & 0x0f0f0f0fu;
+  }
+  let h = S0_u32(a);
+  return vec2<f32>(f16_to_f32(h & 0xffffu), f16_to_f32(h >> 16u));
+}
+fn lane_dot(x: u32, y: u32) -> i32 {
+  return i32(x & 0xfu) * i8_of(y, 0u) + i32((x >> 8u) & 0xfu) * i8_of(y, 1u) +
+    i32((x >> 16u) & 0xfu) * i8_of(y, 2u) + i32(x >> 24u) * i8_of(y, 3u);
+}`,
+};
+
+/**
+ * The kernel for weights of `dtype` and `columns` (1 or {@link EXACT_COLUMNS}) columns of S1
+ * per workgroup.
+ */
+export function exactQuantShader(dtype: ExactQuantDType, columns: number): string {
+  const C = columns;
+  const R = columns === 1 ? DECODE_ROWS : EXACT_ROWS;
+  // Blocks of a chunk: one per thread, so each thread quantizes at most one.
+  const B = R;
+  const minTerm = dtype === "q4_1";
+  const lanes = Array.from(
+    { length: LANES },
+    (_, l) => `acc[${l}] = fma_exact(dd, f32(lane_dot(x[${l}], yq[y + ${l}u])), acc[${l}]);`,
+  ).join("\n        ");
+  return `${PARAMS_WGSL}
+${weightBindings(dtype, ["f32"])}
+${EXACT_WGSL}
+${LANE_WGSL[dtype]}
+const R = ${R}u;
+const C = ${C}u;
+const B = ${B}u;
+// The chunk's blocks' packed activation quants (8 words a block, columns apart by B blocks),
+// their d and (q8_1) s as f32.
+var<workgroup> yq: array<u32, ${B * C * LANES}>;
+var<workgroup> yd: array<f32, ${B * C}>;
+var<workgroup> ys: array<f32, ${B * C}>;
+
+// Block j of column c of the chunk from the 32 f32s at byte x of S1: quantize_activation_block.
+fn quantize_block(c: u32, j: u32, x: u32) {
+  var amax = 0.0;
+  for (var e = 0u; e < 32u; e = e + 1u) {
+    amax = max(amax, abs(S1_f32(x + 4u * e)));
+  }
+  let id = select(0.0, 127.0 / amax, amax != 0.0);
+  var sum = 0;
+  for (var w = 0u; w < 8u; w = w + 1u) {
+    var word = 0u;
+    for (var t = 0u; t < 4u; t = t + 1u) {
+      let q = i32(round(S1_f32(x + 16u * w + 4u * t) * id));
+      sum = sum + q;
+      word = word | ((bitcast<u32>(q) & 0xffu) << (8u * t));
+    }
+    yq[(c * B + j) * 8u + w] = word;
+  }
+  let d = amax / 127.0;
+  yd[c * B + j] = f16_to_f32(f32_to_f16(d));
+  ${minTerm ? "ys[c * B + j] = f16_to_f32(f32_to_f16(d * f32(sum)));" : ""}
+}
+
+@compute @workgroup_size(${R * C})
+fn main(
+  @builtin(workgroup_id) wid: vec3<u32>,
+  @builtin(local_invocation_index) lid: u32,
+) {
+  let K = P.t[1].ne.x;
+  let M = P.t[1].ne.y;
+  let N = P.t[2].ne.y;
+  let nb0 = P.t[1].nb.x;
+  let i2 = wid.z % P.t[2].ne.z;
+  let i3 = wid.z / P.t[2].ne.z;
+  let a2 = i2 / (P.t[2].ne.z / P.t[1].ne.z);
+  let a3 = i3 / (P.t[2].ne.w / P.t[1].ne.w);
+  let m0 = wid.x * R;
+  let n0 = wid.y * C;
+  let nc = min(C, N - n0);
+  let row = lid % R;
+  let col = lid / R;
+  let m = m0 + row;
+  let rb = at(1u, vec4<u32>(0u, min(m, M - 1u), a2, a3));
+  let blocks = K / 32u;
+  var acc: array<f32, 8>;
+  for (var l = 0u; l < 8u; l = l + 1u) {
+    acc[l] = 0.0;
+  }
+  var summs = 0.0;
+  for (var b0 = 0u; b0 < blocks; b0 = b0 + B) {
+    let nbk = min(B, blocks - b0);
+    workgroupBarrier();
+    let qc = lid / B;
+    let qj = lid % B;
+    if (qc < nc && qj < nbk) {
+      quantize_block(qc, qj, at(2u, vec4<u32>((b0 + qj) * 32u, n0 + qc, i2, i3)));
+    }
+    workgroupBarrier();
+    if (m < M && col < nc) {
+      for (var j = 0u; j < nbk; j = j + 1u) {
+        let a = rb + (b0 + j) * nb0;
+        var x: array<u32, 8>;
+        let dm = block_lanes(a, &x);
+        let yb = col * B + j;
+        let y = yb * 8u;
+        let dd = dm.x * yd[yb];
+        ${lanes}
+        ${minTerm ? "summs = dm.y * ys[yb] + summs;" : ""}
+      }
+    }
+  }
+  if (m < M && col < nc) {
+    // hsum_float_8: the high half onto the low one, then lanes 2-3 onto 0-1, then lane 1 onto 0.
+    let h0 = opaque(acc[0] + acc[4]);
+    let h1 = opaque(acc[1] + acc[5]);
+    let h2 = opaque(acc[2] + acc[6]);
+    let h3 = opaque(acc[3] + acc[7]);
+    let sum = opaque(opaque(h0 + h2) + opaque(h1 + h3));
+    D_set_f32(at(0u, vec4<u32>(m, n0 + col, i2, i3)), ${minTerm ? "sum + summs" : "sum"});
+  }
+}`;
+}
+
+/**
+ * The kernel of a mulMat node that asks for ggml's arithmetic (params[1] = 1, see
+ * `mulMat`'s `ggml` option) with q8_0, q4_0 or q4_1 weights and S1 rows of adjacent f32s (the
+ * CPU's gemv_quant.zig path); null for any other node, which keeps the other kernels.
+ */
+export function exactQuantKernel(node: Tensor): Kernel | null {
+  const [a, b] = node.src as [Tensor, Tensor];
+  if (node.params[1] !== 1 || !isExactQuant(a.dtype) || b.nb[0] !== 4) return null;
+  const columns = b.ne[1] === 1 ? 1 : EXACT_COLUMNS;
+  const x = Math.ceil(a.ne[1] / EXACT_ROWS);
+  const y = Math.ceil(b.ne[1] / columns);
+  const batches = b.ne[2] * b.ne[3];
+  if (x > GROUPS_MAX || y > GROUPS_MAX || batches > GROUPS_MAX) {
+    throw new LimitError(
+      Status.limitReached,
+      `webgpu: mulMat ${node.label} needs a ${x}x${y}x${batches} workgroup grid`,
+    );
+  }
+  const dtype = a.dtype;
+  return {
+    key: `mulMatExact:${dtype}:${columns}`,
+    source: () => exactQuantShader(dtype, columns),
+    tensors: [node, a, b],
+    status: false,
+    count: 0,
+    floats: [],
+    workgroups: [x, y, batches],
+  };
+}

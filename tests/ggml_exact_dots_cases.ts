@@ -1,0 +1,150 @@
+/**
+ * The cases of tests/fixtures/ggml_exact_dots{,_avx2}.json (ggml's CPU mul_mat results, written
+ * by bench/peers/ggml_exact_dots.sh) and the graphs and inputs that reproduce them: the inputs
+ * come from bench/peers/ggml_exact_dots.c's seeded generator, mirrored here. Shared by the
+ * tests that compare a backend's mulMat with ggml's bits (ggml_exact_dots_test.ts for the CPU,
+ * webgpu_exact_quant_test.ts for WebGPU).
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { Context, mulMat, permute, type Tensor, view } from "../mod.ts";
+
+/** One fixture case: a quantized product (`quant`) or an f16 attention product (`kq`, `kqv`). */
+export interface Case {
+  kind: "quant" | "kq" | "kqv";
+  type: string;
+  k: number;
+  m: number;
+  n: number;
+  n_kv: number;
+  seed: number;
+  /** ggml's output, f32 little-endian, base64. */
+  bits: string;
+}
+
+const FIXTURE = new URL("./fixtures/ggml_exact_dots.json", import.meta.url);
+const FIXTURE_AVX2 = new URL("./fixtures/ggml_exact_dots_avx2.json", import.meta.url);
+const CELLS = 256, EMBD = 192, HEAD = 64, KV_HEADS = 3, Q_HEADS = 9;
+
+/** bench/peers/ggml_exact_dots.c's xorshift32 generator. */
+class XorShift {
+  #x: number;
+  constructor(seed: number) {
+    this.#x = seed >>> 0;
+  }
+  u32(): number {
+    let x = this.#x;
+    x = (x ^ (x << 13)) >>> 0;
+    x = (x ^ (x >>> 17)) >>> 0;
+    x = (x ^ (x << 5)) >>> 0;
+    this.#x = x;
+    return x;
+  }
+  signed(): number {
+    return (this.u32() >>> 8) / 8388608 - 1;
+  }
+  unit(): number {
+    return (this.u32() >>> 8) / 16777216;
+  }
+  f16(): number {
+    const r = this.u32() >>> 16;
+    return (r & 0x8000) | ((12 + ((r >> 10) & 3)) << 10) | (r & 0x3ff);
+  }
+}
+
+function genBlocks(rng: XorShift, type: string, out: Uint8Array): void {
+  const dv = new DataView(out.buffer, out.byteOffset, out.byteLength);
+  if (type === "q4_1") {
+    for (let p = 0; p < out.length; p += 20) {
+      dv.setUint16(p, 0x2000 | (rng.u32() & 0x3ff), true);
+      dv.setUint16(p + 2, 0xac00 | (rng.u32() & 0x3ff), true);
+      for (let i = 0; i < 16; i++) out[p + 4 + i] = rng.u32() & 0xff;
+    }
+  } else {
+    for (let p = 0; p < out.length; p += 34) {
+      dv.setUint16(p, 0x1c00 | (rng.u32() & 0x3ff), true);
+      for (let i = 0; i < 32; i++) out[p + 2 + i] = ((rng.u32() % 255) - 127) & 0xff;
+    }
+  }
+}
+
+/** A case's graph in a fresh context, its inputs, and its output. */
+export interface CaseGraph {
+  ctx: Context;
+  inputs: [Tensor, Uint8Array][];
+  output: Tensor;
+}
+
+/**
+ * The case's graph in a fresh context, its inputs, and its output; `ggml` is mulMat's option
+ * of that name (ggml's arithmetic at every column count: the fixtures' quantized cases have
+ * fewer than 20 columns, where the CPU computes so without it).
+ */
+export function build(c: Case, ggml = false): CaseGraph {
+  const ctx = new Context();
+  const rng = new XorShift(c.seed);
+  let a: Tensor, b: Tensor, output: Tensor;
+  if (c.kind === "quant") {
+    a = ctx.newTensor(c.type as "q4_1" | "q8_0", [c.k, c.m]);
+    b = ctx.newTensor("f32", [c.k, c.n]);
+    output = mulMat(a, b, { ggml });
+  } else if (c.kind === "kq") {
+    a = ctx.newTensor("f16", [EMBD, CELLS]);
+    b = ctx.newTensor("f32", [HEAD, Q_HEADS, c.n]);
+    const k = view(a, [HEAD, c.n_kv, KV_HEADS], { nb: [2, EMBD * 2, HEAD * 2, EMBD * 2 * c.n_kv] });
+    output = mulMat(k, permute(b, [0, 2, 1, 3]), { ggml });
+  } else {
+    a = ctx.newTensor("f16", [CELLS, EMBD]);
+    b = ctx.newTensor("f32", [c.n_kv, c.n, Q_HEADS]);
+    const row = CELLS * 2;
+    const v = view(a, [c.n_kv, HEAD, KV_HEADS], {
+      nb: [2, row, row * HEAD, row * HEAD * KV_HEADS],
+    });
+    output = mulMat(v, b, { ggml });
+  }
+  const aBytes = new Uint8Array(a.nbytes);
+  if (c.kind === "quant") genBlocks(rng, c.type, aBytes);
+  else {
+    const h = new Uint16Array(aBytes.buffer);
+    for (let i = 0; i < h.length; i++) h[i] = rng.f16();
+  }
+  const bValues = new Float32Array(b.nelements);
+  for (let i = 0; i < bValues.length; i++) {
+    bValues[i] = c.kind === "quant"
+      ? rng.signed() * (1 << ((i >> 5) % 4))
+      : c.kind === "kq"
+      ? rng.signed()
+      : rng.unit();
+  }
+  return { ctx, inputs: [[a, aBytes], [b, new Uint8Array(bValues.buffer)]], output };
+}
+
+/** A short name of the case for messages. */
+export function label(c: Case): string {
+  return c.kind === "quant"
+    ? `${c.type} [${c.k}, ${c.m}] x [${c.k}, ${c.n}]`
+    : `${c.kind} n_kv=${c.n_kv} n=${c.n}`;
+}
+
+/** The cases with the pinned llama.cpp build's (AVX-512) results. */
+export const cases: Case[] = JSON.parse(Deno.readTextFileSync(FIXTURE)).cases;
+/** The AVX2 build's f16 results (its quantized ones are the AVX-512 build's). */
+export const casesAvx2: Case[] = JSON.parse(Deno.readTextFileSync(FIXTURE_AVX2)).cases;
+
+function key(c: Case): string {
+  return `${c.kind} ${c.type} ${c.k} ${c.m} ${c.n} ${c.n_kv} ${c.seed}`;
+}
+
+/** ggml's result for `c` from the build matching Graft's kernel build `simd`. */
+export function wanted(c: Case, simd: string): string {
+  if (simd === "avx512" || c.kind === "quant") return c.bits;
+  const twin = casesAvx2.find((d) => key(d) === key(c));
+  assert.ok(twin, `no AVX2 fixture for ${label(c)}`);
+  return twin.bits;
+}
+
+/** The f32 bits of a fixture's base64 result. */
+export function fixtureBits(bits: string): Uint32Array {
+  return new Uint32Array(Uint8Array.from(atob(bits), (ch) => ch.charCodeAt(0)).buffer);
+}

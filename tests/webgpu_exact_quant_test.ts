@@ -1,0 +1,186 @@
+/**
+ * WebGPU's mulMat with ggml's arithmetic (`mulMat(a, b, { ggml: true })`) on q8_0, q4_0 and q4_1
+ * weights (src/backend/webgpu/shader_matmul_exact.ts) against ggml's and the CPU backend's bits:
+ * - every quantized case of tests/fixtures/ggml_exact_dots.json (ggml's own mul_mat results for
+ *   q4_1 and q8_0, 1 to 5 columns, from ggml_exact_dots_cases.ts's generator) bit for bit;
+ * - larger shapes against `CpuBackend({ simd: "avx2" })` with the same option, bit for bit:
+ *   20, 24 and 64 columns (prefill) and one column (decode), row counts that are no multiple of
+ *   a workgroup's 32 or 64 rows, rows longer than one chunk of blocks of either kernel (as many
+ *   blocks as the workgroup has rows), broadcast batches, weights at a byte offset
+ *   that is no multiple of 4, and activations with all-zero blocks, tiny blocks and blocks of
+ *   very different magnitudes.
+ * Every element is bit-exact: there is no tolerance (activation blocks holding an infinity or
+ * NaN, whose quantization the CPU takes from ggml's scalar reference, are not covered).
+ * Skipped, visibly, when Deno finds no adapter or the CPU has no AVX2 build.
+ */
+
+import assert from "node:assert/strict";
+import { closeSharedWebGpuTest, sharedWebGpu } from "./gpu.ts";
+import { build, cases, fixtureBits, label } from "./ggml_exact_dots_cases.ts";
+import {
+  allocTensors,
+  Context,
+  CpuBackend,
+  Graph,
+  mulMat,
+  quantize,
+  simdLevels,
+  type Tensor,
+  view,
+} from "../mod.ts";
+import { rowBytes } from "../src/dtype.ts";
+import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
+import { Rng } from "./reference.ts";
+
+const gpu = await sharedWebGpu();
+const hasAvx2 = simdLevels().includes("avx2");
+if (!hasAvx2) console.warn("webgpu exact quant: no AVX2 CPU build; the CPU comparisons skipped");
+
+interface Built {
+  ctx: Context;
+  inputs: [Tensor, ArrayBufferView][];
+  output: Tensor;
+}
+
+function test(name: string, needsCpu: boolean, fn: (gpu: WebGpuBackend) => Promise<void>): void {
+  Deno.test({
+    name: `webgpu exact quant: ${name}`,
+    ignore: gpu === null || (needsCpu && !hasAvx2),
+    sanitizeResources: false,
+    sanitizeOps: false,
+    fn: () => fn(gpu!),
+  });
+}
+
+async function onGpu(gpu: WebGpuBackend, built: Built): Promise<Float32Array> {
+  const { ctx, inputs, output } = built;
+  const graph = Graph.build(output);
+  using _memory = allocTensors(gpu, [...ctx.tensors, ...graph.leafs, ...graph.nodes]);
+  gpu.setTensor(output, new Uint8Array(output.nbytes).fill(0xff));
+  for (const [t, data] of inputs) gpu.setTensor(t, data);
+  gpu.graphCompute(graph);
+  const got = await gpu.getTensorAsync(output);
+  assert.ok(got instanceof Float32Array);
+  return got;
+}
+
+function onCpu(built: Built): Float32Array {
+  const { ctx, inputs, output } = built;
+  using cpu = new CpuBackend({ simd: "avx2", threads: 2 });
+  const graph = Graph.build(output);
+  using _memory = allocTensors(cpu, [...ctx.tensors, ...graph.leafs, ...graph.nodes]);
+  for (const [t, data] of inputs) cpu.setTensor(t, data);
+  cpu.graphCompute(graph);
+  const got = cpu.getTensor(output);
+  assert.ok(got instanceof Float32Array);
+  return got;
+}
+
+/** Asserts `got` has `want`'s bits, naming how many elements differ and the first. */
+function assertBits(got: Float32Array, want: Uint32Array, what: string): void {
+  assert.equal(got.length, want.length, what);
+  const bits = new Uint32Array(got.buffer, got.byteOffset, got.length);
+  let differ = 0, first = -1;
+  for (let i = 0; i < want.length; i++) {
+    if (bits[i] !== want[i]) {
+      differ++;
+      if (first < 0) first = i;
+    }
+  }
+  const at = first < 0 ? "" : ` (first at ${first}: ${got[first]} for ` +
+    `${new Float32Array(want.buffer, want.byteOffset, want.length)[first]})`;
+  assert.equal(differ, 0, `${what}: ${differ}/${want.length} elements differ${at}`);
+}
+
+for (const c of cases.filter((c) => c.kind === "quant")) {
+  test(`${label(c)} equals ggml's mul_mat bit for bit`, false, async (gpu) => {
+    assertBits(await onGpu(gpu, build(c, true)), fixtureBits(c.bits), label(c));
+  });
+}
+
+type Dtype = "q8_0" | "q4_0" | "q4_1";
+
+/** Activations: normal-ish values whose blocks of 32 differ in magnitude, some all zero. */
+function activations(rng: Rng, count: number): Float32Array {
+  const out = new Float32Array(count);
+  for (let block = 0; block * 32 < count; block++) {
+    const kind = rng.int(16);
+    const scale = kind === 0 ? 0 : kind === 1 ? 1e-6 : 2 ** (rng.int(12) - 6);
+    for (let i = block * 32; i < Math.min(count, block * 32 + 32); i++) {
+      out[i] = scale * (rng.next() + rng.next() + rng.next() - 1.5);
+    }
+  }
+  return out;
+}
+
+interface Shape {
+  dtype: Dtype;
+  k: number;
+  m: number;
+  n: number;
+  /** Batches of the weights and of the activations (a multiple of the weights'). */
+  batches?: [number, number];
+  /** Weights start this many rows into their buffer (a byte offset, no multiple of 4 here). */
+  skipRows?: number;
+}
+
+function shapeLabel(s: Shape): string {
+  const [wb, ab] = s.batches ?? [1, 1];
+  return `${s.dtype} [${s.k}, ${s.m}, ${wb}] x [${s.k}, ${s.n}, ${ab}]` +
+    (s.skipRows ? ` at row ${s.skipRows}` : "");
+}
+
+function buildShape(s: Shape, seed: number): Built {
+  const rng = new Rng(seed);
+  const [wb, ab] = s.batches ?? [1, 1];
+  const skip = s.skipRows ?? 0;
+  const rows = s.m * wb + skip;
+  const weights = new Float32Array(s.k * rows);
+  for (let i = 0; i < weights.length; i++) weights[i] = rng.uniform() * 0.1;
+  const ctx = new Context();
+  const full = ctx.newTensor(s.dtype, [s.k, rows]);
+  const a = skip === 0 && wb === 1 ? full : view(full, [s.k, s.m, wb], {
+    offset: skip * rowBytes(s.dtype, s.k),
+  });
+  const b = ctx.newTensor("f32", [s.k, s.n, ab]);
+  return {
+    ctx,
+    inputs: [[full, quantize(weights, s.dtype)], [b, activations(rng, b.nelements)]],
+    output: mulMat(a, b, { ggml: true }),
+  };
+}
+
+const shapes: Shape[] = [
+  // Prefill: the many-column kernel, partial column tiles, K over one chunk (32 blocks).
+  { dtype: "q4_1", k: 576, m: 75, n: 24 },
+  { dtype: "q4_1", k: 1536, m: 41, n: 64 },
+  { dtype: "q4_1", k: 224, m: 33, n: 21 },
+  { dtype: "q8_0", k: 576, m: 75, n: 24 },
+  { dtype: "q8_0", k: 1536, m: 37, n: 64 },
+  { dtype: "q4_0", k: 576, m: 75, n: 20 },
+  { dtype: "q4_0", k: 1536, m: 31, n: 64 },
+  // Decode: the one-column kernel, K over one chunk (64 blocks).
+  { dtype: "q4_1", k: 576, m: 1536, n: 1 },
+  { dtype: "q4_1", k: 8224, m: 35, n: 1 },
+  { dtype: "q8_0", k: 8224, m: 33, n: 1 },
+  { dtype: "q4_0", k: 1536, m: 97, n: 1 },
+  // Broadcast batches, and weights at an offset that is no multiple of 4.
+  { dtype: "q8_0", k: 96, m: 35, n: 9, batches: [2, 4] },
+  { dtype: "q4_0", k: 96, m: 35, n: 1, batches: [1, 3] },
+  { dtype: "q4_1", k: 160, m: 19, n: 24, batches: [3, 3] },
+  { dtype: "q8_0", k: 96, m: 21, n: 1, skipRows: 1 },
+  { dtype: "q4_0", k: 96, m: 21, n: 40, skipRows: 3 },
+];
+
+for (const [i, s] of shapes.entries()) {
+  test(`${shapeLabel(s)} equals the CPU's AVX2 build bit for bit`, true, async (gpu) => {
+    if (s.skipRows) {
+      assert.notEqual((s.skipRows * rowBytes(s.dtype, s.k)) % 4, 0, "choose an unaligned offset");
+    }
+    const want = onCpu(buildShape(s, 0x51 + i));
+    const got = await onGpu(gpu, buildShape(s, 0x51 + i));
+    assertBits(got, new Uint32Array(want.buffer, want.byteOffset, want.length), shapeLabel(s));
+  });
+}
+
+closeSharedWebGpuTest();

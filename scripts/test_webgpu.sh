@@ -18,6 +18,7 @@ FILES=(
   tests/sched_fallback_test.ts
   tests/webgpu_neural_test.ts
   tests/webgpu_exact_test.ts
+  tests/webgpu_exact_f16_test.ts
 )
 DENO_TEST=(./scripts/deno test --allow-ffi --allow-env --allow-read --allow-write --allow-run)
 

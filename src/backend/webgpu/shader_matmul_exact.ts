@@ -230,7 +230,7 @@ export function exactQuantKernel(node: Tensor): Kernel | null {
   const [a, b] = node.src as [Tensor, Tensor];
   if (node.params[1] !== 1 || !isExactQuant(a.dtype) || b.nb[0] !== 4) return null;
   const columns = b.ne[1] === 1 ? 1 : EXACT_COLUMNS;
-  const x = Math.ceil(a.ne[1] / EXACT_ROWS);
+  const x = Math.ceil(a.ne[1] / (columns === 1 ? DECODE_ROWS : EXACT_ROWS));
   const y = Math.ceil(b.ne[1] / columns);
   const batches = b.ne[2] * b.ne[3];
   if (x > GROUPS_MAX || y > GROUPS_MAX || batches > GROUPS_MAX) {

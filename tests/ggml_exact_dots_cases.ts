@@ -3,12 +3,23 @@
  * by bench/peers/ggml_exact_dots.sh) and the graphs and inputs that reproduce them: the inputs
  * come from bench/peers/ggml_exact_dots.c's seeded generator, mirrored here. Shared by the
  * tests that compare a backend's mulMat with ggml's bits (ggml_exact_dots_test.ts for the CPU,
- * webgpu_exact_quant_test.ts for WebGPU).
+ * webgpu_exact_quant_test.ts and webgpu_exact_f16_test.ts for WebGPU), and the runners they
+ * share.
  * @module
  */
 
 import assert from "node:assert/strict";
-import { Context, mulMat, permute, type Tensor, view } from "../mod.ts";
+import {
+  allocTensors,
+  Context,
+  CpuBackend,
+  Graph,
+  mulMat,
+  permute,
+  type Tensor,
+  view,
+} from "../mod.ts";
+import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 
 /** One fixture case: a quantized product (`quant`) or an f16 attention product (`kq`, `kqv`). */
 export interface Case {
@@ -28,7 +39,7 @@ const FIXTURE_AVX2 = new URL("./fixtures/ggml_exact_dots_avx2.json", import.meta
 const CELLS = 256, EMBD = 192, HEAD = 64, KV_HEADS = 3, Q_HEADS = 9;
 
 /** bench/peers/ggml_exact_dots.c's xorshift32 generator. */
-class XorShift {
+export class XorShift {
   #x: number;
   constructor(seed: number) {
     this.#x = seed >>> 0;
@@ -72,7 +83,7 @@ function genBlocks(rng: XorShift, type: string, out: Uint8Array): void {
 /** A case's graph in a fresh context, its inputs, and its output. */
 export interface CaseGraph {
   ctx: Context;
-  inputs: [Tensor, Uint8Array][];
+  inputs: [Tensor, ArrayBufferView][];
   output: Tensor;
 }
 
@@ -147,4 +158,51 @@ export function wanted(c: Case, simd: string): string {
 /** The f32 bits of a fixture's base64 result. */
 export function fixtureBits(bits: string): Uint32Array {
   return new Uint32Array(Uint8Array.from(atob(bits), (ch) => ch.charCodeAt(0)).buffer);
+}
+
+/** `built`'s output on WebGPU (poisoned first), computed once. */
+export async function computeOnGpu(gpu: WebGpuBackend, built: CaseGraph): Promise<Float32Array> {
+  const { ctx, inputs, output } = built;
+  const graph = Graph.build(output);
+  using _memory = allocTensors(gpu, [...ctx.tensors, ...graph.leafs, ...graph.nodes]);
+  gpu.setTensor(output, new Uint8Array(output.nbytes).fill(0xff));
+  for (const [t, data] of inputs) gpu.setTensor(t, data);
+  gpu.graphCompute(graph);
+  const got = await gpu.getTensorAsync(output);
+  assert.ok(got instanceof Float32Array);
+  return got;
+}
+
+/** `built`'s output on the CPU backend's AVX2 build (2 threads): ggml's AVX2 bits. */
+export function computeOnCpuAvx2(built: CaseGraph): Float32Array {
+  const { ctx, inputs, output } = built;
+  using cpu = new CpuBackend({ simd: "avx2", threads: 2 });
+  const graph = Graph.build(output);
+  using _memory = allocTensors(cpu, [...ctx.tensors, ...graph.leafs, ...graph.nodes]);
+  for (const [t, data] of inputs) cpu.setTensor(t, data);
+  cpu.graphCompute(graph);
+  const got = cpu.getTensor(output);
+  assert.ok(got instanceof Float32Array);
+  return got;
+}
+
+/** Asserts `got` has `want`'s bits, naming how many elements differ and the first. */
+export function assertBits(
+  got: Float32Array,
+  want: Float32Array | Uint32Array,
+  what: string,
+): void {
+  assert.equal(got.length, want.length, what);
+  const bits = new Uint32Array(got.buffer, got.byteOffset, got.length);
+  const wantBits = new Uint32Array(want.buffer, want.byteOffset, want.length);
+  let differ = 0, first = -1;
+  for (let i = 0; i < wantBits.length; i++) {
+    if (bits[i] !== wantBits[i]) {
+      differ++;
+      if (first < 0) first = i;
+    }
+  }
+  const at = first < 0 ? "" : ` (first at ${first}: ${got[first]} for ` +
+    `${new Float32Array(wantBits.buffer, wantBits.byteOffset, wantBits.length)[first]})`;
+  assert.equal(differ, 0, `${what}: ${differ}/${wantBits.length} elements differ${at}`);
 }

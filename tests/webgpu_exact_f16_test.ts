@@ -22,99 +22,28 @@
 
 import assert from "node:assert/strict";
 import { closeSharedWebGpuTest, sharedWebGpu } from "./gpu.ts";
+import { Context, mulMat, type Shape, simdLevels, transpose } from "../mod.ts";
 import {
-  allocTensors,
-  Context,
-  CpuBackend,
-  Graph,
-  mulMat,
-  permute,
-  type Shape,
-  simdLevels,
-  type Tensor,
-  transpose,
-  view,
-} from "../mod.ts";
+  assertBits,
+  build,
+  type CaseGraph,
+  casesAvx2,
+  computeOnCpuAvx2,
+  computeOnGpu,
+  fixtureBits,
+  XorShift,
+} from "./ggml_exact_dots_cases.ts";
 import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { kernelFor } from "../src/backend/webgpu/kernels.ts";
 
 const gpu = await sharedWebGpu();
 const haveAvx2 = (simdLevels() as string[]).includes("avx2");
 
-/** A graph to run: its context, inputs (tensor, bytes) and output. */
-interface Built {
-  ctx: Context;
-  inputs: [Tensor, Uint8Array][];
-  output: Tensor;
-}
+type Built = CaseGraph;
 
-interface Case {
-  kind: "kq" | "kqv";
-  n: number;
-  n_kv: number;
-  seed: number;
-  bits: string;
-}
-
-const FIXTURE_AVX2 = new URL("./fixtures/ggml_exact_dots_avx2.json", import.meta.url);
-const CELLS = 256, EMBD = 192, HEAD = 64, KV_HEADS = 3, Q_HEADS = 9;
-
-/** bench/peers/ggml_exact_dots.c's xorshift32 generator (as tests/ggml_exact_dots_test.ts). */
-class XorShift {
-  #x: number;
-  constructor(seed: number) {
-    this.#x = seed >>> 0;
-  }
-  u32(): number {
-    let x = this.#x;
-    x = (x ^ (x << 13)) >>> 0;
-    x = (x ^ (x >>> 17)) >>> 0;
-    x = (x ^ (x << 5)) >>> 0;
-    this.#x = x;
-    return x;
-  }
-  signed(): number {
-    return (this.u32() >>> 8) / 8388608 - 1;
-  }
-  unit(): number {
-    return (this.u32() >>> 8) / 16777216;
-  }
-  f16(): number {
-    const r = this.u32() >>> 16;
-    return (r & 0x8000) | ((12 + ((r >> 10) & 3)) << 10) | (r & 0x3ff);
-  }
-}
-
-/**
- * The attention product of tests/ggml_exact_dots_test.ts (same views, same inputs from the
- * seed), with ggml's arithmetic asked for.
- */
+/** A kq or kqv case of tests/ggml_exact_dots_cases.ts, with ggml's arithmetic asked for. */
 function buildAttention(kind: "kq" | "kqv", nKv: number, n: number, seed: number): Built {
-  const ctx = new Context();
-  const rng = new XorShift(seed);
-  let a: Tensor, b: Tensor, output: Tensor;
-  if (kind === "kq") {
-    a = ctx.newTensor("f16", [EMBD, CELLS]);
-    b = ctx.newTensor("f32", [HEAD, Q_HEADS, n]);
-    const k = view(a, [HEAD, nKv, KV_HEADS], { nb: [2, EMBD * 2, HEAD * 2, EMBD * 2 * nKv] });
-    output = mulMat(k, permute(b, [0, 2, 1, 3]), { ggml: true });
-  } else {
-    a = ctx.newTensor("f16", [CELLS, EMBD]);
-    b = ctx.newTensor("f32", [nKv, n, Q_HEADS]);
-    const row = CELLS * 2;
-    const v = view(a, [nKv, HEAD, KV_HEADS], {
-      nb: [2, row, row * HEAD, row * HEAD * KV_HEADS],
-    });
-    output = mulMat(v, b, { ggml: true });
-  }
-  const aBytes = new Uint8Array(a.nbytes);
-  const h = new Uint16Array(aBytes.buffer);
-  for (let i = 0; i < h.length; i++) h[i] = rng.f16();
-  const bValues = new Float32Array(b.nelements);
-  for (let i = 0; i < bValues.length; i++) {
-    bValues[i] = kind === "kq" ? rng.signed() : rng.unit();
-  }
-  return { ctx, inputs: [[a, aBytes], [b, new Uint8Array(bValues.buffer)]], output };
+  return build({ kind, type: "f16", k: 64, m: 0, n, n_kv: nKv, seed, bits: "" }, true);
 }
 
 /**
@@ -139,44 +68,6 @@ function buildWeights(aNe: Shape, bNe: Shape, seed: number): Built {
   return { ctx, inputs: [[a, aBytes], [b, new Uint8Array(bValues.buffer)]], output };
 }
 
-async function onGpu(gpu: WebGpuBackend, built: Built): Promise<Float32Array> {
-  const { ctx, inputs, output } = built;
-  const graph = Graph.build(output);
-  using _memory = allocTensors(gpu, [...ctx.tensors, ...graph.leafs, ...graph.nodes]);
-  for (const [t, data] of inputs) gpu.setTensor(t, data);
-  gpu.graphCompute(graph);
-  const got = await gpu.getTensorAsync(output);
-  assert.ok(got instanceof Float32Array);
-  return got;
-}
-
-function onCpuAvx2(built: Built): Float32Array {
-  using cpu = new CpuBackend({ simd: "avx2", threads: 2 });
-  const { ctx, inputs, output } = built;
-  const graph = Graph.build(output);
-  using _memory = allocTensors(cpu, [...ctx.tensors, ...graph.leafs, ...graph.nodes]);
-  for (const [t, data] of inputs) cpu.setTensor(t, data);
-  cpu.graphCompute(graph);
-  const got = cpu.getTensor(output);
-  assert.ok(got instanceof Float32Array);
-  return got;
-}
-
-function assertSameBits(got: Float32Array, want: Float32Array, what: string): void {
-  assert.equal(got.length, want.length, what);
-  const gotBits = new Uint32Array(got.buffer, got.byteOffset, got.length);
-  const wantBits = new Uint32Array(want.buffer, want.byteOffset, want.length);
-  let differ = 0, worst = 0;
-  for (let i = 0; i < want.length; i++) {
-    if (gotBits[i] !== wantBits[i]) {
-      differ++;
-      const scale = Math.max(Math.abs(want[i]!), 1e-3);
-      worst = Math.max(worst, Math.abs(got[i]! - want[i]!) / scale);
-    }
-  }
-  assert.equal(differ, 0, `${what}: ${differ}/${want.length} elements differ (worst rel ${worst})`);
-}
-
 function test(
   name: string,
   fn: (gpu: WebGpuBackend) => Promise<void> | void,
@@ -192,13 +83,11 @@ function test(
 }
 
 test("f16 mulMat with ggml: true equals ggml's AVX2 attention dots bit for bit", async (gpu) => {
-  const cases: Case[] = JSON.parse(Deno.readTextFileSync(FIXTURE_AVX2)).cases;
   let checked = 0;
-  for (const c of cases) {
+  for (const c of casesAvx2) {
     if (c.kind !== "kq" && c.kind !== "kqv") continue;
-    const got = await onGpu(gpu, buildAttention(c.kind, c.n_kv, c.n, c.seed));
-    const want = new Float32Array(Uint8Array.from(atob(c.bits), (ch) => ch.charCodeAt(0)).buffer);
-    assertSameBits(got, want, `${c.kind} n_kv=${c.n_kv} n=${c.n}`);
+    const got = await computeOnGpu(gpu, buildAttention(c.kind, c.n_kv, c.n, c.seed));
+    assertBits(got, fixtureBits(c.bits), `${c.kind} n_kv=${c.n_kv} n=${c.n}`);
     checked++;
   }
   assert.ok(checked >= 16, `only ${checked} f16 cases in the fixture`);
@@ -209,9 +98,9 @@ test("f16 attention products of a prefill equal the AVX2 CPU bit for bit", async
   for (const [nKv, n] of shapes) {
     for (const kind of ["kq", "kqv"] as const) {
       const seed = 1000 + nKv * 7 + n;
-      const want = onCpuAvx2(buildAttention(kind, nKv, n, seed));
-      const got = await onGpu(gpu, buildAttention(kind, nKv, n, seed));
-      assertSameBits(got, want, `${kind} n_kv=${nKv} n=${n}`);
+      const want = computeOnCpuAvx2(buildAttention(kind, nKv, n, seed));
+      const got = await computeOnGpu(gpu, buildAttention(kind, nKv, n, seed));
+      assertBits(got, want, `${kind} n_kv=${nKv} n=${n}`);
     }
   }
 }, true);
@@ -226,9 +115,9 @@ test("f16 weight matrices and batch broadcasts equal the AVX2 CPU bit for bit", 
   let seed = 7;
   for (const [aNe, bNe] of shapes) {
     seed++;
-    const want = onCpuAvx2(buildWeights(aNe, bNe, seed));
-    const got = await onGpu(gpu, buildWeights(aNe, bNe, seed));
-    assertSameBits(got, want, `[${aNe}] x [${bNe}]`);
+    const want = computeOnCpuAvx2(buildWeights(aNe, bNe, seed));
+    const got = await computeOnGpu(gpu, buildWeights(aNe, bNe, seed));
+    assertBits(got, want, `[${aNe}] x [${bNe}]`);
   }
 }, true);
 

@@ -16,18 +16,17 @@
 
 import assert from "node:assert/strict";
 import { closeSharedWebGpuTest, sharedWebGpu } from "./gpu.ts";
-import { build, cases, fixtureBits, label } from "./ggml_exact_dots_cases.ts";
 import {
-  allocTensors,
-  Context,
-  CpuBackend,
-  Graph,
-  mulMat,
-  quantize,
-  simdLevels,
-  type Tensor,
-  view,
-} from "../mod.ts";
+  assertBits,
+  build,
+  type CaseGraph,
+  cases,
+  computeOnCpuAvx2 as onCpu,
+  computeOnGpu as onGpu,
+  fixtureBits,
+  label,
+} from "./ggml_exact_dots_cases.ts";
+import { Context, mulMat, quantize, simdLevels, view } from "../mod.ts";
 import { rowBytes } from "../src/dtype.ts";
 import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { Rng } from "./reference.ts";
@@ -36,11 +35,7 @@ const gpu = await sharedWebGpu();
 const hasAvx2 = simdLevels().includes("avx2");
 if (!hasAvx2) console.warn("webgpu exact quant: no AVX2 CPU build; the CPU comparisons skipped");
 
-interface Built {
-  ctx: Context;
-  inputs: [Tensor, ArrayBufferView][];
-  output: Tensor;
-}
+type Built = CaseGraph;
 
 function test(name: string, needsCpu: boolean, fn: (gpu: WebGpuBackend) => Promise<void>): void {
   Deno.test({
@@ -50,46 +45,6 @@ function test(name: string, needsCpu: boolean, fn: (gpu: WebGpuBackend) => Promi
     sanitizeOps: false,
     fn: () => fn(gpu!),
   });
-}
-
-async function onGpu(gpu: WebGpuBackend, built: Built): Promise<Float32Array> {
-  const { ctx, inputs, output } = built;
-  const graph = Graph.build(output);
-  using _memory = allocTensors(gpu, [...ctx.tensors, ...graph.leafs, ...graph.nodes]);
-  gpu.setTensor(output, new Uint8Array(output.nbytes).fill(0xff));
-  for (const [t, data] of inputs) gpu.setTensor(t, data);
-  gpu.graphCompute(graph);
-  const got = await gpu.getTensorAsync(output);
-  assert.ok(got instanceof Float32Array);
-  return got;
-}
-
-function onCpu(built: Built): Float32Array {
-  const { ctx, inputs, output } = built;
-  using cpu = new CpuBackend({ simd: "avx2", threads: 2 });
-  const graph = Graph.build(output);
-  using _memory = allocTensors(cpu, [...ctx.tensors, ...graph.leafs, ...graph.nodes]);
-  for (const [t, data] of inputs) cpu.setTensor(t, data);
-  cpu.graphCompute(graph);
-  const got = cpu.getTensor(output);
-  assert.ok(got instanceof Float32Array);
-  return got;
-}
-
-/** Asserts `got` has `want`'s bits, naming how many elements differ and the first. */
-function assertBits(got: Float32Array, want: Uint32Array, what: string): void {
-  assert.equal(got.length, want.length, what);
-  const bits = new Uint32Array(got.buffer, got.byteOffset, got.length);
-  let differ = 0, first = -1;
-  for (let i = 0; i < want.length; i++) {
-    if (bits[i] !== want[i]) {
-      differ++;
-      if (first < 0) first = i;
-    }
-  }
-  const at = first < 0 ? "" : ` (first at ${first}: ${got[first]} for ` +
-    `${new Float32Array(want.buffer, want.byteOffset, want.length)[first]})`;
-  assert.equal(differ, 0, `${what}: ${differ}/${want.length} elements differ${at}`);
 }
 
 for (const c of cases.filter((c) => c.kind === "quant")) {

@@ -83,6 +83,24 @@ export function grid(groups: number, what: string): [number, number, number] {
   return [x, y, 1];
 }
 
+/**
+ * The grid of a mulMat `node` over tiles of `rows` x `cols` of D: one workgroup per tile and
+ * batch (the three products' kernels share it).
+ */
+export function matmulGrid(node: Tensor, rows: number, cols: number): [number, number, number] {
+  const [a, b] = node.src as [Tensor, Tensor];
+  const x = Math.ceil(a.ne[1] / rows);
+  const y = Math.ceil(b.ne[1] / cols);
+  const batches = b.ne[2] * b.ne[3];
+  if (x > GROUPS_MAX || y > GROUPS_MAX || batches > GROUPS_MAX) {
+    throw new LimitError(
+      Status.limitReached,
+      `webgpu: mulMat ${node.label} needs a ${x}x${y}x${batches} workgroup grid`,
+    );
+  }
+  return [x, y, batches];
+}
+
 const binaryKinds: Partial<Record<number, BinaryKind>> = {
   [Op.add]: "add",
   [Op.sub]: "sub",
@@ -200,17 +218,9 @@ function matmul(node: Tensor): Kernel {
   if (exact) return exact;
   if (f16ExactTakes(node)) return matmulF16ExactKernel(node);
   const [a, b] = node.src as [Tensor, Tensor];
-  const batches = b.ne[2] * b.ne[3];
   const vector = isWeightDType(a.dtype) && b.ne[1] <= MATVEC_MAX_N;
   const [rows, cols] = vector ? [MATVEC_ROWS, MATVEC_COLS] : [MATMUL_TILE, MATMUL_TILE];
-  const x = Math.ceil(a.ne[1] / rows);
-  const y = Math.ceil(b.ne[1] / cols);
-  if (x > GROUPS_MAX || y > GROUPS_MAX || batches > GROUPS_MAX) {
-    throw new LimitError(
-      Status.limitReached,
-      `webgpu: mulMat ${node.label} needs a ${x}x${y}x${batches} workgroup grid`,
-    );
-  }
+  const workgroups = matmulGrid(node, rows, cols);
   const dtype = a.dtype;
   return {
     key: vector ? `mulMatVec:${dtype}` : `mulMat:${dtype}`,
@@ -219,13 +229,12 @@ function matmul(node: Tensor): Kernel {
     status: false,
     count: 0,
     floats: [],
-    workgroups: [x, y, batches],
+    workgroups,
   };
 }
 
 // One item per position and rotated pair, and one per copied element of each row (see
-// shader_rope.ts). P.f: nDims,
-// ggml's theta_scale (powf(freqBase, -2.0f/nDims), rounded as the CPU's), freqScale, extFactor;
+// shader_rope.ts). P.f: nDims, ggml's theta_scale (powf(freqBase, -2.0f/nDims), rounded as the CPU's), freqScale, extFactor;
 // P.g: the scale of cos and sin (attnFactor, times YaRN's 1 + 0.1 logf(1/freqScale) when
 // extFactor is not 0) and YaRN's corr dims. The mode, dtype and frequency factors select the
 // shader.

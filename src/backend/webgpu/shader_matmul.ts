@@ -17,7 +17,7 @@ import {
   weightBindings,
   weightLoad,
 } from "./shader_quant.ts";
-import { PARAMS_WGSL, tensorBindings } from "./wgsl_common.ts";
+import { matmulPrologue, PARAMS_WGSL, tensorBindings } from "./wgsl_common.ts";
 
 /** Output tile edge (M and N) of one workgroup. */
 export const MATMUL_TILE = 64;
@@ -105,16 +105,7 @@ fn main(
   @builtin(local_invocation_id) lid3: vec3<u32>,
   @builtin(local_invocation_index) lid: u32,
 ) {
-  let K = P.t[1].ne.x;
-  let M = P.t[1].ne.y;
-  let N = P.t[2].ne.y;
-  // Batch (i2, i3) of S1 and D; S0 batch (i2 / r2, i3 / r3).
-  let i2 = wid.z % P.t[2].ne.z;
-  let i3 = wid.z / P.t[2].ne.z;
-  let a2 = i2 / (P.t[2].ne.z / P.t[1].ne.z);
-  let a3 = i3 / (P.t[2].ne.w / P.t[1].ne.w);
-  let m0 = wid.x * ${MATMUL_TILE}u;
-  let n0 = wid.y * ${MATMUL_TILE}u;
+${matmulPrologue(`${MATMUL_TILE}u`, `${MATMUL_TILE}u`)}
   var acc: array<f32, 16>;
   for (var q = 0u; q < 16u; q = q + 1u) {
     acc[q] = 0.0;

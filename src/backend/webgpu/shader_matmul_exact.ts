@@ -37,12 +37,11 @@
  * @module
  */
 
-import { LimitError, Status } from "../../errors.ts";
 import type { Tensor } from "../../tensor.ts";
-import type { Kernel } from "./kernels.ts";
+import { type Kernel, matmulGrid } from "./kernels.ts";
 import { weightBindings } from "./shader_quant.ts";
 import { EXACT_WGSL } from "./wgsl_exact.ts";
-import { PARAMS_WGSL } from "./wgsl_common.ts";
+import { matmulPrologue, PARAMS_WGSL } from "./wgsl_common.ts";
 
 /** The weight dtypes this kernel takes. */
 export type ExactQuantDType = "q8_0" | "q4_0" | "q4_1";
@@ -57,8 +56,6 @@ export const EXACT_COLUMNS = 8;
 export const DECODE_ROWS = 64;
 /** ggml's 8 f32 lanes per block. */
 const LANES = 8;
-/** Workgroups per grid dimension (WebGPU's default maxComputeWorkgroupsPerDimension). */
-const GROUPS_MAX = 65535;
 
 function isExactQuant(dtype: string): dtype is ExactQuantDType {
   return (DTYPES as readonly string[]).includes(dtype);
@@ -166,16 +163,8 @@ fn main(
   @builtin(workgroup_id) wid: vec3<u32>,
   @builtin(local_invocation_index) lid: u32,
 ) {
-  let K = P.t[1].ne.x;
-  let M = P.t[1].ne.y;
-  let N = P.t[2].ne.y;
+${matmulPrologue("R", "C")}
   let nb0 = P.t[1].nb.x;
-  let i2 = wid.z % P.t[2].ne.z;
-  let i3 = wid.z / P.t[2].ne.z;
-  let a2 = i2 / (P.t[2].ne.z / P.t[1].ne.z);
-  let a3 = i3 / (P.t[2].ne.w / P.t[1].ne.w);
-  let m0 = wid.x * R;
-  let n0 = wid.y * C;
   let nc = min(C, N - n0);
   let row = lid % R;
   let col = lid / R;
@@ -230,15 +219,7 @@ export function exactQuantKernel(node: Tensor): Kernel | null {
   const [a, b] = node.src as [Tensor, Tensor];
   if (node.params[1] !== 1 || !isExactQuant(a.dtype) || b.nb[0] !== 4) return null;
   const columns = b.ne[1] === 1 ? 1 : EXACT_COLUMNS;
-  const x = Math.ceil(a.ne[1] / (columns === 1 ? DECODE_ROWS : EXACT_ROWS));
-  const y = Math.ceil(b.ne[1] / columns);
-  const batches = b.ne[2] * b.ne[3];
-  if (x > GROUPS_MAX || y > GROUPS_MAX || batches > GROUPS_MAX) {
-    throw new LimitError(
-      Status.limitReached,
-      `webgpu: mulMat ${node.label} needs a ${x}x${y}x${batches} workgroup grid`,
-    );
-  }
+  const workgroups = matmulGrid(node, columns === 1 ? DECODE_ROWS : EXACT_ROWS, columns);
   const dtype = a.dtype;
   return {
     key: `mulMatExact:${dtype}:${columns}`,
@@ -247,6 +228,6 @@ export function exactQuantKernel(node: Tensor): Kernel | null {
     status: false,
     count: 0,
     floats: [],
-    workgroups: [x, y, batches],
+    workgroups,
   };
 }

@@ -30,10 +30,9 @@
  * @module
  */
 
-import { LimitError, Status } from "../../errors.ts";
 import type { Tensor } from "../../tensor.ts";
-import { GROUPS_MAX, type Kernel } from "./kernels.ts";
-import { PARAMS_WGSL, tensorBindings } from "./wgsl_common.ts";
+import { type Kernel, matmulGrid } from "./kernels.ts";
+import { matmulPrologue, PARAMS_WGSL, tensorBindings } from "./wgsl_common.ts";
 import { EXACT_WGSL } from "./wgsl_exact.ts";
 
 /** ggml's order for an f16 product: llamafile's tinyBLAS or ggml_vec_dot_f16 per element. */
@@ -89,13 +88,7 @@ export function matmulF16ExactKernel(node: Tensor): Kernel {
   const order = f16Order(m, n, k);
   const layout = layoutFor(order, n);
   const tm = layout.threads[0] * layout.block[0], tn = layout.threads[1] * layout.block[1];
-  const x = Math.ceil(m / tm), y = Math.ceil(n / tn), batches = b.ne[2] * b.ne[3];
-  if (x > GROUPS_MAX || y > GROUPS_MAX || batches > GROUPS_MAX) {
-    throw new LimitError(
-      Status.limitReached,
-      `webgpu: mulMat ${node.label} needs a ${x}x${y}x${batches} workgroup grid`,
-    );
-  }
+  const workgroups = matmulGrid(node, tm, tn);
   return {
     key: `mulMatF16Exact:${order}:${layout.threads.join("x")}:${layout.block.join("x")}`,
     source: () => matmulF16ExactShader(order, layout),
@@ -103,7 +96,7 @@ export function matmulF16ExactKernel(node: Tensor): Kernel {
     status: false,
     count: 0,
     floats: [],
-    workgroups: [x, y, batches],
+    workgroups,
   };
 }
 
@@ -214,16 +207,7 @@ fn main(
   @builtin(local_invocation_id) lid3: vec3<u32>,
   @builtin(local_invocation_index) lid: u32,
 ) {
-  let K = P.t[1].ne.x;
-  let M = P.t[1].ne.y;
-  let N = P.t[2].ne.y;
-  // Batch (i2, i3) of S1 and D; S0 batch (i2 / r2, i3 / r3), as ggml broadcasts.
-  let i2 = wid.z % P.t[2].ne.z;
-  let i3 = wid.z / P.t[2].ne.z;
-  let a2 = i2 / (P.t[2].ne.z / P.t[1].ne.z);
-  let a3 = i3 / (P.t[2].ne.w / P.t[1].ne.w);
-  let m0 = wid.x * ${tm}u;
-  let n0 = wid.y * ${tn}u;
+${matmulPrologue(`${tm}u`, `${tn}u`)}
   ${offsets.join("\n  ")}
   let whole = ${whole};
   ${declare.join("\n  ")}

@@ -23,7 +23,7 @@
 
 import { type DType, DTYPES, WEIGHT_DTYPES as TABLE_WEIGHT_DTYPES } from "../../dtype.ts";
 import { isQuantDType, type QuantDType } from "../../quant.ts";
-import { PARAMS_WGSL, tensorBindings } from "./wgsl_common.ts";
+import { matmulPrologue, PARAMS_WGSL, tensorBindings } from "./wgsl_common.ts";
 
 /** The dtypes whose `weight` trait the dtype table sets. */
 type TableWeight = { [K in DType]: (typeof DTYPES)[K]["weight"] extends true ? K : never }[DType];
@@ -391,17 +391,9 @@ fn main(
   @builtin(workgroup_id) wid: vec3<u32>,
   @builtin(local_invocation_index) lid: u32,
 ) {
-  let K = P.t[1].ne.x;
-  let M = P.t[1].ne.y;
-  let N = P.t[2].ne.y;
+${matmulPrologue(`${rows}u`, `${cols}u`)}
   let nb0 = P.t[1].nb.x;
   let xb0 = P.t[2].nb.x;
-  let i2 = wid.z % P.t[2].ne.z;
-  let i3 = wid.z / P.t[2].ne.z;
-  let a2 = i2 / (P.t[2].ne.z / P.t[1].ne.z);
-  let a3 = i3 / (P.t[2].ne.w / P.t[1].ne.w);
-  let m0 = wid.x * ${rows}u;
-  let n0 = wid.y * ${cols}u;
   let mc = min(${rows}u, M - m0);
   let nc = min(${cols}u, N - n0);
   var acc: array<f32, ${outputs}>;

@@ -253,3 +253,20 @@ fn main(
 ${body}
 }`;
 }
+
+/**
+ * The opening of a mulMat kernel's `main` (S0 binding 1, S1 binding 2): K, M, N; the batch
+ * (i2, i3) of S1 and D from `wid.z`, S0's batch (a2, a3) as ggml broadcasts it; and the tile's
+ * first row and column m0, n0 for tiles of `rows` x `cols` (WGSL u32 expressions).
+ */
+export function matmulPrologue(rows: string, cols: string): string {
+  return `  let K = P.t[1].ne.x;
+  let M = P.t[1].ne.y;
+  let N = P.t[2].ne.y;
+  let i2 = wid.z % P.t[2].ne.z;
+  let i3 = wid.z / P.t[2].ne.z;
+  let a2 = i2 / (P.t[2].ne.z / P.t[1].ne.z);
+  let a3 = i3 / (P.t[2].ne.w / P.t[1].ne.w);
+  let m0 = wid.x * ${rows};
+  let n0 = wid.y * ${cols};`;
+}

@@ -66,7 +66,16 @@ export class XorShift {
 
 function genBlocks(rng: XorShift, type: string, out: Uint8Array): void {
   const dv = new DataView(out.buffer, out.byteOffset, out.byteLength);
-  if (type === "q4_1") {
+  if (type === "q5_0" || type === "q5_1") {
+    // d (and q5_1's negative m), the 32 fifth bits, 16 bytes of nibbles.
+    const withMin = type === "q5_1";
+    for (let p = 0; p < out.length; p += withMin ? 24 : 22) {
+      dv.setUint16(p, 0x2000 | (rng.u32() & 0x3ff), true);
+      if (withMin) dv.setUint16(p + 2, 0xac00 | (rng.u32() & 0x3ff), true);
+      dv.setUint32(p + (withMin ? 4 : 2), rng.u32(), true);
+      for (let i = 0; i < 16; i++) out[p + (withMin ? 8 : 6) + i] = rng.u32() & 0xff;
+    }
+  } else if (type === "q4_1") {
     for (let p = 0; p < out.length; p += 20) {
       dv.setUint16(p, 0x2000 | (rng.u32() & 0x3ff), true);
       dv.setUint16(p + 2, 0xac00 | (rng.u32() & 0x3ff), true);
@@ -97,7 +106,7 @@ export function build(c: Case, ggml = false): CaseGraph {
   const rng = new XorShift(c.seed);
   let a: Tensor, b: Tensor, output: Tensor;
   if (c.kind === "quant") {
-    a = ctx.newTensor(c.type as "q4_1" | "q8_0", [c.k, c.m]);
+    a = ctx.newTensor(c.type as "q4_1" | "q8_0" | "q5_0" | "q5_1", [c.k, c.m]);
     b = ctx.newTensor("f32", [c.k, c.n]);
     output = mulMat(a, b, { ggml });
   } else if (c.kind === "kq") {

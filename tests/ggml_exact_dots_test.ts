@@ -2,7 +2,9 @@
  * Graft's CPU mulMat against ggml's bit for bit, on the dot products SmolLM2 runs: q4_1 weights
  * x f32 (ggml_vec_dot_q4_1_q8_1 after quantizing src1 to q8_1, any column count: llamafile_sgemm
  * has no q4_1), the q8_0 output layer (ggml_vec_dot_q8_0_q8_0 for one column, tinyBLAS_Q0_AVX
- * from two on: the same sums), and the f16 attention products K*q and V*softmax over strided
+ * from two on: the same sums), q5_0 and q5_1 weights (ggml_vec_dot_q5_0_q8_0 / _q5_1_q8_1;
+ * q5_0 takes tinyBLAS_Q0_AVX from two columns on, the same sums), and the f16 attention products
+ * K*q and V*softmax over strided
  * KV-cache views (ggml_vec_dot_f16 for one column or where tinyBLAS declines the shape, tinyBLAS
  * otherwise). Quantized cases stay below mul_mat_quant.zig's GEMM threshold of 20 columns.
  * ggml's results are the fixtures tests/fixtures/ggml_exact_dots{,_avx2}.json, written by
@@ -30,7 +32,7 @@ import {
   wanted,
 } from "./ggml_exact_dots_cases.ts";
 
-Deno.test("mulMat equals ggml's CPU mul_mat bit for bit (q4_1, q8_0 and f16 attention dots)", () => {
+Deno.test("mulMat equals ggml's CPU mul_mat bit for bit (q4_1, q8_0, q5_0, q5_1, f16 attention)", () => {
   for (const c of cases) {
     // Every kernel build at 1 and 2 threads (bitwise equal to each other, checked inside).
     for (const [simd, got] of compute(() => build(c))) {

@@ -1,8 +1,8 @@
 /**
- * WebGPU's mulMat with ggml's arithmetic (`mulMat(a, b, { ggml: true })`) on q8_0, q4_0 and q4_1
- * weights (src/backend/webgpu/shader_matmul_exact.ts) against ggml's and the CPU backend's bits:
+ * WebGPU's mulMat with ggml's arithmetic (`mulMat(a, b, { ggml: true })`) on q8_0, q4_0, q4_1,
+ * q5_0 and q5_1 weights (src/backend/webgpu/shader_matmul_exact.ts) against ggml's and the CPU backend's bits:
  * - every quantized case of tests/fixtures/ggml_exact_dots.json (ggml's own mul_mat results for
- *   q4_1 and q8_0, 1 to 5 columns, from ggml_exact_dots_cases.ts's generator) bit for bit;
+ *   q4_1, q8_0, q5_0 and q5_1, 1 to 5 columns, from ggml_exact_dots_cases.ts's generator) bit for bit;
  * - larger shapes against `CpuBackend({ simd: "avx2" })` with the same option, bit for bit:
  *   20, 24 and 64 columns (prefill) and one column (decode), row counts that are no multiple of
  *   a workgroup's 32 or 64 rows, rows longer than one chunk of blocks of either kernel (as many
@@ -53,7 +53,7 @@ for (const c of cases.filter((c) => c.kind === "quant")) {
   });
 }
 
-type Dtype = "q8_0" | "q4_0" | "q4_1";
+type Dtype = "q8_0" | "q4_0" | "q4_1" | "q5_0" | "q5_1";
 
 /** Activations: normal-ish values whose blocks of 32 differ in magnitude, some all zero. */
 function activations(rng: Rng, count: number): Float32Array {
@@ -125,6 +125,13 @@ const shapes: Shape[] = [
   { dtype: "q4_1", k: 160, m: 19, n: 24, batches: [3, 3] },
   { dtype: "q8_0", k: 96, m: 21, n: 1, skipRows: 1 },
   { dtype: "q4_0", k: 96, m: 21, n: 40, skipRows: 3 },
+  // q5_0 and q5_1 (22- and 24-byte blocks): prefill, decode, batches, q5_0 at an unaligned offset.
+  { dtype: "q5_0", k: 576, m: 75, n: 24 },
+  { dtype: "q5_0", k: 1536, m: 97, n: 1 },
+  { dtype: "q5_0", k: 96, m: 21, n: 9, skipRows: 1, batches: [2, 2] },
+  { dtype: "q5_1", k: 1536, m: 41, n: 64 },
+  { dtype: "q5_1", k: 576, m: 1536, n: 1 },
+  { dtype: "q5_1", k: 96, m: 35, n: 3, batches: [1, 3] },
 ];
 
 for (const [i, s] of shapes.entries()) {

@@ -6,9 +6,9 @@
 // 1 and 2 threads: the two must agree) on inputs generated from a seed with xorshift32, the same
 // generator the Deno test runs (see gen_* below and the test's mirror of them), so the fixture
 // holds only the case parameters and the f32 results (base64, little-endian):
-//   quant  q4_1 / q8_0 weights [k, m] (raw blocks: random f16 scales, random quants) x f32 [k, n]
-//          (what ggml runs: vec_dot_q4_1_q8_1 / vec_dot_q8_0_q8_0 per element after quantizing
-//          src1; q8_0 with n >= 2 goes to llamafile_sgemm's tinyBLAS_Q0_AVX instead)
+//   quant  q4_1 / q8_0 / q5_0 / q5_1 weights [k, m] (raw blocks: random f16 scales, random quants) x f32 [k, n]
+//          (what ggml runs: vec_dot_q4_1_q8_1 / vec_dot_q8_0_q8_0 / vec_dot_q5_*_q8_* per element
+//          after quantizing src1; q8_0 and q5_0 with n >= 2 go to llamafile_sgemm's tinyBLAS_Q0_AVX)
 //   kq     llama.cpp's decode K*Q: an f16 K cache of 256 cells x 192 (3 heads of 64), viewed as
 //          [64, n_kv, 3] (row stride 384 bytes, head stride 128), times q f32 [64, 9, n]
 //          permuted to [64, n, 9] (GQA: 3 q heads per K head)
@@ -47,7 +47,20 @@ static uint16_t next_f16(void) {
 
 static void gen_blocks(enum ggml_type type, uint8_t *out, size_t blocks) {
   for (size_t b = 0; b < blocks; b++) {
-    if (type == GGML_TYPE_Q4_1) {
+    if (type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1) {
+      // d (and q5_1's negative m), the 32 fifth bits, 16 bytes of nibbles.
+      const int with_min = type == GGML_TYPE_Q5_1;
+      uint8_t *p = out + b * (with_min ? 24 : 22);
+      uint16_t d = (uint16_t)(0x2000 | (next_u32() & 0x3ff));
+      memcpy(p, &d, 2);
+      if (with_min) {
+        uint16_t m = (uint16_t)(0xAC00 | (next_u32() & 0x3ff));
+        memcpy(p + 2, &m, 2);
+      }
+      uint32_t qh = next_u32();
+      memcpy(p + (with_min ? 4 : 2), &qh, 4);
+      for (int i = 0; i < 16; i++) p[(with_min ? 8 : 6) + i] = (uint8_t)(next_u32() & 0xff);
+    } else if (type == GGML_TYPE_Q4_1) {
       uint8_t *p = out + b * 20;
       uint16_t d = (uint16_t)(0x2000 | (next_u32() & 0x3ff));
       uint16_t m = (uint16_t)(0xAC00 | (next_u32() & 0x3ff));
@@ -125,7 +138,7 @@ static size_t run_case(ggml_backend_t backend, const struct spec *s, float **out
   size_t a_bytes = ggml_nbytes(a);
   uint8_t *ad = malloc(a_bytes);
   if (strcmp(s->kind, "quant") == 0) {
-    gen_blocks(s->type, ad, a_bytes / (s->type == GGML_TYPE_Q4_1 ? 20 : 34));
+    gen_blocks(s->type, ad, a_bytes / ggml_type_size(s->type));
   } else {
     uint16_t *h = (uint16_t *)ad;
     for (size_t i = 0; i < a_bytes / 2; i++) h[i] = next_f16();
@@ -171,6 +184,13 @@ int main(int argc, char **argv) {
       {"quant", GGML_TYPE_Q8_0, 576, 256, 2, 0, 203},
       {"quant", GGML_TYPE_Q8_0, 576, 256, 3, 0, 204},
       {"quant", GGML_TYPE_Q8_0, 96, 40, 5, 0, 205},
+      // q5_0 (tinyBLAS_Q0_AVX from two columns on: the same sums) and q5_1.
+      {"quant", GGML_TYPE_Q5_0, 576, 1536, 1, 0, 501},
+      {"quant", GGML_TYPE_Q5_0, 576, 256, 2, 0, 502},
+      {"quant", GGML_TYPE_Q5_0, 96, 40, 5, 0, 503},
+      {"quant", GGML_TYPE_Q5_1, 576, 1536, 1, 0, 601},
+      {"quant", GGML_TYPE_Q5_1, 224, 19, 5, 0, 602},
+      {"quant", GGML_TYPE_Q5_1, 32, 13, 2, 0, 603},
       // Decode attention (n = 1) and two tokens (tinyBLAS in ggml).
       {"kq", GGML_TYPE_F16, 64, 0, 1, 256, 301},
       {"kq", GGML_TYPE_F16, 64, 0, 1, 32, 302},

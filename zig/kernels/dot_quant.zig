@@ -26,12 +26,13 @@
 //! block and 64-byte vectors per 64 elements of a k-quant, so the AVX2 build gets ggml's ymm
 //! code and the AVX-512 build one zmm instruction where AVX2 takes two.
 //!
-//! Float order: the 32-element blocks accumulate (integer sum) * (d_x * d_y) in 8 f32 lanes
-//! (two accumulators, even and odd blocks) and add the minimum terms m_x * s_y one after
-//! another, as ggml's AVX2 code does; the k-quants accumulate d_y * d_x * (integer sums) in 16
-//! f32 lanes (q6_K: 8) per super-block and -d_y * dmin_x * (bsums x mins) in 8 more lanes.
-//! Results therefore differ from ggml's generic (scalar) code and from its AVX2 code by float
-//! rounding only.
+//! Float order: the 32-element blocks accumulate (integer sum) * (d_x * d_y) in one vector of 8
+//! f32 lanes, block after block (fused), sum it in hsum_float_8's order and add the minimum
+//! terms m_x * s_y summed one after another (each product of two f16 values is exact, so fused
+//! or not it rounds once): ggml's AVX2 code, bit for bit (tests/ggml_exact_dots_test.ts checks
+//! q5_0 and q5_1 against ggml's outputs). The k-quants accumulate d_y * d_x * (integer sums) in
+//! 16 f32 lanes (q6_K: 8) per super-block and -d_y * dmin_x * (bsums x mins) in 8 more lanes:
+//! they differ from ggml's AVX2 code by float rounding.
 
 const std = @import("std");
 const builtin = @import("builtin");
@@ -246,23 +247,16 @@ fn dotSmall(comptime kind: Small, x: []const u8, y: []const u8) f32 {
     assert(x.len % xs == 0);
     const blocks = x.len / xs;
     assert(y.len == blocks * ys);
-    var acc0: F32x8 = @splat(0);
-    var acc1: F32x8 = @splat(0);
+    // One accumulator, the blocks in order, as ggml's AVX2 loops (no unrolling into several:
+    // that would sum in another order).
+    var acc: F32x8 = @splat(0);
     var mins: @Vector(4, f32) = @splat(0); // lane 1: sum of m_x * s_y, block after block
-    var i: usize = 0;
-    while (i + 2 <= blocks) : (i += 2) {
+    for (0..blocks) |i| {
         const a = blockDot(kind, x[i * xs ..][0..xs], y[i * ys ..][0..ys]);
-        const b = blockDot(kind, x[(i + 1) * xs ..][0..xs], y[(i + 1) * ys ..][0..ys]);
-        acc0 = common.fma(F32x8, @splat(a.scales[0]), @floatFromInt(a.ints), acc0);
-        acc1 = common.fma(F32x8, @splat(b.scales[0]), @floatFromInt(b.ints), acc1);
-        if (kind != .q5_0) mins = mins + a.scales + b.scales;
-    }
-    if (i < blocks) {
-        const a = blockDot(kind, x[i * xs ..][0..xs], y[i * ys ..][0..ys]);
-        acc0 = common.fma(F32x8, @splat(a.scales[0]), @floatFromInt(a.ints), acc0);
+        acc = common.fma(F32x8, @splat(a.scales[0]), @floatFromInt(a.ints), acc);
         if (kind != .q5_0) mins += a.scales;
     }
-    return hsum8(acc0 + acc1) + mins[1];
+    return hsum8(acc) + mins[1];
 }
 
 /// ggml_vec_dot_q4_1_q8_1: x is n/32 q4_1 blocks, y n/32 q8_1 blocks of the same n elements.

@@ -1,10 +1,10 @@
 /**
- * WGSL for mulMat with ggml's arithmetic (`mulMat(a, b, { ggml: true })`) on q8_0, q4_0 and
- * q4_1 weights: the bits of the CPU backend's AVX2 build, which are ggml's (zig/kernels/
+ * WGSL for mulMat with ggml's arithmetic (`mulMat(a, b, { ggml: true })`) on q8_0, q4_0, q4_1,
+ * q5_0 and q5_1 weights: the bits of the CPU backend's AVX2 build, which are ggml's (zig/kernels/
  * gemv_quant.zig, ggml_vec_dot_q8_0_q8_0 / _q4_0_q8_0 / _q4_1_q8_1 of ggml-cpu's x86 AVX2
  * code), at every column count.
  *
- * As ggml, each column of S1 is first quantized per block of 32 (q8_1 for q4_1 weights, q8_0
+ * As ggml, each column of S1 is first quantized per block of 32 (q8_1 for q4_1 and q5_1 weights, q8_0
  * otherwise; zig/quant.zig's quantize_activation_block): d = absmax / 127 kept as f16, the
  * quants x * (127 / absmax) rounded half to even, and q8_1's s = d * (sum of the quants) as f16
  * (d unrounded). Then per weight row the dot is, block after block in order:
@@ -14,11 +14,11 @@
  * - acc_j = fma(d_w * d_a, lane_j, acc_j), the multiply-add rounded once (_mm256_fmadd_ps;
  *   `fma_exact`, lavapipe's `fma()` being unfused; the scale product of two f16 values is
  *   exact);
- * - for q4_1 beside it summs = fma(m_w, s_a, summs) (GCC contracts ggml's `summs += m * s`),
+ * - for q4_1 and q5_1 beside it summs = fma(m_w, s_a, summs) (GCC contracts ggml's `summs += m * s`),
  *   here `m_w * s_a + summs`: the product of two f16 values is exact in f32 (at most 22
  *   significant bits, far from f32's range limits), so fused or not it rounds once;
  * and the result is hsum_float_8(acc) = ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) +
- * (acc3 + acc7)), plus summs for q4_1. ggml's AVX2 loops keep one accumulator (no unrolling into
+ * (acc3 + acc7)), plus summs for q4_1 and q5_1. ggml's AVX2 loops keep one accumulator (no unrolling into
  * several), so each lane is one sequential chain over the blocks: the parallelism is rows and
  * columns, never blocks.
  *
@@ -44,9 +44,9 @@ import { EXACT_WGSL } from "./wgsl_exact.ts";
 import { matmulPrologue, PARAMS_WGSL } from "./wgsl_common.ts";
 
 /** The weight dtypes this kernel takes. */
-export type ExactQuantDType = "q8_0" | "q4_0" | "q4_1";
+export type ExactQuantDType = "q8_0" | "q4_0" | "q4_1" | "q5_0" | "q5_1";
 
-const DTYPES: readonly ExactQuantDType[] = ["q8_0", "q4_0", "q4_1"];
+const DTYPES: readonly ExactQuantDType[] = ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1"];
 
 /** Output rows of a workgroup when S1 has more than one column. */
 export const EXACT_ROWS = 32;
@@ -64,9 +64,28 @@ function isExactQuant(dtype: string): dtype is ExactQuantDType {
 /**
  * Per weight type: `block_lanes(a, &x)` reads the block at byte `a`, leaves in x[j] the
  * 32-bit word of lane j's weight quants (elements 4j..4j+3, as 4 bytes: q4 nibbles unpacked)
- * and returns its d and (q4_1) m; `lane_dot(x, y)` is the lane's integer dot with the packed
+ * and returns its d and (q4_1, q5_1) m; `lane_dot(x, y)` is the lane's integer dot with the packed
  * activation quants `y`.
  */
+// q5's fifth bits: bits 0-3 of h to bit 4 of bytes 0-3.
+const SPREAD_WGSL = `
+fn spread_fifth(h: u32) -> u32 {
+  return ((h & 1u) << 4u) | ((h & 2u) << 11u) | ((h & 4u) << 18u) | ((h & 8u) << 25u);
+}`;
+
+// A q5 block's 32 five-bit values (nibble | fifth bit << 4) as lane words: qh at byte `qh`, the
+// nibbles from byte `qs`.
+const q5Lanes = (qh: number, qs: number): string =>
+  `${SPREAD_WGSL}
+fn q5_lanes(a: u32, x: ptr<function, array<u32, 8>>) {
+  let qh = S0_u32(a + ${qh}u);
+  for (var l = 0u; l < 4u; l = l + 1u) {
+    let q = S0_u32(a + ${qs}u + 4u * l);
+    (*x)[l] = (q & 0x0f0f0f0fu) | spread_fifth((qh >> (4u * l)) & 0xfu);
+    (*x)[l + 4u] = ((q >> 4u) & 0x0f0f0f0fu) | spread_fifth((qh >> (16u + 4u * l)) & 0xfu);
+  }
+}`;
+
 const LANE_WGSL: Readonly<Record<ExactQuantDType, string>> = {
   q8_0: `
 fn block_lanes(a: u32, x: ptr<function, array<u32, 8>>) -> vec2<f32> {
@@ -93,6 +112,26 @@ fn lane_dot(x: u32, y: u32) -> i32 {
   return (i32(x & 0xfu) - 8) * i8_of(y, 0u) + (i32((x >> 8u) & 0xfu) - 8) * i8_of(y, 1u) +
     (i32((x >> 16u) & 0xfu) - 8) * i8_of(y, 2u) + (i32(x >> 24u) - 8) * i8_of(y, 3u);
 }`,
+  q5_0: `${q5Lanes(2, 6)}
+fn block_lanes(a: u32, x: ptr<function, array<u32, 8>>) -> vec2<f32> {
+  q5_lanes(a, x);
+  return vec2<f32>(S0_f16(a), 0.0);
+}
+// The five-bit values less 16 (q5_0's quants).
+fn lane_dot(x: u32, y: u32) -> i32 {
+  return (i32(x & 0x1fu) - 16) * i8_of(y, 0u) + (i32((x >> 8u) & 0x1fu) - 16) * i8_of(y, 1u) +
+    (i32((x >> 16u) & 0x1fu) - 16) * i8_of(y, 2u) + (i32(x >> 24u) - 16) * i8_of(y, 3u);
+}`,
+  q5_1: `${q5Lanes(4, 8)}
+fn block_lanes(a: u32, x: ptr<function, array<u32, 8>>) -> vec2<f32> {
+  q5_lanes(a, x);
+  let h = S0_u32(a);
+  return vec2<f32>(f16_to_f32(h & 0xffffu), f16_to_f32(h >> 16u));
+}
+fn lane_dot(x: u32, y: u32) -> i32 {
+  return i32(x & 0x1fu) * i8_of(y, 0u) + i32((x >> 8u) & 0x1fu) * i8_of(y, 1u) +
+    i32((x >> 16u) & 0x1fu) * i8_of(y, 2u) + i32(x >> 24u) * i8_of(y, 3u);
+}`,
   q4_1: `
 fn block_lanes(a: u32, x: ptr<function, array<u32, 8>>) -> vec2<f32> {
   for (var l = 0u; l < 4u; l = l + 1u) {
@@ -118,7 +157,7 @@ export function exactQuantShader(dtype: ExactQuantDType, columns: number): strin
   const R = columns === 1 ? DECODE_ROWS : EXACT_ROWS;
   // Blocks of a chunk: one per thread, so each thread quantizes at most one.
   const B = R;
-  const minTerm = dtype === "q4_1";
+  const minTerm = dtype === "q4_1" || dtype === "q5_1";
   const lanes = Array.from(
     { length: LANES },
     (_, l) => `acc[${l}] = fma_exact(dd, f32(lane_dot(x[${l}], yq[y + ${l}u])), acc[${l}]);`,
@@ -212,7 +251,7 @@ ${matmulPrologue("R", "C")}
 
 /**
  * The kernel of a mulMat node that asks for ggml's arithmetic (params[1] = 1, see
- * `mulMat`'s `ggml` option) with q8_0, q4_0 or q4_1 weights and S1 rows of adjacent f32s (the
+ * `mulMat`'s `ggml` option) with q8_0, q4_0, q4_1, q5_0 or q5_1 weights and S1 rows of adjacent f32s (the
  * CPU's gemv_quant.zig path); null for any other node, which keeps the other kernels.
  */
 export function exactQuantKernel(node: Tensor): Kernel | null {

@@ -27,6 +27,16 @@ const cases = exactCases();
 const levels = simdLevels();
 const THREADS = [1, 2];
 
+const HARNESS_HASH = Array.from(
+  new Uint8Array(
+    await crypto.subtle.digest(
+      "SHA-256",
+      Deno.readFileSync(new URL("../bench/peers/ggml_exact_ops.c", import.meta.url)),
+    ),
+  ),
+  (b) => b.toString(16).padStart(2, "0"),
+).join("").slice(0, 12);
+
 /** Where bench/peers/ggml_exact_ops.sh puts the harness built against each ggml build. */
 function executable(simd: SimdLevel): string | null {
   let cache: string | undefined;
@@ -36,7 +46,8 @@ function executable(simd: SimdLevel): string | null {
     return null;
   }
   const build = simd === "avx512" ? "build-avx512" : "build-avx2";
-  const path = `${cache}/llama.cpp-0.3.36/${build}/bin/ggml_exact_ops`;
+  // ggml_peer.sh names the binary after its source's SHA-256 (first 12 hex digits).
+  const path = `${cache}/llama.cpp-0.3.36/${build}/bin/ggml_exact_ops-${HARNESS_HASH}`;
   try {
     return Deno.statSync(path).isFile ? path : null;
   } catch {

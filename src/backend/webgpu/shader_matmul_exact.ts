@@ -61,91 +61,74 @@ function isExactQuant(dtype: string): dtype is ExactQuantDType {
   return (DTYPES as readonly string[]).includes(dtype);
 }
 
-/**
- * Per weight type: `block_lanes(a, &x)` reads the block at byte `a`, leaves in x[j] the
- * 32-bit word of lane j's weight quants (elements 4j..4j+3, as 4 bytes: q4 nibbles unpacked)
- * and returns its d and (q4_1, q5_1) m; `lane_dot(x, y)` is the lane's integer dot with the packed
- * activation quants `y`.
- */
-// q5's fifth bits: bits 0-3 of h to bit 4 of bytes 0-3.
-const SPREAD_WGSL = `
+// Lane words of a block's 4- or 5-bit values from its nibbles at byte `qs` (low nibbles are
+// elements 0-15, high ones 16-31), with q5's fifth bits (bits 0-3 of h to bit 4 of bytes 0-3)
+// from the word at byte `qh`.
+function packedLanes(qs: number, qh?: number): string {
+  const fifth = (shift: string): string =>
+    qh === undefined ? "" : ` | spread_fifth((qh >> (${shift})) & 0xfu)`;
+  return `${
+    qh === undefined ? "" : `
 fn spread_fifth(h: u32) -> u32 {
   return ((h & 1u) << 4u) | ((h & 2u) << 11u) | ((h & 4u) << 18u) | ((h & 8u) << 25u);
-}`;
-
-// A q5 block's 32 five-bit values (nibble | fifth bit << 4) as lane words: qh at byte `qh`, the
-// nibbles from byte `qs`.
-const q5Lanes = (qh: number, qs: number): string =>
-  `${SPREAD_WGSL}
-fn q5_lanes(a: u32, x: ptr<function, array<u32, 8>>) {
-  let qh = S0_u32(a + ${qh}u);
+}`
+  }
+fn packed_lanes(a: u32, x: ptr<function, array<u32, 8>>) {
+  ${qh === undefined ? "" : `let qh = S0_u32(a + ${qh}u);`}
   for (var l = 0u; l < 4u; l = l + 1u) {
     let q = S0_u32(a + ${qs}u + 4u * l);
-    (*x)[l] = (q & 0x0f0f0f0fu) | spread_fifth((qh >> (4u * l)) & 0xfu);
-    (*x)[l + 4u] = ((q >> 4u) & 0x0f0f0f0fu) | spread_fifth((qh >> (16u + 4u * l)) & 0xfu);
+    (*x)[l] = (q & 0x0f0f0f0fu)${fifth("4u * l")};
+    (*x)[l + 4u] = ((q >> 4u) & 0x0f0f0f0fu)${fifth("16u + 4u * l")};
   }
 }`;
+}
 
+// The block's d alone (its first f16), or d and m (its first two).
+const D_ONLY = "return vec2<f32>(S0_f16(a), 0.0);";
+const D_AND_M = `let h = S0_u32(a);
+  return vec2<f32>(f16_to_f32(h & 0xffffu), f16_to_f32(h >> 16u));`;
+
+// A lane's integer dot: the weight bytes' values (masked, less `bias`) times the activation
+// quants.
+function laneDot(mask: number, bias: number): string {
+  const value = (k: number): string => `(i32((x >> ${8 * k}u) & ${mask}u) - ${bias})`;
+  return `
+fn lane_dot(x: u32, y: u32) -> i32 {
+  return ${[0, 1, 2, 3].map((k) => `${value(k)} * i8_of(y, ${k}u)`).join(" +\n    ")};
+}`;
+}
+
+function packedBlock(lanes: string, scales: string, dot: string): string {
+  return `${lanes}
+fn block_lanes(a: u32, x: ptr<function, array<u32, 8>>) -> vec2<f32> {
+  packed_lanes(a, x);
+  ${scales}
+}${dot}`;
+}
+
+/**
+ * Per weight type: `block_lanes(a, &x)` reads the block at byte `a`, leaves in x[j] the
+ * 32-bit word of lane j's weight quants (elements 4j..4j+3, as 4 bytes: q4 nibbles and q5 values
+ * unpacked) and returns its d and (q4_1, q5_1) m; `lane_dot(x, y)` is the lane's integer dot with
+ * the packed activation quants `y` (q4_0's quants are the nibbles less 8, q5_0's the five-bit
+ * values less 16).
+ */
 const LANE_WGSL: Readonly<Record<ExactQuantDType, string>> = {
   q8_0: `
 fn block_lanes(a: u32, x: ptr<function, array<u32, 8>>) -> vec2<f32> {
   for (var l = 0u; l < 8u; l = l + 1u) {
     (*x)[l] = S0_u32(a + 2u + 4u * l);
   }
-  return vec2<f32>(S0_f16(a), 0.0);
+  ${D_ONLY}
 }
 fn lane_dot(x: u32, y: u32) -> i32 {
   return i8_of(x, 0u) * i8_of(y, 0u) + i8_of(x, 1u) * i8_of(y, 1u) +
     i8_of(x, 2u) * i8_of(y, 2u) + i8_of(x, 3u) * i8_of(y, 3u);
 }`,
-  q4_0: `
-fn block_lanes(a: u32, x: ptr<function, array<u32, 8>>) -> vec2<f32> {
-  for (var l = 0u; l < 4u; l = l + 1u) {
-    let q = S0_u32(a + 2u + 4u * l);
-    (*x)[l] = q & 0x0f0f0f0fu;
-    (*x)[l + 4u] = (q >> 4u) & 0x0f0f0f0fu;
-  }
-  return vec2<f32>(S0_f16(a), 0.0);
-}
-// The nibbles less 8 (q4_0's quants).
-fn lane_dot(x: u32, y: u32) -> i32 {
-  return (i32(x & 0xfu) - 8) * i8_of(y, 0u) + (i32((x >> 8u) & 0xfu) - 8) * i8_of(y, 1u) +
-    (i32((x >> 16u) & 0xfu) - 8) * i8_of(y, 2u) + (i32(x >> 24u) - 8) * i8_of(y, 3u);
-}`,
-  q5_0: `${q5Lanes(2, 6)}
-fn block_lanes(a: u32, x: ptr<function, array<u32, 8>>) -> vec2<f32> {
-  q5_lanes(a, x);
-  return vec2<f32>(S0_f16(a), 0.0);
-}
-// The five-bit values less 16 (q5_0's quants).
-fn lane_dot(x: u32, y: u32) -> i32 {
-  return (i32(x & 0x1fu) - 16) * i8_of(y, 0u) + (i32((x >> 8u) & 0x1fu) - 16) * i8_of(y, 1u) +
-    (i32((x >> 16u) & 0x1fu) - 16) * i8_of(y, 2u) + (i32(x >> 24u) - 16) * i8_of(y, 3u);
-}`,
-  q5_1: `${q5Lanes(4, 8)}
-fn block_lanes(a: u32, x: ptr<function, array<u32, 8>>) -> vec2<f32> {
-  q5_lanes(a, x);
-  let h = S0_u32(a);
-  return vec2<f32>(f16_to_f32(h & 0xffffu), f16_to_f32(h >> 16u));
-}
-fn lane_dot(x: u32, y: u32) -> i32 {
-  return i32(x & 0x1fu) * i8_of(y, 0u) + i32((x >> 8u) & 0x1fu) * i8_of(y, 1u) +
-    i32((x >> 16u) & 0x1fu) * i8_of(y, 2u) + i32(x >> 24u) * i8_of(y, 3u);
-}`,
-  q4_1: `
-fn block_lanes(a: u32, x: ptr<function, array<u32, 8>>) -> vec2<f32> {
-  for (var l = 0u; l < 4u; l = l + 1u) {
-    let q = S0_u32(a + 4u + 4u * l);
-    (*x)[l] = q & 0x0f0f0f0fu;
-    (*x)[l + 4u] = (q >> 4u) & 0x0f0f0f0fu;
-  }
-  let h = S0_u32(a);
-  return vec2<f32>(f16_to_f32(h & 0xffffu), f16_to_f32(h >> 16u));
-}
-fn lane_dot(x: u32, y: u32) -> i32 {
-  return i32(x & 0xfu) * i8_of(y, 0u) + i32((x >> 8u) & 0xfu) * i8_of(y, 1u) +
-    i32((x >> 16u) & 0xfu) * i8_of(y, 2u) + i32(x >> 24u) * i8_of(y, 3u);
-}`,
+  q4_0: packedBlock(packedLanes(2), D_ONLY, laneDot(0xf, 8)),
+  q4_1: packedBlock(packedLanes(4), D_AND_M, laneDot(0xf, 0)),
+  q5_0: packedBlock(packedLanes(6, 2), D_ONLY, laneDot(0x1f, 16)),
+  q5_1: packedBlock(packedLanes(8, 4), D_AND_M, laneDot(0x1f, 0)),
 };
 
 /**

@@ -29,6 +29,7 @@
  * - `ff_add(acc, x)`, `ff_join(a, b)`: float-float sums (hi, lo), about 48 bits: ggml's f64
  *   totals of f32 values, whose f32 roundings they give but where the total lies within about
  *   2^-40 of a rounding boundary (ggml rounds f64 totals to f32 before using them).
+ * - `ff_mul(a, b)`: the float-float product (glibc's double arithmetic in the emulations).
  * - `ff_div_f32(acc, d)`, `ff_recip_f32(acc)`: (float)(total / d), (float)(1.0 / total).
  */
 export const EXACT_WGSL = `
@@ -93,6 +94,12 @@ fn ff_join(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
   return two_sum(s.x, opaque(s.y + a.y) + b.y);
 }
 
+// The product of two float-floats, renormalized.
+fn ff_mul(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
+  let p = two_prod(a.x, b.x);
+  return two_sum(p.x, p.y + (a.x * b.y + a.y * b.x));
+}
+
 // (float)(total / d) for a float-float total: the quotient of hi, corrected by the remainder.
 fn ff_div_f32(acc: vec2<f32>, d: f32) -> f32 {
   let q = acc.x / d;
@@ -110,8 +117,14 @@ fn ff_recip_f32(acc: vec2<f32>) -> f32 {
 }
 `;
 
+/** A C hexadecimal double literal's value ("0x1.921fb54442d18p0"): exact; JS has no such syntax. */
+export function hexDouble(literal: string): number {
+  const [, digits, exponent] = /^0x1\.([0-9a-f]+)p([-+]?\d+)$/i.exec(literal)!;
+  return (1 + parseInt(digits!, 16) / 16 ** digits!.length) * 2 ** Number(exponent);
+}
+
 /** An f32 value as a WGSL hexadecimal float literal, exact (`v` must be a normal f32 or 0). */
-function hexF32(v: number): string {
+export function hexF32(v: number): string {
   if (v === 0) return "0.0";
   const bits = new Uint32Array(new Float32Array([v]).buffer)[0]!;
   const exponent = ((bits >>> 23) & 0xff) - 127;
@@ -120,7 +133,7 @@ function hexF32(v: number): string {
 }
 
 /** A double split into f32s whose sum is the double (to about 2^-48, or exactly with three). */
-function splitF64(d: number, parts: 2 | 3): number[] {
+export function splitF64(d: number, parts: 2 | 3): number[] {
   const out: number[] = [];
   let rest = d;
   for (let i = 0; i < parts; i++) {
@@ -131,7 +144,7 @@ function splitF64(d: number, parts: 2 | 3): number[] {
 }
 
 /** A float-float WGSL constant of a double. */
-function ffLiteral(d: number): string {
+export function ffLiteral(d: number): string {
   const [hi, lo] = splitF64(d, 2);
   return `vec2<f32>(${hexF32(hi!)}, ${hexF32(lo!)})`;
 }
@@ -150,11 +163,11 @@ const GLIBC_EXP2F_TABLE = [
   0x3fef5818dcfba487n, 0x3fef7c97337b9b5fn, 0x3fefa4afa2a490dan, 0x3fefd0765b6e4540n,
 ];
 const GLIBC_N = 32;
-const GLIBC_INV_LN2_N = (1 + 0x71547652b82fe / 2 ** 52) * GLIBC_N; // 0x1.71547652b82fep+0 * N
+const GLIBC_INV_LN2_N = hexDouble("0x1.71547652b82fep+0") * GLIBC_N;
 const GLIBC_POLY = [
-  (1 + 0xc6af84b912394 / 2 ** 52) * 2 ** -5 / GLIBC_N ** 3, // 0x1.c6af84b912394p-5 / N^3
-  (1 + 0xebfce50fac4f3 / 2 ** 52) * 2 ** -3 / GLIBC_N ** 2, // 0x1.ebfce50fac4f3p-3 / N^2
-  (1 + 0x62e42ff0c52d6 / 2 ** 52) * 2 ** -1 / GLIBC_N, // 0x1.62e42ff0c52d6p-1 / N
+  hexDouble("0x1.c6af84b912394p-5") / GLIBC_N ** 3,
+  hexDouble("0x1.ebfce50fac4f3p-3") / GLIBC_N ** 2,
+  hexDouble("0x1.62e42ff0c52d6p-1") / GLIBC_N,
 ];
 
 function glibcExp2Table(): string {
@@ -235,12 +248,6 @@ fn ggml_v_silu(x: f32) -> f32 {
 fn ggml_reduce_add8(lo: vec4<f32>, hi: vec4<f32>) -> f32 {
   let h = vec4<f32>(opaque(hi.x + lo.x), opaque(hi.y + lo.y), opaque(hi.z + lo.z), opaque(hi.w + lo.w));
   return opaque(h.x + h.z) + opaque(h.y + h.w);
-}
-
-// The product of two float-floats, renormalized.
-fn ff_mul(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
-  let p = two_prod(a.x, b.x);
-  return two_sum(p.x, p.y + (a.x * b.y + a.y * b.x));
 }
 
 // (s.x + s.y) * 2^e rounded once to f32 (subnormal results too), for a renormalized s with s.x

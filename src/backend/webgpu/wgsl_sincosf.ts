@@ -11,36 +11,17 @@
  * @module
  */
 
-/** A double as a float-float WGSL literal `vec2<f32>(hi, lo)` (48 of its 53 bits). */
-function ff(value: number): string {
-  const hi = Math.fround(value);
-  const lo = Math.fround(value - hi);
-  return `vec2<f32>(${hi.toExponential()}, ${lo.toExponential()})`;
-}
-
-/** A double as three f32 parts summing to it exactly (for products by small integers). */
-function parts3(value: number): [number, number, number] {
-  const a = Math.fround(value);
-  const b = Math.fround(value - a);
-  const c = Math.fround(value - a - b);
-  return [a, b, c];
-}
-
-/** A C hexadecimal float literal's value ("0x1.921fb54442d18p0"): exact, JS has no such syntax. */
-function hex(literal: string): number {
-  const [, digits, exponent] = /^0x1\.([0-9a-f]+)p([-+]?\d+)$/i.exec(literal)!;
-  return (1 + parseInt(digits!, 16) / 16 ** digits!.length) * 2 ** Number(exponent);
-}
+import { ffLiteral, hexDouble, hexF32, splitF64 } from "./wgsl_exact.ts";
 
 // s_sincosf_data.c's table (the second entry negates the cosine polynomial) and constants.
-const C0 = 1, C1 = -hex("0x1.ffffffd0c621cp-2"), C2 = hex("0x1.55553e1068f19p-5");
-const C3 = -hex("0x1.6c087e89a359dp-10"), C4 = hex("0x1.99343027bf8c3p-16");
-const S1 = -hex("0x1.555545995a603p-3"),
-  S2 = hex("0x1.1107605230bc4p-7"),
-  S3 = -hex("0x1.994eb3774cf24p-13");
-const HPI = hex("0x1.921FB54442D18p0");
-const HPI_INV = hex("0x1.45F306DC9C883p-1");
-const PI63 = hex("0x1.921FB54442D18p-62");
+const C0 = 1, C1 = -hexDouble("0x1.ffffffd0c621cp-2"), C2 = hexDouble("0x1.55553e1068f19p-5");
+const C3 = -hexDouble("0x1.6c087e89a359dp-10"), C4 = hexDouble("0x1.99343027bf8c3p-16");
+const S1 = -hexDouble("0x1.555545995a603p-3"),
+  S2 = hexDouble("0x1.1107605230bc4p-7"),
+  S3 = -hexDouble("0x1.994eb3774cf24p-13");
+const HPI = hexDouble("0x1.921FB54442D18p0");
+const HPI_INV = hexDouble("0x1.45F306DC9C883p-1");
+const PI63 = hexDouble("0x1.921FB54442D18p-62");
 const INV_PIO4 = [
   0xa2,
   0xa2f9,
@@ -67,7 +48,7 @@ const INV_PIO4 = [
   0x993c4390,
   0x3c439041,
 ];
-const [H1, H2, H3] = parts3(HPI);
+const [H1, H2, H3] = splitF64(HPI, 3) as [number, number, number];
 
 /**
  * `glibc_sinf(y)`, `glibc_cosf(y)` (needs `PARAMS_WGSL` and `EXACT_WGSL` before it). NaN and
@@ -76,42 +57,37 @@ const [H1, H2, H3] = parts3(HPI);
 export const SINCOSF_WGSL = `
 const INV_PIO4 = array<u32, 24>(${INV_PIO4.map((w) => `${w}u`).join(", ")});
 
-fn ff_mul(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
-  let p = two_prod(a.x, b.x);
-  return two_sum(p.x, opaque(p.y + a.x * b.y) + a.y * b.x);
-}
-
 // sincosf_poly.h's sinf_poly: the sine polynomial for an even quadrant, else the cosine's
 // (negated with the table's second entry, \`negate\`); the double result rounded to float.
 fn glibc_sinf_poly(x: vec2<f32>, x2: vec2<f32>, negate: bool, odd: bool) -> f32 {
   if (!odd) {
     let x3 = ff_mul(x, x2);
-    let s1 = ff_join(${ff(S2)}, ff_mul(x2, ${ff(S3)}));
+    let s1 = ff_join(${ffLiteral(S2)}, ff_mul(x2, ${ffLiteral(S3)}));
     let x7 = ff_mul(x3, x2);
-    let s = ff_join(x, ff_mul(x3, ${ff(S1)}));
+    let s = ff_join(x, ff_mul(x3, ${ffLiteral(S1)}));
     return ff_join(s, ff_mul(x7, s1)).x;
   }
   let g = select(1.0, -1.0, negate);
   let x4 = ff_mul(x2, x2);
-  let c2 = ff_join(${ff(C3)} * g, ff_mul(x2, ${ff(C4)} * g));
-  let c1 = ff_join(${ff(C0)} * g, ff_mul(x2, ${ff(C1)} * g));
+  let c2 = ff_join(${ffLiteral(C3)} * g, ff_mul(x2, ${ffLiteral(C4)} * g));
+  let c1 = ff_join(${ffLiteral(C0)} * g, ff_mul(x2, ${ffLiteral(C1)} * g));
   let x6 = ff_mul(x4, x2);
-  let c = ff_join(c1, ff_mul(x4, ${ff(C2)} * g));
+  let c = ff_join(c1, ff_mul(x4, ${ffLiteral(C2)} * g));
   return ff_join(c, ff_mul(x6, c2)).x;
 }
 
 // s_sincosf.h's reduce_fast (|y| < 120): n = the nearest quadrant, x - n * hpi with hpi the
 // double pi/2 (its three f32 parts times n are exact).
 fn glibc_reduce_fast(y: f32) -> vec3<f32> {
-  let r = ff_mul(vec2<f32>(y, 0.0), ${ff(HPI_INV)});
+  let r = ff_mul(vec2<f32>(y, 0.0), ${ffLiteral(HPI_INV)});
   let whole = floor(r.x);
   let rest = ff_join(r, vec2<f32>(-whole, 0.0));
   let n = whole + select(0.0, 1.0, rest.x + rest.y >= 0.5);
-  let p1 = two_prod(n, ${H1.toExponential()});
+  let p1 = two_prod(n, ${hexF32(H1)});
   var x = ff_join(vec2<f32>(y, 0.0), -p1);
-  let p2 = two_prod(n, ${H2.toExponential()});
+  let p2 = two_prod(n, ${hexF32(H2)});
   x = ff_join(x, -p2);
-  x = ff_join(x, vec2<f32>(-(n * ${H3.toExponential()}), 0.0));
+  x = ff_join(x, vec2<f32>(-(n * ${hexF32(H3)}), 0.0));
   return vec3<f32>(x, n);
 }
 
@@ -146,7 +122,7 @@ fn glibc_reduce_large(bits: u32) -> vec3<f32> {
   let middle = f32(((hi & 0xffu) << 16u) | (lo >> 16u)) * 65536.0;
   let bottom = f32(lo & 0xffffu);
   let v = ff_add(two_sum(top, middle), bottom);
-  return vec3<f32>(ff_mul(v, ${ff(PI63)}), f32(n));
+  return vec3<f32>(ff_mul(v, ${ffLiteral(PI63)}), f32(n));
 }
 
 // sinf (cosf when \`cosine\`) of y.

@@ -3,8 +3,8 @@
  * by bench/peers/ggml_exact_dots.sh) and the graphs and inputs that reproduce them: the inputs
  * come from bench/peers/ggml_exact_dots.c's seeded generator, mirrored here. Shared by the
  * tests that compare a backend's mulMat with ggml's bits (ggml_exact_dots_test.ts for the CPU,
- * webgpu_exact_quant_test.ts and webgpu_exact_f16_test.ts for WebGPU), and the runners they
- * share.
+ * webgpu_exact_quant_test.ts and webgpu_exact_f16_test.ts for WebGPU, with tests/gpu.ts's
+ * computeOnGpu), and the CPU runner and bit comparison they share.
  * @module
  */
 
@@ -19,7 +19,7 @@ import {
   type Tensor,
   view,
 } from "../mod.ts";
-import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
+import type { BuiltGraph } from "./gpu.ts";
 
 /** One fixture case: a quantized product (`quant`) or an f16 attention product (`kq`, `kqv`). */
 export interface Case {
@@ -90,11 +90,7 @@ function genBlocks(rng: XorShift, type: string, out: Uint8Array): void {
 }
 
 /** A case's graph in a fresh context, its inputs, and its output. */
-export interface CaseGraph {
-  ctx: Context;
-  inputs: [Tensor, ArrayBufferView][];
-  output: Tensor;
-}
+export type CaseGraph = BuiltGraph;
 
 /**
  * The case's graph in a fresh context, its inputs, and its output; `ggml` is mulMat's option
@@ -167,19 +163,6 @@ export function wanted(c: Case, simd: string): string {
 /** The f32 bits of a fixture's base64 result. */
 export function fixtureBits(bits: string): Uint32Array {
   return new Uint32Array(Uint8Array.from(atob(bits), (ch) => ch.charCodeAt(0)).buffer);
-}
-
-/** `built`'s output on WebGPU (poisoned first), computed once. */
-export async function computeOnGpu(gpu: WebGpuBackend, built: CaseGraph): Promise<Float32Array> {
-  const { ctx, inputs, output } = built;
-  const graph = Graph.build(output);
-  using _memory = allocTensors(gpu, [...ctx.tensors, ...graph.leafs, ...graph.nodes]);
-  gpu.setTensor(output, new Uint8Array(output.nbytes).fill(0xff));
-  for (const [t, data] of inputs) gpu.setTensor(t, data);
-  gpu.graphCompute(graph);
-  const got = await gpu.getTensorAsync(output);
-  assert.ok(got instanceof Float32Array);
-  return got;
 }
 
 /** `built`'s output on the CPU backend's AVX2 build (2 threads): ggml's AVX2 bits. */

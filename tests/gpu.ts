@@ -8,6 +8,8 @@
 // memory while the process tears down. That did not stop it (CI aborted once more, after
 // webgpu_neural_test's summary), so scripts/test_webgpu.sh runs a file again, once, when its
 // process dies of a signal after reporting every test passed, and says so.
+import assert from "node:assert/strict";
+import { allocTensors, type Context, Graph, type Tensor } from "../mod.ts";
 import { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 
 /**
@@ -45,4 +47,24 @@ export function closeSharedWebGpuTest(): void {
     const lost = await device.lost;
     if (lost.reason !== "destroyed") throw new Error(`device lost: ${lost.message}`);
   });
+}
+
+/** A graph to compute: its context, its inputs' data, and its output. */
+export interface BuiltGraph {
+  ctx: Context;
+  inputs: [Tensor, ArrayBufferView][];
+  output: Tensor;
+}
+
+/** `built`'s f32 output on WebGPU (the output poisoned first, so stale bits cannot pass). */
+export async function computeOnGpu(gpu: WebGpuBackend, built: BuiltGraph): Promise<Float32Array> {
+  const { ctx, inputs, output } = built;
+  const graph = Graph.build(output);
+  using _memory = allocTensors(gpu, [...ctx.tensors, ...graph.leafs, ...graph.nodes]);
+  gpu.setTensor(output, new Uint8Array(output.nbytes).fill(0xff));
+  for (const [t, data] of inputs) gpu.setTensor(t, data);
+  gpu.graphCompute(graph);
+  const got = await gpu.getTensorAsync(output);
+  assert.ok(got instanceof Float32Array);
+  return got;
 }

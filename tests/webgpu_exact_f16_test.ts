@@ -21,7 +21,7 @@
  */
 
 import assert from "node:assert/strict";
-import { closeSharedWebGpuTest, sharedWebGpu } from "./gpu.ts";
+import { closeSharedWebGpuTest, computeOnGpu, sharedWebGpu } from "./gpu.ts";
 import { Context, mulMat, type Shape, simdLevels, transpose } from "../mod.ts";
 import {
   assertBits,
@@ -29,7 +29,6 @@ import {
   type CaseGraph,
   casesAvx2,
   computeOnCpuAvx2,
-  computeOnGpu,
   fixtureBits,
   XorShift,
 } from "./ggml_exact_dots_cases.ts";

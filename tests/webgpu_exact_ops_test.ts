@@ -1,10 +1,10 @@
 /**
- * rms_norm, soft_max (scale and an f32 causal mask) and silu on the shared WebGPU device give
- * ggml-cpu's AVX2 bits, as the CPU backend does (`CpuBackend({ simd: "avx2" })`):
- * - Every case of tests/ggml_exact_ops.ts but rope's (which tests/webgpu_exact_test.ts checks):
- *   rms_norm and rms_norm * weight, silu and silu * g (ggml's swiglu), soft_max; the output's
- *   SHA-256 equals ggml's AVX2 digest in tests/fixtures/ggml_exact_ops.json. All 24 cases are bit
- *   for bit on lavapipe; on a mismatch the message counts the elements that differ from the CPU's.
+ * rms_norm, soft_max (scale and an f32 causal mask), silu and rope on the shared WebGPU device
+ * give ggml-cpu's AVX2 bits, as the CPU backend does (`CpuBackend({ simd: "avx2" })`):
+ * - Every case of tests/ggml_exact_ops.ts: rms_norm and rms_norm * weight, silu and silu * g
+ *   (ggml's swiglu), soft_max, and SmolLM2's rope at every position 0..8191; the output's SHA-256
+ *   equals ggml's AVX2 digest in tests/fixtures/ggml_exact_ops.json. All 26 cases are bit for bit
+ *   on lavapipe; on a mismatch the message counts the elements that differ from the CPU's.
  * - rms_norm over 2000 rows of 576 and of 37, each row scaled by its own power of two (2^-20 to
  *   2^19), against the CPU's AVX2 kernel on the same inputs: bit for bit.
  * - silu over 2^16 seeded values in [-110, 110] (exp's overflow and underflow ranges, subnormal
@@ -12,10 +12,6 @@
  *   scalar tail: glibc's expf), and soft_max over rows of 1 to 41 and 1000 elements with
  *   differences down to -160, with and without a mask, against the CPU's AVX2 kernels on the same
  *   inputs: bit for bit.
- * - `expf_libc` (wgsl_exact.ts) against this process's glibc expf (through FFI, where libm.so.6
- *   loads) on 2^18 seeded values: bit for bit. By construction it can differ from glibc only
- *   where glibc's double result lies within about 2^-46 of a midpoint between two floats; no such
- *   value was met.
  * Skipped, visibly, when Deno finds no adapter (and the CPU comparisons where this CPU does not
  * run the AVX2 kernels).
  */
@@ -35,8 +31,6 @@ import {
 import type { Backend } from "../src/backend/backend.ts";
 import { closeSharedWebGpuTest, sharedWebGpu } from "./gpu.ts";
 import { bitDiff, digest, exactCases, graftOutput, seeded } from "./ggml_exact_ops.ts";
-import { EXACT_WGSL, GGML_EXP_WGSL } from "../src/backend/webgpu/wgsl_exact.ts";
-import { PARAMS_WGSL, UNIFORM_SLOT_BYTES } from "../src/backend/webgpu/wgsl_common.ts";
 
 const gpu = await sharedWebGpu();
 const avx2 = simdLevels().includes("avx2");
@@ -61,11 +55,11 @@ async function compute(
 }
 
 Deno.test({
-  name: "webgpu exact ops: rms_norm, silu, swiglu, soft_max hash as ggml's AVX2 outputs",
+  name: "webgpu exact ops: rms_norm, silu, swiglu, soft_max, rope hash as ggml's AVX2 outputs",
   ignore: gpu === null,
   async fn(): Promise<void> {
-    const cases = exactCases().filter((c) => !c.name.startsWith("rope_"));
-    assert.equal(cases.length, 24);
+    const cases = exactCases();
+    assert.equal(cases.length, 26);
     const wrong: string[] = [];
     for (const c of cases) {
       const got = await compute(gpu!, c.build, c.inputs as Float32Array[]);
@@ -166,100 +160,6 @@ Deno.test({
         );
       }
     }
-  },
-});
-
-/** glibc's expf through FFI, or null where libm.so.6 does not load. */
-function glibcExpf(): ((x: number) => number) | null {
-  try {
-    const lib = Deno.dlopen("libm.so.6", { expf: { parameters: ["f32"], result: "f32" } });
-    return (x) => lib.symbols.expf(x);
-  } catch {
-    return null;
-  }
-}
-const expf = glibcExpf();
-if (!expf) console.log("webgpu_exact_ops_test: no libm.so.6, expf_libc's check skipped");
-
-/** `expf_libc(x)` of each x on the device. */
-async function deviceExpf(x: Float32Array<ArrayBuffer>): Promise<Float32Array> {
-  const device = gpu!.device;
-  const code = `${PARAMS_WGSL}
-${EXACT_WGSL}
-${GGML_EXP_WGSL}
-@group(0) @binding(1) var<storage, read> a: array<f32>;
-@group(0) @binding(2) var<storage, read_write> o: array<f32>;
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) g: vec3<u32>) {
-  if (g.x < arrayLength(&a)) {
-    o[g.x] = expf_libc(a[g.x]);
-  }
-}`;
-  const pipeline = device.createComputePipeline({
-    layout: "auto",
-    compute: { module: device.createShaderModule({ code }), entryPoint: "main" },
-  });
-  const params = device.createBuffer({
-    size: UNIFORM_SLOT_BYTES,
-    usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST,
-  });
-  const input = device.createBuffer({
-    size: x.byteLength,
-    usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST,
-  });
-  device.queue.writeBuffer(input, 0, x);
-  const out = device.createBuffer({
-    size: x.byteLength,
-    usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC,
-  });
-  const read = device.createBuffer({
-    size: x.byteLength,
-    usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
-  });
-  const bindGroup = device.createBindGroup({
-    layout: pipeline.getBindGroupLayout(0),
-    entries: [params, input, out].map((buffer, binding) => ({ binding, resource: { buffer } })),
-  });
-  const encoder = device.createCommandEncoder();
-  const pass = encoder.beginComputePass();
-  pass.setPipeline(pipeline);
-  pass.setBindGroup(0, bindGroup);
-  pass.dispatchWorkgroups(Math.ceil(x.length / 64));
-  pass.end();
-  encoder.copyBufferToBuffer(out, 0, read, 0, x.byteLength);
-  device.queue.submit([encoder.finish()]);
-  await read.mapAsync(GPUMapMode.READ);
-  const result = new Float32Array(read.getMappedRange().slice(0));
-  read.unmap();
-  for (const buffer of [params, input, out, read]) buffer.destroy();
-  return result;
-}
-
-Deno.test({
-  name: "webgpu exact ops: expf_libc is glibc's expf",
-  ignore: gpu === null || expf === null,
-  async fn(): Promise<void> {
-    // Over the whole finite range (overflow, subnormal results, glibc's underflow cut-offs),
-    // then densely where softmax and silu tails take it.
-    const wide = seeded(1 << 17, 5, 110);
-    const near = seeded(1 << 17, 6, 20);
-    const x = new Float32Array(wide.length + near.length + 8);
-    x.set(wide);
-    x.set(near, wide.length);
-    x.set(
-      [0, -0, 88.72283172607422, 88.72284, -103.97207641601562, -103.2789, -103.28, -150],
-      x.length - 8,
-    );
-    const got = await deviceExpf(x);
-    let differ = 0;
-    let firstAt = "";
-    for (let i = 0; i < x.length; i++) {
-      const want = expf!(x[i]!);
-      if (Object.is(got[i], want)) continue;
-      differ++;
-      firstAt ||= `expf(${x[i]}) = ${got[i]}, glibc's ${want}`;
-    }
-    assert.equal(differ, 0, `${differ}/${x.length} differ; first ${firstAt}`);
   },
 });
 

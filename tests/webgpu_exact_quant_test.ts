@@ -15,14 +15,13 @@
  */
 
 import assert from "node:assert/strict";
-import { closeSharedWebGpuTest, sharedWebGpu } from "./gpu.ts";
+import { closeSharedWebGpuTest, computeOnGpu, sharedWebGpu } from "./gpu.ts";
 import {
   assertBits,
   build,
   type CaseGraph,
   cases,
   computeOnCpuAvx2 as onCpu,
-  computeOnGpu as onGpu,
   fixtureBits,
   label,
 } from "./ggml_exact_dots_cases.ts";
@@ -49,7 +48,7 @@ function test(name: string, needsCpu: boolean, fn: (gpu: WebGpuBackend) => Promi
 
 for (const c of cases.filter((c) => c.kind === "quant")) {
   test(`${label(c)} equals ggml's mul_mat bit for bit`, false, async (gpu) => {
-    assertBits(await onGpu(gpu, build(c, true)), fixtureBits(c.bits), label(c));
+    assertBits(await computeOnGpu(gpu, build(c, true)), fixtureBits(c.bits), label(c));
   });
 }
 
@@ -140,7 +139,7 @@ for (const [i, s] of shapes.entries()) {
       assert.notEqual((s.skipRows * rowBytes(s.dtype, s.k)) % 4, 0, "choose an unaligned offset");
     }
     const want = onCpu(buildShape(s, 0x51 + i));
-    const got = await onGpu(gpu, buildShape(s, 0x51 + i));
+    const got = await computeOnGpu(gpu, buildShape(s, 0x51 + i));
     assertBits(got, new Uint32Array(want.buffer, want.byteOffset, want.length), shapeLabel(s));
   });
 }

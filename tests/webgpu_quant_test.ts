@@ -13,7 +13,7 @@
  */
 
 import assert from "node:assert/strict";
-import { closeSharedWebGpuTest, sharedWebGpu } from "./gpu.ts";
+import { type BuiltGraph, closeSharedWebGpuTest, computeOnGpu, sharedWebGpu } from "./gpu.ts";
 import {
   allocGraph,
   allocTensors,
@@ -88,24 +88,12 @@ function nmse(got: Float32Array, want: ArrayLike<number>): number {
   return error / norm;
 }
 
-interface Built {
-  ctx: Context;
-  inputs: [Tensor, ArrayBufferView][];
-  output: Tensor;
-}
+type Built = BuiltGraph;
 
 /** Computes `built` on the GPU, first asserting that WebGPU says it runs its node. */
-async function onGpu(gpu: WebGpuBackend, built: Built): Promise<Float32Array> {
-  const { ctx, inputs, output } = built;
-  assert.ok(gpu.supportsOp(output), `supportsOp says no to ${output.label}`);
-  const graph = Graph.build(output);
-  using _memory = allocTensors(gpu, [...ctx.tensors, ...graph.leafs, ...graph.nodes]);
-  gpu.setTensor(output, new Uint8Array(output.nbytes).fill(0xff));
-  for (const [t, data] of inputs) gpu.setTensor(t, data);
-  gpu.graphCompute(graph);
-  const got = await gpu.getTensorAsync(output);
-  assert.ok(got instanceof Float32Array);
-  return got;
+function onGpu(gpu: WebGpuBackend, built: Built): Promise<Float32Array> {
+  assert.ok(gpu.supportsOp(built.output), `supportsOp says no to ${built.output.label}`);
+  return computeOnGpu(gpu, built);
 }
 
 function onCpu(built: Built): Float32Array {

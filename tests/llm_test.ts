@@ -45,39 +45,12 @@ import {
   readLlamaHParams,
 } from "../mod.ts";
 import { loadReferenceModel, referenceLogits, type ReferenceModel } from "./llm_reference.ts";
+import { argmax, assertMatchesLlama, llamaFixtureFor, readLlamaFixture } from "./llm_fixture.ts";
 
 const ignore = !smolLM2Cached();
 if (ignore) console.log(`llm_test: ${SMOLLM2_PATH} is missing (deno task model:fetch): skipped`);
 
-interface FixtureCase {
-  name: string;
-  prompt_ids: number[];
-  ids: number[];
-  margins: number[];
-  top: [number, number][][];
-}
-interface Fixture {
-  source: { eog_ids: number[] };
-  cases: FixtureCase[];
-}
-
-const fixture = readFixture("smollm2_greedy.json")!;
-
-function readFixture(name: string): Fixture | null {
-  try {
-    return JSON.parse(
-      Deno.readTextFileSync(new URL(`./fixtures/llm/${name}`, import.meta.url)),
-    ) as Fixture;
-  } catch (error) {
-    if (error instanceof Deno.errors.NotFound) return null;
-    throw error;
-  }
-}
-
-/** llama.cpp's fixture recorded by its build of the SIMD level the CPU backend runs. */
-function fixtureFor(simd: string): Fixture | null {
-  return simd === "avx512" ? fixture : readFixture("smollm2_greedy_avx2.json");
-}
+const fixture = readLlamaFixture("smollm2_greedy.json")!;
 const STEPS = 32;
 
 function errors(got: Float32Array, want: Float64Array): { max: number; nmse: number } {
@@ -89,15 +62,6 @@ function errors(got: Float32Array, want: Float64Array): { max: number; nmse: num
     den += want[i]! * want[i]!;
   }
   return { max, nmse: num / den };
-}
-
-function argmax(logits: Float32Array, skip: readonly number[] = []): number {
-  let best = -1;
-  for (let i = 0; i < logits.length; i++) {
-    if (skip.includes(i)) continue;
-    if (best < 0 || logits[i]! > logits[best]!) best = i;
-  }
-  return best;
 }
 
 let reference: ReferenceModel | null = null;
@@ -296,7 +260,7 @@ Deno.test({
   async fn(): Promise<void> {
     using llm = await LLM.load(SMOLLM2_PATH, { threads: 2, nCtx: 256 });
     const simd = (llm.backend as CpuBackend).simd;
-    const want = fixtureFor(simd);
+    const want = llamaFixtureFor("smollm2_greedy", simd);
     if (!want) {
       console.log(
         `no llama.cpp fixture for the ${simd} kernels (GRAFT_LLAMA_SIMD=${simd} ` +
@@ -304,48 +268,8 @@ Deno.test({
       );
       return;
     }
-    const eog = want.source.eog_ids;
     const report: string[] = [];
-    for (const c of want.cases) {
-      // Teacher forcing: llama.cpp's ids in, its recorded logits out.
-      llm.reset();
-      let logits = await llm.eval(c.prompt_ids);
-      let worst = 0;
-      for (let step = 0; step < STEPS; step++) {
-        for (const [id, value] of c.top[step]!) {
-          worst = Math.max(worst, Math.abs(logits[id]! - value));
-        }
-        logits = await llm.eval([c.ids[step]!]);
-      }
-      assert.ok(worst <= 1e-6, `${c.name} (${simd}): a top-8 logit off by ${worst}`);
-      // Free running: Graft's own greedy ids (end-of-generation ids masked, as the fixture's
-      // --ignore-eos run) equal llama.cpp's; a step may differ only where llama.cpp's top two
-      // are within 0.05.
-      llm.reset();
-      logits = await llm.eval(c.prompt_ids);
-      let diverged = -1;
-      for (let step = 0; step < STEPS; step++) {
-        const id = argmax(logits, eog);
-        if (id !== c.ids[step]) {
-          diverged = step;
-          break;
-        }
-        logits = await llm.eval([id]);
-      }
-      if (diverged >= 0) {
-        assert.ok(
-          c.margins[diverged]! < 0.05,
-          `${c.name} (${simd}): greedy id ${diverged} differs where llama.cpp's margin is ` +
-            `${c.margins[diverged]}`,
-        );
-      }
-      report.push(
-        `${c.name}: logits within ${worst.toExponential(1)}, ` +
-          (diverged < 0
-            ? `${STEPS} greedy ids equal`
-            : `ids equal to step ${diverged} (margin ${c.margins[diverged]})`),
-      );
-    }
+    for (const c of want.cases) report.push(await assertMatchesLlama(llm, want, c, STEPS, true));
     console.log(`${simd} kernels against llama.cpp's ${simd} build:\n${report.join("\n")}`);
   },
 });

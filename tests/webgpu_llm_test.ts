@@ -16,6 +16,7 @@
 import assert from "node:assert/strict";
 import { CpuBackend, LLM } from "../mod.ts";
 import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
+import { assertMatchesLlama, readLlamaFixture } from "./llm_fixture.ts";
 import { closeSharedWebGpuTest, sharedWebGpu, WEBGPU_LLM_NEAR_TIE as NEAR_TIE } from "./gpu.ts";
 
 const gpu = await sharedWebGpu();
@@ -24,15 +25,9 @@ if (!haveModel) console.log(`webgpu_llm_test: ${SMOLLM2_PATH} is missing: skippe
 
 const STEPS = 32;
 
-interface FixtureCase {
-  name: string;
-  prompt_ids: number[];
-}
-
-const fixture = JSON.parse(
-  Deno.readTextFileSync(new URL("./fixtures/llm/smollm2_greedy.json", import.meta.url)),
-) as { cases: FixtureCase[] };
-const SHORT = fixture.cases.filter((c) => c.prompt_ids.length <= 10);
+const SHORT = readLlamaFixture("smollm2_greedy.json")!.cases.filter((c) =>
+  c.prompt_ids.length <= 10
+);
 
 function topTwo(row: Float32Array): [number, number] {
   let first = 0, second = 1;
@@ -62,70 +57,8 @@ async function cpuGreedy(
   return { ids, rows };
 }
 
-/** llama.cpp's AVX2 build's greedy run of a prompt (tests/fixtures/llm, tools/llm_fixtures.sh). */
-interface LlamaCase extends FixtureCase {
-  ids: number[];
-  margins: number[];
-  top: [number, number][][];
-}
-
-const avx2 = JSON.parse(
-  Deno.readTextFileSync(new URL("./fixtures/llm/smollm2_greedy_avx2.json", import.meta.url)),
-) as { source: { eog_ids: number[] }; cases: LlamaCase[] };
-
-function argmax(logits: Float32Array, skip: readonly number[]): number {
-  let best = -1;
-  for (let i = 0; i < logits.length; i++) {
-    if (skip.includes(i)) continue;
-    if (best < 0 || logits[i]! > logits[best]!) best = i;
-  }
-  return best;
-}
-
-/**
- * `llm`'s run of `c` against llama.cpp's: teacher forcing (the prompt in one batch, then llama.cpp's
- * ids a token at a time, as llama.cpp ran) for `steps`, every recorded top-8 logit within 1e-6
- * (the fixture prints nine digits); with `freeRunning` also greedy decoding of its own
- * (end-of-generation ids masked, as the fixture's --ignore-eos run), whose ids may leave
- * llama.cpp's only where llama.cpp's top two are within 0.05. Returns a line for the report.
- */
-async function assertMatchesLlama(
-  llm: LLM,
-  c: LlamaCase,
-  steps: number,
-  freeRunning: boolean,
-): Promise<string> {
-  llm.reset();
-  let logits = await llm.eval(c.prompt_ids);
-  let worst = 0;
-  for (let step = 0; step < steps; step++) {
-    for (const [id, value] of c.top[step]!) {
-      worst = Math.max(worst, Math.abs(logits[id]! - value));
-    }
-    if (step < steps - 1) logits = await llm.eval([c.ids[step]!]);
-  }
-  assert.ok(worst <= 1e-6, `${c.name}: a top-8 logit off by ${worst} in ${steps} steps`);
-  if (!freeRunning) return `${c.name}: logits within ${worst.toExponential(1)} (${steps} steps)`;
-  llm.reset();
-  logits = await llm.eval(c.prompt_ids);
-  let diverged = -1;
-  for (let step = 0; step < steps; step++) {
-    const id = argmax(logits, avx2.source.eog_ids);
-    if (id !== c.ids[step]) {
-      diverged = step;
-      break;
-    }
-    if (step < steps - 1) logits = await llm.eval([id]);
-  }
-  assert.ok(
-    diverged < 0 || c.margins[diverged]! < 0.05,
-    `${c.name}: greedy id ${diverged} differs where llama.cpp's margin is ${c.margins[diverged]}`,
-  );
-  return `${c.name}: logits within ${worst.toExponential(1)}, ` +
-    (diverged < 0
-      ? `${steps} greedy ids equal`
-      : `ids equal to step ${diverged} (margin ${c.margins[diverged]})`);
-}
+/** llama.cpp's AVX2 build's greedy runs (tools/llm_fixtures.sh). */
+const avx2 = readLlamaFixture("smollm2_greedy_avx2.json")!;
 
 Deno.test({
   name: `webgpu llm: llama.cpp's AVX2 logits and greedy ids, short prompts (${STEPS} steps)`,
@@ -135,7 +68,7 @@ Deno.test({
     const short = avx2.cases.filter((c) => c.prompt_ids.length <= 10);
     assert.ok(short.length >= 2, "the fixture has short prompts");
     const report: string[] = [];
-    for (const c of short) report.push(await assertMatchesLlama(web, c, STEPS, true));
+    for (const c of short) report.push(await assertMatchesLlama(web, avx2, c, STEPS, true));
     console.log(`WebGPU against llama.cpp's AVX2 build:\n${report.join("\n")}`);
   },
 });
@@ -150,7 +83,7 @@ Deno.test({
     const long = avx2.cases.filter((c) => c.prompt_ids.length > 10);
     assert.ok(long.length >= 3, "the fixture has long prompts");
     const report: string[] = [];
-    for (const c of long) report.push(await assertMatchesLlama(web, c, 2, false));
+    for (const c of long) report.push(await assertMatchesLlama(web, avx2, c, 2, false));
     console.log(`WebGPU against llama.cpp's AVX2 build:\n${report.join("\n")}`);
   },
 });
@@ -169,7 +102,7 @@ Deno.test({
       gpuBackend: gpu!,
     });
     assert.equal(split.split?.from, 27);
-    console.log(await assertMatchesLlama(split, avx2.cases[0]!, 8, false));
+    console.log(await assertMatchesLlama(split, avx2, avx2.cases[0]!, 8, false));
   },
 });
 

@@ -11,16 +11,18 @@
 # and the VM this was recorded on faults on AMX's ldtilecfg (SIGSEGV/SIGILL in
 # ggml_backend_amx_mul_mat). Repacking has no Q4_1 layout, so without AMX the weights take the
 # same plain CPU buffers either way.
-# Usage: tools/llm_fixtures.sh [MODEL]   (default: scripts/model_fetch.sh's cached SmolLM2)
+# Usage: tools/llm_fixtures.sh [MODEL [NAME]]   (default: scripts/model_fetch.sh's cached SmolLM2,
+# written as smollm2_greedy; tools/llm_kquant_fixtures.sh passes its requantized file and a name)
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 model="${1:-$("$here/scripts/model_fetch.sh")}"
+name="${2:-smollm2_greedy}"
 # GRAFT_LLAMA_SIMD=avx2 records from the AVX2 build (tools/llama_build.sh) into
-# smollm2_greedy_avx2.json: the AVX2 kernels' llama.cpp (its f16 sums and exp run on 8 lanes, not
+# NAME_avx2.json: the AVX2 kernels' llama.cpp (its f16 sums and exp run on 8 lanes, not
 # 16, so its logits differ from the AVX-512 build's in the last bits, then more).
 suffix=""
 if [ "${GRAFT_LLAMA_SIMD:-}" = avx2 ]; then suffix="_avx2"; fi
-out="$here/tests/fixtures/llm/smollm2_greedy$suffix.json"
+out="$here/tests/fixtures/llm/$name$suffix.json"
 build="$(GRAFT_LLAMA_TARGETS="${GRAFT_LLAMA_TARGETS:-llama-completion llama-tokenize}" \
   "$here/tools/llama_build.sh" | tail -n 1)"
 src="$(dirname "$build")/src"

@@ -287,19 +287,19 @@ const kmask1: u32 = 0x3f3f3f3f;
 const kmask2: u32 = 0x0f0f0f0f;
 const kmask3: u32 = 0x03030303;
 
-/// q4_K's and q5_K's twelve scale bytes as 16 i16: the eight 6-bit sub-block scales, then the
-/// eight 6-bit mins (ggml's utmp shuffle; quant.zig's scale_min_k4 for each j).
-inline fn scalesAndMins(bytes: *const [12]u8) I16x16 {
-    const u_0 = std.mem.readInt(u32, bytes[0..4], .little);
-    const u_1 = std.mem.readInt(u32, bytes[4..8], .little);
-    const u_2 = std.mem.readInt(u32, bytes[8..12], .little);
-    const words: @Vector(4, u32) = .{
-        u_0 & kmask1,
-        (u_2 & kmask2) | (((u_0 >> 6) & kmask3) << 4),
-        u_1 & kmask1,
-        ((u_2 >> 4) & kmask2) | (((u_1 >> 6) & kmask3) << 4),
-    };
-    const values: @Vector(16, u8) = @bitCast(words);
+/// q4_K's and q5_K's twelve scale bytes (the first 12 of `bytes`) as 16 i16: the eight 6-bit
+/// sub-block scales, then the eight 6-bit mins (ggml's utmp shuffle; quant.zig's scale_min_k4
+/// for each j). All in one vector register from one load: built from scalar words, LLVM
+/// inserts them into a register it picks freely, and picked the min accumulator, which chained
+/// every super-block to the last one's float work.
+inline fn scalesAndMins(bytes: *const [16]u8) I16x16 {
+    const u: @Vector(4, u32) = @bitCast(bytes.*);
+    // Lanes {u0 & k1, (u2 & k2) | ((u0 >> 6) & k3) << 4, u1 & k1, ((u2 >> 4) & k2) | ((u1 >> 6) & k3) << 4}.
+    const p = @shuffle(u32, u, undefined, [4]i32{ 0, 2, 1, 2 });
+    const q = @shuffle(u32, u, undefined, [4]i32{ 0, 0, 1, 1 });
+    const low = (p >> @Vector(4, u5){ 0, 0, 0, 4 }) & @Vector(4, u32){ kmask1, kmask2, kmask1, kmask2 };
+    const high = ((q >> @splat(6)) & @Vector(4, u32){ 0, kmask3, 0, kmask3 }) << @splat(4);
+    const values: @Vector(16, u8) = @bitCast(low | high);
     return values;
 }
 
@@ -377,7 +377,7 @@ inline fn ggmlLanes(sumi: I32x16) I32x8 {
 }
 
 inline fn sums45K(comptime kind: KKind, xb: *const [kBytes(kind)]u8, yb: *const [q8_K_bytes]u8) KSums {
-    const sm = scalesAndMins(xb[4..16]);
+    const sm = scalesAndMins(xb[4..20]);
     const qs_at = if (kind == .q4_K) 16 else 48;
     var sumi: I32x16 = @splat(0);
     const qh: U8x64 = if (kind == .q5_K) duplicate(xb[16..48]) else undefined;
@@ -423,6 +423,23 @@ inline fn sumsQ6K(xb: *const [q6_K_bytes]u8, yb: *const [q8_K_bytes]u8) KSums {
     return .{ .sums = ggmlLanes(sumi) - offset, .mins = @splat(0) };
 }
 
+/// ggml's pairwise sums of `mins` (q4_K's prod: lane q = lanes 2q + 2q+1) in the even lanes,
+/// without a lane-crossing shuffle: each 64-bit lane's high half added to its low half.
+inline fn pairSums(mins: I32x8) I32x8 {
+    const wide: @Vector(4, u64) = @bitCast(mins);
+    return mins +% @as(I32x8, @bitCast(wide >> @splat(32)));
+}
+
+/// Lane 0: the sum of a's lanes, lane 4: the sum of b's (exact): both reductions share their
+/// shuffles.
+inline fn reduce2(a: I32x8, b: I32x8) I32x8 {
+    const low = @shuffle(i32, a, b, [8]i32{ 0, 1, 2, 3, -1, -2, -3, -4 });
+    const high = @shuffle(i32, a, b, [8]i32{ 4, 5, 6, 7, -5, -6, -7, -8 });
+    const c = low + high;
+    const d = c + @shuffle(i32, c, undefined, [8]i32{ 2, 3, 0, 1, 6, 7, 4, 5 });
+    return d + @shuffle(i32, d, undefined, [8]i32{ 1, 0, 3, 2, 5, 4, 7, 6 });
+}
+
 fn dotK(comptime kind: KKind, comptime order: KOrder, x: []const u8, y: []const u8) f32 {
     const xs = comptime kBytes(kind);
     assert(x.len % xs == 0);
@@ -431,7 +448,7 @@ fn dotK(comptime kind: KKind, comptime order: KOrder, x: []const u8, y: []const 
     // vec_dot: ggml's AVX2 accumulators, acc (8 lanes, d * sumi fused in) and the min terms,
     // which q4_K keeps in 4 lanes (acc_m) and q5_K in one float (summs). tiled: one float.
     var acc: F32x8 = @splat(0);
-    var acc_m: @Vector(4, f32) = @splat(0);
+    var acc_m: F32x8 = @splat(0); // ggml's 4 lanes in the even ones
     var summs: f32 = 0;
     for (0..blocks) |i| {
         const xb = x[i * xs ..][0..xs];
@@ -446,18 +463,18 @@ fn dotK(comptime kind: KKind, comptime order: KOrder, x: []const u8, y: []const 
                 const dmin = -dy * dmin_x;
                 if (kind == .q4_K) {
                     // ggml's prod lane q (pmaddwd of the mins with the pairwise bsums) is
-                    // lanes 2q and 2q + 1 of ours.
-                    const even = @shuffle(i32, s.mins, undefined, [4]i32{ 0, 2, 4, 6 });
-                    const odd = @shuffle(i32, s.mins, undefined, [4]i32{ 1, 3, 5, 7 });
-                    acc_m = common.fma(@Vector(4, f32), @splat(dmin), @floatFromInt(even + odd), acc_m);
+                    // lanes 2q and 2q + 1 of ours, summed into lane 2q.
+                    acc_m = common.fma(F32x8, @splat(dmin), @floatFromInt(pairSums(s.mins)), acc_m);
                 } else if (kind == .q5_K) {
                     // summs += dmin * hsum: ggml's C, which gcc contracts into one vfmadd231ss.
                     summs = common.fma(f32, dmin, @floatFromInt(@reduce(.Add, s.mins)), summs);
                 }
             },
             .tiled => {
-                var r = @as(f32, @floatFromInt(@reduce(.Add, s.sums))) * dx;
-                if (kind != .q6_K) r = common.fma(f32, -dmin_x, @floatFromInt(@reduce(.Add, s.mins)), r);
+                // Lane 0: float(S), lane 4: float(M) (the integer totals, converted once).
+                const totals: F32x8 = @floatFromInt(reduce2(s.sums, s.mins));
+                var r = totals[0] * dx;
+                if (kind != .q6_K) r = common.fma(f32, -dmin_x, totals[4], r);
                 summs = common.fma(f32, r, dy, summs);
             },
         }
@@ -467,8 +484,8 @@ fn dotK(comptime kind: KKind, comptime order: KOrder, x: []const u8, y: []const 
         .vec_dot => switch (kind) {
             .q6_K => hsum8(acc),
             .q5_K => hsum8(acc) + summs,
-            // _mm_movehl_ps then _mm_movehdup_ps: (m0 + m2) + (m1 + m3).
-            .q4_K => hsum8(acc) + ((acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3])),
+            // _mm_movehl_ps then _mm_movehdup_ps: (m0 + m2) + (m1 + m3), ggml's lane q our 2q.
+            .q4_K => hsum8(acc) + ((acc_m[0] + acc_m[4]) + (acc_m[2] + acc_m[6])),
         },
     };
 }

@@ -10,6 +10,7 @@
 //!   dot_q4_K_q8_K   x: n/256 q4_K blocks (144 bytes) y: n/256 q8_K blocks (292 bytes)
 //!   dot_q5_K_q8_K   x: n/256 q5_K blocks (176 bytes) y: n/256 q8_K blocks (292 bytes)
 //!   dot_q6_K_q8_K   x: n/256 q6_K blocks (210 bytes) y: n/256 q8_K blocks (292 bytes)
+//!   dot_q{4,5,6}_K_q8_K_tiled   the same, in the float steps of ggml's tiled matmul
 //!
 //! y is the activation row of the same n elements as quant.zig's quantize_row writes it (ggml's
 //! quantize_row_q8_*_ref), so its quants lie in -127..127. Every pair of u8 x i8 products then
@@ -39,8 +40,12 @@
 //! (m1 + m3) and added last; q5_K sums each super-block's in integers and fuses it into one
 //! float (gcc contracts ggml's `summs += dmin * sum`), added last. The AVX-512 build forms the
 //! integer lanes in zmm registers (16 lanes: two sub-blocks side by side) and adds the halves
-//! before the float step, which leaves ggml's integers. tests/ggml_exact_dots_test.ts checks
-//! all three against ggml's outputs, bit for bit.
+//! before the float step, which leaves ggml's integers. From 8 src1 columns on ggml's mul_mat
+//! does not call these but its tiled matmul (ggml-cpu/tiled/), which scales each super-block's
+//! integer totals itself: the _tiled dots (KOrder). tests/ggml_exact_dots_test.ts checks both
+//! orders of all three against ggml's outputs, bit for bit. The tests below compare every dot
+//! with the f64 dot of the dequantized rows and with ggml's generic code within a bound on the
+//! rounding of any summation order (not bitwise: the generic code sums in another order).
 
 const std = @import("std");
 const builtin = @import("builtin");

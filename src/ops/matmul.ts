@@ -16,7 +16,8 @@ export interface MulMatOptions {
    * quantized type normally go through Graft's f32 GEMM (dequantized a block at a time) from
    * 20 columns of `b` on: faster, and nearer the exact product, but not ggml's bits. With
    * `ggml: true` every column quantizes `b` per block to the weights' activation type and takes
-   * integer dots, as ggml's `mul_mat` does, so a model matches llama.cpp token for token.
+   * integer dots, as ggml's `mul_mat` does (k-quant weights from 8 columns on in the order of
+   * its tiled matmul, as ggml), so a model matches llama.cpp token for token.
    */
   ggml?: boolean;
 }

@@ -64,9 +64,39 @@ export class XorShift {
   }
 }
 
+/** The k-quant weight types of the fixtures. */
+export const K_QUANTS: readonly string[] = ["q4_K", "q5_K", "q6_K"];
+
+/** A k-quant super-block's f16 scale: magnitude in [2^-13, 2^-11), sign `sign`. */
+function f16K(rng: XorShift, sign: number): number {
+  return sign | 0x0800 | (rng.u32() & 0x7ff);
+}
+
+/**
+ * One k-quant super-block (gen_k_block): q4_K / q5_K: d, dmin, 12 scale bytes, q5_K's 32 bytes
+ * of fifth bits, 128 bytes of nibbles; q6_K: 208 bytes of quants and int8 scales, then d.
+ */
+function genKBlock(rng: XorShift, type: string, p: Uint8Array, dv: DataView): void {
+  if (type === "q6_K") {
+    for (let i = 0; i < 208; i++) p[i] = rng.u32() & 0xff;
+    const sign = rng.u32() & 0x8000;
+    dv.setUint16(208, f16K(rng, sign), true);
+    return;
+  }
+  dv.setUint16(0, f16K(rng, 0), true);
+  dv.setUint16(2, f16K(rng, 0), true);
+  const rest = type === "q5_K" ? 12 + 32 + 128 : 12 + 128;
+  for (let i = 0; i < rest; i++) p[4 + i] = rng.u32() & 0xff;
+}
+
 function genBlocks(rng: XorShift, type: string, out: Uint8Array): void {
   const dv = new DataView(out.buffer, out.byteOffset, out.byteLength);
-  if (type === "q5_0" || type === "q5_1") {
+  if (K_QUANTS.includes(type)) {
+    const size = type === "q4_K" ? 144 : type === "q5_K" ? 176 : 210;
+    for (let p = 0; p < out.length; p += size) {
+      genKBlock(rng, type, out.subarray(p, p + size), new DataView(out.buffer, out.byteOffset + p));
+    }
+  } else if (type === "q5_0" || type === "q5_1") {
     // d (and q5_1's negative m), the 32 fifth bits, 16 bytes of nibbles.
     const withMin = type === "q5_1";
     for (let p = 0; p < out.length; p += withMin ? 24 : 22) {
@@ -89,6 +119,9 @@ function genBlocks(rng: XorShift, type: string, out: Uint8Array): void {
   }
 }
 
+/** The weight types of the fixtures' quantized cases. */
+type QuantType = "q4_1" | "q8_0" | "q5_0" | "q5_1" | "q4_K" | "q5_K" | "q6_K";
+
 /** A case's graph in a fresh context, its inputs, and its output. */
 export type CaseGraph = BuiltGraph;
 
@@ -102,7 +135,7 @@ export function build(c: Case, ggml = false): CaseGraph {
   const rng = new XorShift(c.seed);
   let a: Tensor, b: Tensor, output: Tensor;
   if (c.kind === "quant") {
-    a = ctx.newTensor(c.type as "q4_1" | "q8_0" | "q5_0" | "q5_1", [c.k, c.m]);
+    a = ctx.newTensor(c.type as QuantType, [c.k, c.m]);
     b = ctx.newTensor("f32", [c.k, c.n]);
     output = mulMat(a, b, { ggml });
   } else if (c.kind === "kq") {
@@ -126,8 +159,12 @@ export function build(c: Case, ggml = false): CaseGraph {
     for (let i = 0; i < h.length; i++) h[i] = rng.f16();
   }
   const bValues = new Float32Array(b.nelements);
+  const kQuant = K_QUANTS.includes(c.type);
   for (let i = 0; i < bValues.length; i++) {
-    bValues[i] = c.kind === "quant"
+    // gen_activations_k (by 16, an outlier every 61), gen_activations (by 32), kq, kqv.
+    bValues[i] = c.kind === "quant" && kQuant
+      ? rng.signed() * (1 << ((i >> 4) % 4)) * (i % 61 === 0 ? 16 : 1)
+      : c.kind === "quant"
       ? rng.signed() * (1 << ((i >> 5) % 4))
       : c.kind === "kq"
       ? rng.signed()
@@ -145,7 +182,10 @@ export function label(c: Case): string {
 
 /** The cases with the pinned llama.cpp build's (AVX-512) results. */
 export const cases: Case[] = JSON.parse(Deno.readTextFileSync(FIXTURE)).cases;
-/** The AVX2 build's f16 results (its quantized ones are the AVX-512 build's). */
+/**
+ * The AVX2 build's f16 and k-quant results (its other quantized ones are the AVX-512 build's;
+ * its k-quant ones are too, recorded to show it).
+ */
 export const casesAvx2: Case[] = JSON.parse(Deno.readTextFileSync(FIXTURE_AVX2)).cases;
 
 function key(c: Case): string {
@@ -154,7 +194,7 @@ function key(c: Case): string {
 
 /** ggml's result for `c` from the build matching Graft's kernel build `simd`. */
 export function wanted(c: Case, simd: string): string {
-  if (simd === "avx512" || c.kind === "quant") return c.bits;
+  if (simd === "avx512" || (c.kind === "quant" && !K_QUANTS.includes(c.type))) return c.bits;
   const twin = casesAvx2.find((d) => key(d) === key(c));
   assert.ok(twin, `no AVX2 fixture for ${label(c)}`);
   return twin.bits;

@@ -3,18 +3,22 @@
  * x f32 (ggml_vec_dot_q4_1_q8_1 after quantizing src1 to q8_1, any column count: llamafile_sgemm
  * has no q4_1), the q8_0 output layer (ggml_vec_dot_q8_0_q8_0 for one column, tinyBLAS_Q0_AVX
  * from two on: the same sums), q5_0 and q5_1 weights (ggml_vec_dot_q5_0_q8_0 / _q5_1_q8_1;
- * q5_0 takes tinyBLAS_Q0_AVX from two columns on, the same sums), and the f16 attention products
- * K*q and V*softmax over strided
+ * q5_0 takes tinyBLAS_Q0_AVX from two columns on, the same sums), the k-quants of a Q4_K_M
+ * file (q4_K, q5_K, q6_K: ggml_vec_dot_q*_K_q8_K per element at any column count, weights not
+ * repacked), and the f16 attention products K*q and V*softmax over strided
  * KV-cache views (ggml_vec_dot_f16 for one column or where tinyBLAS declines the shape, tinyBLAS
- * otherwise). Quantized cases stay below mul_mat_quant.zig's GEMM threshold of 20 columns.
+ * otherwise). Quantized cases below mul_mat_quant.zig's GEMM threshold of 20 columns run as
+ * they are; those from 20 on (prefill) ask for ggml's arithmetic (`mulMat(a, b, { ggml: true })`,
+ * as llama's graph does).
  * ggml's results are the fixtures tests/fixtures/ggml_exact_dots{,_avx2}.json, written by
  * bench/peers/ggml_exact_dots.sh from the pinned llama.cpp build (AVX-512) and a ggml-only AVX2
  * build of the same sources; inputs come from the seeded generator mirrored in
  * ggml_exact_dots_cases.ts.
  *
  * Bitwise on every kernel build the CPU has, with 1 and 2 threads, each build against ggml's
- * build of the same SIMD level (the quantized dots are the same bits in both ggml builds; the
- * f16 ones sum 16-lane vectors in one and 8-lane ones in the other, as Graft's builds do).
+ * build of the same SIMD level (the quantized dots are the same bits in both ggml builds, and
+ * the AVX2 fixture records the k-quant ones to show it; the f16 ones sum 16-lane vectors in one
+ * and 8-lane ones in the other, as Graft's builds do).
  *
  * A second test regenerates the fixtures with the llama.cpp builds and checks they are
  * unchanged; it is skipped with a message where the pinned build is absent (CI).
@@ -32,10 +36,14 @@ import {
   wanted,
 } from "./ggml_exact_dots_cases.ts";
 
-Deno.test("mulMat equals ggml's CPU mul_mat bit for bit (q4_1, q8_0, q5_0, q5_1, f16 attention)", () => {
+/** From this many columns on, mul_mat_quant.zig's GEMM takes a product unless asked not to. */
+const GEMM_COLUMNS_MIN = 20;
+
+Deno.test("mulMat equals ggml's CPU mul_mat bit for bit (q4_1, q8_0, q5_0, q5_1, k-quants, f16 attention)", () => {
   for (const c of cases) {
+    const ggml = c.kind === "quant" && c.n >= GEMM_COLUMNS_MIN;
     // Every kernel build at 1 and 2 threads (bitwise equal to each other, checked inside).
-    for (const [simd, got] of compute(() => build(c))) {
+    for (const [simd, got] of compute(() => build(c, ggml))) {
       const want = fixtureBits(wanted(c, simd));
       assert.equal(got.length, want.length, label(c));
       const gotBits = new Uint32Array(got.buffer, got.byteOffset, got.length);

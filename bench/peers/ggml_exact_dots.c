@@ -1,6 +1,6 @@
 // ggml's own CPU mul_mat results on seeded inputs, the reference tests/ggml_exact_dots_test.ts
 // checks Graft against bit for bit. Build and run with bench/peers/ggml_exact_dots.sh, which
-// writes tests/fixtures/ggml_exact_dots.json.
+// writes tests/fixtures/ggml_exact_dots.json (and, from the AVX2 build, ggml_exact_dots_avx2.json).
 //
 // Each case is one ggml_mul_mat computed by the pinned build's CPU backend (ggml_backend_cpu_init,
 // 1 and 2 threads: the two must agree) on inputs generated from a seed with xorshift32, the same
@@ -9,6 +9,11 @@
 //   quant  q4_1 / q8_0 / q5_0 / q5_1 weights [k, m] (raw blocks: random f16 scales, random quants) x f32 [k, n]
 //          (what ggml runs: vec_dot_q4_1_q8_1 / vec_dot_q8_0_q8_0 / vec_dot_q5_*_q8_* per element
 //          after quantizing src1; q8_0 and q5_0 with n >= 2 go to llamafile_sgemm's tinyBLAS_Q0_AVX)
+//          and q4_K / q5_K / q6_K weights (random valid super-blocks, see gen_k_block) x f32 [k, n]
+//          (after quantizing src1 to q8_K: ggml_vec_dot_q*_K_q8_K per element below 8 columns,
+//          the tiled matmul of ggml-cpu/tiled/ from 8 on (GGML_CPU_TILED_MM, on by default); x86
+//          has no llamafile path for them, and nothing is repacked here: the weights live in a
+//          plain CPU buffer, as llama.cpp's with --no-repack)
 //   kq     llama.cpp's decode K*Q: an f16 K cache of 256 cells x 192 (3 heads of 64), viewed as
 //          [64, n_kv, 3] (row stride 384 bytes, head stride 128), times q f32 [64, 9, n]
 //          permuted to [64, n, 9] (GQA: 3 q heads per K head)
@@ -45,9 +50,40 @@ static uint16_t next_f16(void) {
   return (uint16_t)((r & 0x8000) | ((12 + ((r >> 10) & 3)) << 10) | (r & 0x3ff));
 }
 
+static uint8_t next_byte(void) { return (uint8_t)(next_u32() & 0xff); }
+
+// A k-quant super-block's f16 scale of magnitude in [2^-13, 2^-11) (exponent field 2 or 3), with
+// `sign`: as small as real weights' (d times a 6-bit scale times a quant is a weight), far from
+// f16's subnormals.
+static uint16_t next_f16_k(uint16_t sign) { return (uint16_t)(sign | 0x0800 | (next_u32() & 0x7ff)); }
+
+// q4_K / q5_K: d, dmin (positive, as ggml's quantizer writes them), the 12 scale bytes (any 12
+// bytes are 8 valid 6-bit scales and 8 6-bit mins), q5_K's 32 bytes of fifth bits, 128 bytes of
+// nibbles. q6_K: 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales (the full range),
+// d of either sign (ggml's quantizer writes negative ones too).
+static void gen_k_block(enum ggml_type type, uint8_t *p) {
+  if (type == GGML_TYPE_Q6_K) {
+    for (int i = 0; i < 208; i++) p[i] = next_byte();
+    uint16_t d = next_f16_k((uint16_t)(next_u32() & 0x8000));
+    memcpy(p + 208, &d, 2);
+    return;
+  }
+  uint16_t d = next_f16_k(0), dmin = next_f16_k(0);
+  memcpy(p, &d, 2);
+  memcpy(p + 2, &dmin, 2);
+  int rest = type == GGML_TYPE_Q5_K ? 12 + 32 + 128 : 12 + 128;
+  for (int i = 0; i < rest; i++) p[4 + i] = next_byte();
+}
+
+static int is_k_quant(enum ggml_type type) {
+  return type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K;
+}
+
 static void gen_blocks(enum ggml_type type, uint8_t *out, size_t blocks) {
   for (size_t b = 0; b < blocks; b++) {
-    if (type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1) {
+    if (is_k_quant(type)) {
+      gen_k_block(type, out + b * ggml_type_size(type));
+    } else if (type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1) {
       // d (and q5_1's negative m), the 32 fifth bits, 16 bytes of nibbles.
       const int with_min = type == GGML_TYPE_Q5_1;
       uint8_t *p = out + b * (with_min ? 24 : 22);
@@ -79,6 +115,14 @@ static void gen_blocks(enum ggml_type type, uint8_t *out, size_t blocks) {
 // src1 of the quant cases: [-1, 1) times 1, 2, 4 or 8 by block, so blocks' scales differ.
 static void gen_activations(float *x, size_t count) {
   for (size_t i = 0; i < count; i++) x[i] = next_signed() * (float)(1u << ((i >> 5) % 4));
+}
+
+// src1 of the k-quant cases: [-1, 1) times 1, 2, 4 or 8 by group of 16 (q8_K's bsums differ),
+// and an outlier 16 times larger every 61 elements, which sets its super-block's q8_K scale.
+static void gen_activations_k(float *x, size_t count) {
+  for (size_t i = 0; i < count; i++) {
+    x[i] = next_signed() * (float)(1u << ((i >> 4) % 4)) * (i % 61 == 0 ? 16.0f : 1.0f);
+  }
 }
 
 static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -145,7 +189,8 @@ static size_t run_case(ggml_backend_t backend, const struct spec *s, float **out
   }
   size_t b_count = ggml_nelements(b);
   float *bd = malloc(b_count * sizeof(float));
-  if (strcmp(s->kind, "quant") == 0) gen_activations(bd, b_count);
+  if (strcmp(s->kind, "quant") == 0 && is_k_quant(s->type)) gen_activations_k(bd, b_count);
+  else if (strcmp(s->kind, "quant") == 0) gen_activations(bd, b_count);
   else if (strcmp(s->kind, "kq") == 0) for (size_t i = 0; i < b_count; i++) bd[i] = next_signed();
   else for (size_t i = 0; i < b_count; i++) bd[i] = next_unit();
   ggml_backend_tensor_set(a, ad, 0, a_bytes);
@@ -166,9 +211,11 @@ static size_t run_case(ggml_backend_t backend, const struct spec *s, float **out
 
 int main(int argc, char **argv) {
   const char *path = argc > 1 ? argv[1] : "-";
-  // "f16": only the kq / kqv cases (for the AVX2 build, whose quantized dots give its AVX-512
-  // build's bits: the same __AVX2__ code, and VNNI or not the same integer lanes).
-  const int only_f16 = argc > 2 && strcmp(argv[2], "f16") == 0;
+  // "avx2": the kq / kqv and k-quant cases only (for the AVX2 build). Its 32-element quantized
+  // dots give the AVX-512 build's bits (the same __AVX2__ code, and VNNI or not the same integer
+  // lanes); its f16 dots do not; its k-quant dots should (the same __AVX2__ code: no AVX-512
+  // branch), and the fixture records them to show it.
+  const int avx2_set = argc > 2 && strcmp(argv[2], "avx2") == 0;
   static const struct spec specs[] = {
       // SmolLM2-135M's q4_1 shapes (576 -> 1536 and back), decode and small prefill columns.
       {"quant", GGML_TYPE_Q4_1, 576, 1536, 1, 0, 101},
@@ -210,6 +257,45 @@ int main(int argc, char **argv) {
       {"kqv", GGML_TYPE_F16, 0, 64, 3, 75, 407},
       {"kqv", GGML_TYPE_F16, 0, 64, 4, 256, 408},
       {"kqv", GGML_TYPE_F16, 0, 64, 24, 128, 409},
+      // k-quants, weights not repacked: SmolLM2's ffn_down (1536 -> 576) of a Q4_K_M file,
+      // decode and prefill columns, k = 256 * (1..6). ggml_vec_dot_q{4,5,6}_K_q8_K per element
+      // below 8 columns; from 8 on the tiled matmul (ggml-cpu/tiled: its narrow path up to 16
+      // columns, 16 x 16 microtiles above).
+      {"quant", GGML_TYPE_Q4_K, 1536, 576, 1, 0, 701},
+      {"quant", GGML_TYPE_Q4_K, 1536, 96, 4, 0, 702},
+      {"quant", GGML_TYPE_Q4_K, 256, 37, 1, 0, 703},
+      {"quant", GGML_TYPE_Q4_K, 512, 19, 3, 0, 704},
+      {"quant", GGML_TYPE_Q4_K, 768, 24, 2, 0, 705},
+      {"quant", GGML_TYPE_Q4_K, 1024, 13, 5, 0, 706},
+      {"quant", GGML_TYPE_Q4_K, 1280, 16, 8, 0, 707},
+      {"quant", GGML_TYPE_Q4_K, 1536, 8, 24, 0, 708},
+      {"quant", GGML_TYPE_Q5_K, 1536, 576, 1, 0, 801},
+      {"quant", GGML_TYPE_Q5_K, 1536, 96, 4, 0, 802},
+      {"quant", GGML_TYPE_Q5_K, 256, 37, 1, 0, 803},
+      {"quant", GGML_TYPE_Q5_K, 512, 19, 3, 0, 804},
+      {"quant", GGML_TYPE_Q5_K, 768, 24, 2, 0, 805},
+      {"quant", GGML_TYPE_Q5_K, 1024, 13, 5, 0, 806},
+      {"quant", GGML_TYPE_Q5_K, 1280, 16, 8, 0, 807},
+      {"quant", GGML_TYPE_Q5_K, 1536, 8, 24, 0, 808},
+      {"quant", GGML_TYPE_Q6_K, 1536, 576, 1, 0, 901},
+      {"quant", GGML_TYPE_Q6_K, 1536, 96, 4, 0, 902},
+      {"quant", GGML_TYPE_Q6_K, 256, 37, 1, 0, 903},
+      {"quant", GGML_TYPE_Q6_K, 512, 19, 3, 0, 904},
+      {"quant", GGML_TYPE_Q6_K, 768, 24, 2, 0, 905},
+      {"quant", GGML_TYPE_Q6_K, 1024, 13, 5, 0, 906},
+      {"quant", GGML_TYPE_Q6_K, 1280, 16, 8, 0, 907},
+      {"quant", GGML_TYPE_Q6_K, 1536, 8, 24, 0, 908},
+      // Either side of the tiled path's threshold (7 and 8 columns) and of its narrow path
+      // (16 and 17), rows no multiple of its 16.
+      {"quant", GGML_TYPE_Q4_K, 512, 21, 7, 0, 709},
+      {"quant", GGML_TYPE_Q4_K, 1536, 40, 16, 0, 710},
+      {"quant", GGML_TYPE_Q4_K, 768, 37, 17, 0, 711},
+      {"quant", GGML_TYPE_Q5_K, 512, 21, 7, 0, 809},
+      {"quant", GGML_TYPE_Q5_K, 1536, 40, 16, 0, 810},
+      {"quant", GGML_TYPE_Q5_K, 768, 37, 17, 0, 811},
+      {"quant", GGML_TYPE_Q6_K, 512, 21, 7, 0, 909},
+      {"quant", GGML_TYPE_Q6_K, 1536, 40, 16, 0, 910},
+      {"quant", GGML_TYPE_Q6_K, 768, 37, 17, 0, 911},
   };
   FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
   if (!f) {
@@ -225,7 +311,7 @@ int main(int argc, char **argv) {
   int first = 1;
   for (size_t i = 0; i < n_specs; i++) {
     const struct spec *s = &specs[i];
-    if (only_f16 && s->type != GGML_TYPE_F16) continue;
+    if (avx2_set && s->type != GGML_TYPE_F16 && !is_k_quant(s->type)) continue;
     float *one = NULL, *two = NULL;
     ggml_backend_cpu_set_n_threads(backend, 1);
     size_t count = run_case(backend, s, &one);

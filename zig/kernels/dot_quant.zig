@@ -30,9 +30,17 @@
 //! f32 lanes, block after block (fused), sum it in hsum_float_8's order and add the minimum
 //! terms m_x * s_y summed one after another (each product of two f16 values is exact, so fused
 //! or not it rounds once): ggml's AVX2 code, bit for bit (tests/ggml_exact_dots_test.ts checks
-//! q5_0 and q5_1 against ggml's outputs). The k-quants accumulate d_y * d_x * (integer sums) in
-//! 16 f32 lanes (q6_K: 8) per super-block and -d_y * dmin_x * (bsums x mins) in 8 more lanes:
-//! they differ from ggml's AVX2 code by float rounding.
+//! q5_0 and q5_1 against ggml's outputs). The k-quants do as ggml's AVX2 code does too (it has no
+//! AVX-512 branch, so both ggml builds compute it): per super-block, 8 i32 lanes whose lane l
+//! sums elements 4l..4l+3 of every 32-element sub-block times its scale (q6_K: less 32 * scale *
+//! bsums of sub-block l), converted and fused into one 8-lane accumulator with d = d_y * d_x,
+//! summed in hsum_float_8's order at the end. The min terms -d_y * dmin_x * (mins x bsums):
+//! q4_K fuses them into 4 more lanes (lane q: sub-blocks 2q and 2q+1), summed (m0 + m2) +
+//! (m1 + m3) and added last; q5_K sums each super-block's in integers and fuses it into one
+//! float (gcc contracts ggml's `summs += dmin * sum`), added last. The AVX-512 build forms the
+//! integer lanes in zmm registers (16 lanes: two sub-blocks side by side) and adds the halves
+//! before the float step, which leaves ggml's integers. tests/ggml_exact_dots_test.ts checks
+//! all three against ggml's outputs, bit for bit.
 
 const std = @import("std");
 const builtin = @import("builtin");
@@ -179,11 +187,6 @@ inline fn hsum8(v: F32x8) f32 {
     return two[0] + two[1];
 }
 
-inline fn fold16(v: F32x16) F32x8 {
-    const halves: [2]F32x8 = @bitCast(v);
-    return halves[0] + halves[1];
-}
-
 fn f16At(bytes: *const [2]u8) f32 {
     return quant.fp16_to_fp32(std.mem.readInt(u16, bytes, .little));
 }
@@ -321,7 +324,36 @@ inline fn minProducts(sm: I16x16, yb: *const [q8_K_bytes]u8) I32x8 {
     return madd(16, bsums, mins);
 }
 
-const KKind = enum { q4_K, q5_K };
+const KKind = enum { q4_K, q5_K, q6_K };
+
+fn kBytes(comptime kind: KKind) usize {
+    return switch (kind) {
+        .q4_K => q4_K_bytes,
+        .q5_K => q5_K_bytes,
+        .q6_K => q6_K_bytes,
+    };
+}
+
+/// Which of ggml's two x86 products of k-quant rows a dot reproduces. Both take the same exact
+/// integer sums per super-block and differ in the float steps after them:
+/// - vec_dot: ggml_vec_dot_q*_K_q8_K (arch/x86/quants.c, its __AVX2__ branch), which ggml's
+///   mul_mat runs for each element when src1 has fewer than `tiled_columns_min` columns;
+/// - tiled: ggml's tiled k-quant matmul (ggml-cpu/tiled/, on unless GGML_CPU_TILED_MM=0), which
+///   takes the whole mul_mat from `tiled_columns_min` columns on. Per element and super-block it
+///   scales the super-block's integer totals: r = float(S) * d_x, r = r - dmin_x * float(M)
+///   (fused), sum = sum + r * d_y (fused; gcc contracts the AVX-512 kernel's mul and add), super-
+///   blocks in order. Its AVX2 and AVX-512 (VNNI) kernels compute the same bits.
+pub const KOrder = enum { vec_dot, tiled };
+
+/// ggml_tiled_min_batch: from this many src1 columns (ne[1]) on, ggml's mul_mat of k-quant
+/// weights (not repacked) is the tiled matmul.
+pub const tiled_columns_min = 8;
+
+/// One super-block's integer sums. `sums`: ggml's AVX2 sumi lanes, lane l holding elements
+/// 4l..4l+3 of every 32-element sub-block times its scale (q6_K: less 32 * scale * bsums of
+/// sub-block l, its q8sclsub). `mins` (q4_K, q5_K): lane p holds mins[p] * (bsums[2p] +
+/// bsums[2p+1]). The integers are exact, so only which lane holds what matters.
+const KSums = struct { sums: I32x8, mins: I32x8 };
 
 /// 32 bytes in both halves of a 64-byte vector (one broadcast load on AVX-512).
 inline fn duplicate(bytes: *const [32]u8) U8x64 {
@@ -337,94 +369,141 @@ inline fn shiftHalves(v: U8x64, comptime direction: enum { left, right }, compti
     return @bitCast(if (direction == .right) words >> counts else words << counts);
 }
 
-fn dot45K(comptime kind: KKind, x: []const u8, y: []const u8) f32 {
-    const xs = if (kind == .q4_K) q4_K_bytes else q5_K_bytes;
+/// ggml's 8 sumi lanes from a 16-lane sum whose lanes l and l + 8 cover the same elements of two
+/// sub-blocks (the AVX-512 build's zmm form).
+inline fn ggmlLanes(sumi: I32x16) I32x8 {
+    const halves: [2]I32x8 = @bitCast(sumi);
+    return halves[0] + halves[1];
+}
+
+inline fn sums45K(comptime kind: KKind, xb: *const [kBytes(kind)]u8, yb: *const [q8_K_bytes]u8) KSums {
+    const sm = scalesAndMins(xb[4..16]);
+    const qs_at = if (kind == .q4_K) 16 else 48;
+    var sumi: I32x16 = @splat(0);
+    const qh: U8x64 = if (kind == .q5_K) duplicate(xb[16..48]) else undefined;
+    inline for (0..4) |j| {
+        // Sub-blocks 2j (low nibbles) and 2j+1 (high nibbles) of qs[32j..32j+32], side by
+        // side: the 32 bytes in both halves, the upper half shifted right by 4.
+        var values = duplicate(xb[qs_at + 32 * j ..][0..32]);
+        values = shiftHalves(values, .right, 0, 4) & splat8(64, 0x0f);
+        if (kind == .q5_K) {
+            // Fifth bits: bit 2j (low half) and 2j+1 (upper half) of qh[l], moved to bit 4.
+            values |= shiftHalves(shiftHalves(qh, .right, 2 * j, 2 * j + 1), .left, 4, 4) & splat8(64, 0x10);
+        }
+        const q8: I8x64 = @bitCast(yb[4 + 64 * j ..][0..64].*);
+        sumi += madd(32, maddubs(64, values, q8), spreadScales(sm, 2 * j, 16));
+    }
+    return .{ .sums = ggmlLanes(sumi), .mins = minProducts(sm, yb) };
+}
+
+/// q6_K as ggml's AVX2 code sums it: unsigned values times q8, less 32 * scale_j * bsums_j.
+inline fn sumsQ6K(xb: *const [q6_K_bytes]u8, yb: *const [q8_K_bytes]u8) KSums {
+    const scales8: @Vector(16, i8) = @bitCast(xb[192..208].*);
+    const scales: I16x16 = scales8;
+    const bsums: I16x16 = @bitCast(yb[260..292].*);
+    const offset = madd(16, bsums, scales) << @splat(5);
+    var sumi: I32x16 = @splat(0);
+    inline for (0..2) |half| {
+        const ql1: U8x32 = xb[64 * half ..][0..32].*;
+        const ql2: U8x32 = xb[64 * half + 32 ..][0..32].*;
+        const qh: U8x32 = xb[128 + 32 * half ..][0..32].*;
+        const m15 = splat8(32, 0x0f);
+        const v0 = (ql1 & m15) | shl(32, qh & splat8(32, 0x03), 4);
+        const v1 = (ql2 & m15) | shl(32, qh & splat8(32, 0x0c), 2);
+        const v2 = shr(32, ql1, 4) | (qh & splat8(32, 0x30));
+        const v3 = shr(32, ql2, 4) | shr(32, qh & splat8(32, 0xc0), 2);
+        const q8a: I8x64 = @bitCast(yb[4 + 128 * half ..][0..64].*);
+        const q8b: I8x64 = @bitCast(yb[4 + 128 * half + 64 ..][0..64].*);
+        const pa = maddubs(64, std.simd.join(v0, v1), q8a);
+        const pb = maddubs(64, std.simd.join(v2, v3), q8b);
+        // Lane l of a product vector covers elements 2l, 2l+1: group (2l)/16 = l/8.
+        sumi += madd(32, pa, spreadScales(scales, 8 * half, 8));
+        sumi += madd(32, pb, spreadScales(scales, 8 * half + 4, 8));
+    }
+    return .{ .sums = ggmlLanes(sumi) - offset, .mins = @splat(0) };
+}
+
+fn dotK(comptime kind: KKind, comptime order: KOrder, x: []const u8, y: []const u8) f32 {
+    const xs = comptime kBytes(kind);
     assert(x.len % xs == 0);
     const blocks = x.len / xs;
     assert(y.len == blocks * q8_K_bytes);
-    var acc: F32x16 = @splat(0);
-    var acc_m: F32x8 = @splat(0);
+    // vec_dot: ggml's AVX2 accumulators, acc (8 lanes, d * sumi fused in) and the min terms,
+    // which q4_K keeps in 4 lanes (acc_m) and q5_K in one float (summs). tiled: one float.
+    var acc: F32x8 = @splat(0);
+    var acc_m: @Vector(4, f32) = @splat(0);
+    var summs: f32 = 0;
     for (0..blocks) |i| {
         const xb = x[i * xs ..][0..xs];
         const yb = y[i * q8_K_bytes ..][0..q8_K_bytes];
+        const s = if (kind == .q6_K) sumsQ6K(xb, yb) else sums45K(kind, xb, yb);
         const dy = f32At(yb[0..4]);
-        const d = dy * f16At(xb[0..2]);
-        const dmin = -dy * f16At(xb[2..4]);
-        const sm = scalesAndMins(xb[4..16]);
-        acc_m = common.fma(F32x8, @splat(dmin), @floatFromInt(minProducts(sm, yb)), acc_m);
-
-        const qs_at = if (kind == .q4_K) 16 else 48;
-        var sumi: I32x16 = @splat(0);
-        const qh: U8x64 = if (kind == .q5_K) duplicate(xb[16..48]) else undefined;
-        inline for (0..4) |j| {
-            // Sub-blocks 2j (low nibbles) and 2j+1 (high nibbles) of qs[32j..32j+32], side by
-            // side: the 32 bytes in both halves, the upper half shifted right by 4.
-            var values = duplicate(xb[qs_at + 32 * j ..][0..32]);
-            values = shiftHalves(values, .right, 0, 4) & splat8(64, 0x0f);
-            if (kind == .q5_K) {
-                // Fifth bits: bit 2j (low half) and 2j+1 (upper half) of qh[l], moved to bit 4.
-                values |= shiftHalves(shiftHalves(qh, .right, 2 * j, 2 * j + 1), .left, 4, 4) & splat8(64, 0x10);
-            }
-            const q8: I8x64 = @bitCast(yb[4 + 64 * j ..][0..64].*);
-            sumi += madd(32, maddubs(64, values, q8), spreadScales(sm, 2 * j, 16));
+        const dx = f16At(if (kind == .q6_K) xb[208..210] else xb[0..2]);
+        const dmin_x = if (kind == .q6_K) 0 else f16At(xb[2..4]);
+        switch (order) {
+            .vec_dot => {
+                acc = common.fma(F32x8, @splat(dy * dx), @floatFromInt(s.sums), acc);
+                const dmin = -dy * dmin_x;
+                if (kind == .q4_K) {
+                    // ggml's prod lane q (pmaddwd of the mins with the pairwise bsums) is
+                    // lanes 2q and 2q + 1 of ours.
+                    const even = @shuffle(i32, s.mins, undefined, [4]i32{ 0, 2, 4, 6 });
+                    const odd = @shuffle(i32, s.mins, undefined, [4]i32{ 1, 3, 5, 7 });
+                    acc_m = common.fma(@Vector(4, f32), @splat(dmin), @floatFromInt(even + odd), acc_m);
+                } else if (kind == .q5_K) {
+                    // summs += dmin * hsum: ggml's C, which gcc contracts into one vfmadd231ss.
+                    summs = common.fma(f32, dmin, @floatFromInt(@reduce(.Add, s.mins)), summs);
+                }
+            },
+            .tiled => {
+                var r = @as(f32, @floatFromInt(@reduce(.Add, s.sums))) * dx;
+                if (kind != .q6_K) r = common.fma(f32, -dmin_x, @floatFromInt(@reduce(.Add, s.mins)), r);
+                summs = common.fma(f32, r, dy, summs);
+            },
         }
-        acc = common.fma(F32x16, @splat(d), @floatFromInt(sumi), acc);
     }
-    return hsum8(fold16(acc) + acc_m);
+    return switch (order) {
+        .tiled => summs,
+        .vec_dot => switch (kind) {
+            .q6_K => hsum8(acc),
+            .q5_K => hsum8(acc) + summs,
+            // _mm_movehl_ps then _mm_movehdup_ps: (m0 + m2) + (m1 + m3).
+            .q4_K => hsum8(acc) + ((acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3])),
+        },
+    };
 }
 
 /// ggml_vec_dot_q4_K_q8_K: x is n/256 q4_K blocks, y n/256 q8_K blocks of the same n elements.
 /// Per super-block d_y * d_x * sum_k scale_k * (nibbles_k . q8_k)
 /// - d_y * dmin_x * sum_j mins_{j/2} * bsums_j.
 pub fn dot_q4_K_q8_K(x: []const u8, y: []const u8) f32 {
-    return dot45K(.q4_K, x, y);
+    return dotK(.q4_K, .vec_dot, x, y);
 }
 
 /// ggml_vec_dot_q5_K_q8_K: as dot_q4_K_q8_K with 5-bit values (x is n/256 q5_K blocks).
 pub fn dot_q5_K_q8_K(x: []const u8, y: []const u8) f32 {
-    return dot45K(.q5_K, x, y);
+    return dotK(.q5_K, .vec_dot, x, y);
 }
 
 /// ggml_vec_dot_q6_K_q8_K: x is n/256 q6_K blocks, y n/256 q8_K blocks of the same n elements.
-/// Per super-block d_y * d_x * sum_j scale_j * ((6-bit values_j - 32) . q8_j) over groups of 16,
-/// computed as ggml's AVX2 code does: unsigned values times q8, minus 32 * scale_j * bsums_j.
+/// Per super-block d_y * d_x * sum_j scale_j * ((6-bit values_j - 32) . q8_j) over groups of 16.
 pub fn dot_q6_K_q8_K(x: []const u8, y: []const u8) f32 {
-    assert(x.len % q6_K_bytes == 0);
-    const blocks = x.len / q6_K_bytes;
-    assert(y.len == blocks * q8_K_bytes);
-    var acc: F32x8 = @splat(0);
-    for (0..blocks) |i| {
-        const xb = x[i * q6_K_bytes ..][0..q6_K_bytes];
-        const yb = y[i * q8_K_bytes ..][0..q8_K_bytes];
-        const d = f32At(yb[0..4]) * f16At(xb[208..210]);
-        const scales8: @Vector(16, i8) = @bitCast(xb[192..208].*);
-        const scales: I16x16 = scales8;
-        const bsums: I16x16 = @bitCast(yb[260..292].*);
-        const offset = madd(16, bsums, scales) << @splat(5);
+    return dotK(.q6_K, .vec_dot, x, y);
+}
 
-        var sumi: I32x16 = @splat(0);
-        inline for (0..2) |half| {
-            const ql1: U8x32 = xb[64 * half ..][0..32].*;
-            const ql2: U8x32 = xb[64 * half + 32 ..][0..32].*;
-            const qh: U8x32 = xb[128 + 32 * half ..][0..32].*;
-            const m15 = splat8(32, 0x0f);
-            const v0 = (ql1 & m15) | shl(32, qh & splat8(32, 0x03), 4);
-            const v1 = (ql2 & m15) | shl(32, qh & splat8(32, 0x0c), 2);
-            const v2 = shr(32, ql1, 4) | (qh & splat8(32, 0x30));
-            const v3 = shr(32, ql2, 4) | shr(32, qh & splat8(32, 0xc0), 2);
-            const q8a: I8x64 = @bitCast(yb[4 + 128 * half ..][0..64].*);
-            const q8b: I8x64 = @bitCast(yb[4 + 128 * half + 64 ..][0..64].*);
-            const pa = maddubs(64, std.simd.join(v0, v1), q8a);
-            const pb = maddubs(64, std.simd.join(v2, v3), q8b);
-            // Lane l of a product vector covers elements 2l, 2l+1: group (2l)/16 = l/8.
-            sumi += madd(32, pa, spreadScales(scales, 8 * half, 8));
-            sumi += madd(32, pb, spreadScales(scales, 8 * half + 4, 8));
-        }
-        const halves: [2]I32x8 = @bitCast(sumi);
-        const total = halves[0] + halves[1] - offset;
-        acc = common.fma(F32x8, @splat(d), @floatFromInt(total), acc);
-    }
-    return hsum8(acc);
+/// dot_q4_K_q8_K in the float steps of ggml's tiled matmul (KOrder.tiled).
+pub fn dot_q4_K_q8_K_tiled(x: []const u8, y: []const u8) f32 {
+    return dotK(.q4_K, .tiled, x, y);
+}
+
+/// dot_q5_K_q8_K in the float steps of ggml's tiled matmul (KOrder.tiled).
+pub fn dot_q5_K_q8_K_tiled(x: []const u8, y: []const u8) f32 {
+    return dotK(.q5_K, .tiled, x, y);
+}
+
+/// dot_q6_K_q8_K in the float steps of ggml's tiled matmul (KOrder.tiled).
+pub fn dot_q6_K_q8_K_tiled(x: []const u8, y: []const u8) f32 {
+    return dotK(.q6_K, .tiled, x, y);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -644,6 +723,9 @@ const cases = [_]Case{
     .{ .weights = .q4_K, .activations = .q8_K, .dot = dot_q4_K_q8_K, .generic = generic45KFor(.q4_K) },
     .{ .weights = .q5_K, .activations = .q8_K, .dot = dot_q5_K_q8_K, .generic = generic45KFor(.q5_K) },
     .{ .weights = .q6_K, .activations = .q8_K, .dot = dot_q6_K_q8_K, .generic = genericQ6K },
+    .{ .weights = .q4_K, .activations = .q8_K, .dot = dot_q4_K_q8_K_tiled, .generic = generic45KFor(.q4_K) },
+    .{ .weights = .q5_K, .activations = .q8_K, .dot = dot_q5_K_q8_K_tiled, .generic = generic45KFor(.q5_K) },
+    .{ .weights = .q6_K, .activations = .q8_K, .dot = dot_q6_K_q8_K_tiled, .generic = genericQ6K },
 };
 
 const Distribution = enum { normal, offset, mixed };

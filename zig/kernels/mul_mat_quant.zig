@@ -4,7 +4,8 @@
 //! - q8_0, q4_0, q4_1 (src1 rows of adjacent f32s): gemv_quant.zig's kernels, src1 quantized
 //!   per block into their own layout once per node;
 //! - q5_0, q5_1, q4_K, q5_K, q6_K: src1 rows quantized to the activation type ggml pairs with
-//!   the weights (q8_0, q8_1, q8_K) and dot_quant.zig's fused dot of each weight row with them;
+//!   the weights (q8_0, q8_1, q8_K) and dot_quant.zig's fused dot of each weight row with them
+//!   (k-quants with 8 columns or more: in the float steps of ggml's tiled matmul, as ggml);
 //! - otherwise (bf16, strided src1 rows): each thread dequantizes a few rows of src0 (quant.zig's
 //!   dequantize_row, exactly what `dequantize` gives) into its slice of the work buffer and dots
 //!   them with every row of src1 in f32.
@@ -78,14 +79,17 @@ const RowDot = struct {
     }
 };
 
+/// k-quant weights take the float steps of ggml's tiled matmul where ggml does: from
+/// dots.tiled_columns_min src1 columns on (ggml's vec_dot below that).
 fn row_dot(a: Tensor, b: Tensor) ?RowDot {
     if (b.nb[0] != @sizeOf(f32)) return null;
+    const tiled = b.ne[1] >= dots.tiled_columns_min;
     return switch (a.dtype) {
         .q5_0 => .{ .activation = .q8_0, .dot = dots.dot_q5_0_q8_0 },
         .q5_1 => .{ .activation = .q8_1, .dot = dots.dot_q5_1_q8_1 },
-        .q4_K => .{ .activation = .q8_K, .dot = dots.dot_q4_K_q8_K },
-        .q5_K => .{ .activation = .q8_K, .dot = dots.dot_q5_K_q8_K },
-        .q6_K => .{ .activation = .q8_K, .dot = dots.dot_q6_K_q8_K },
+        .q4_K => .{ .activation = .q8_K, .dot = if (tiled) dots.dot_q4_K_q8_K_tiled else dots.dot_q4_K_q8_K },
+        .q5_K => .{ .activation = .q8_K, .dot = if (tiled) dots.dot_q5_K_q8_K_tiled else dots.dot_q5_K_q8_K },
+        .q6_K => .{ .activation = .q8_K, .dot = if (tiled) dots.dot_q6_K_q8_K_tiled else dots.dot_q6_K_q8_K },
         else => null,
     };
 }

@@ -3,8 +3,8 @@
  * by bench/peers/ggml_exact_dots.sh) and the graphs and inputs that reproduce them: the inputs
  * come from bench/peers/ggml_exact_dots.c's seeded generator, mirrored here. Shared by the
  * tests that compare a backend's mulMat with ggml's bits (ggml_exact_dots_test.ts for the CPU,
- * webgpu_exact_quant_test.ts and webgpu_exact_f16_test.ts for WebGPU, with tests/gpu.ts's
- * computeOnGpu), and the CPU runner and bit comparison they share.
+ * webgpu_exact_quant_test.ts, webgpu_exact_kquant_test.ts and webgpu_exact_f16_test.ts for
+ * WebGPU, with tests/gpu.ts's computeOnGpu), and the CPU runner and bit comparison they share.
  * @module
  */
 

@@ -47,7 +47,7 @@ function test(name: string, needsCpu: boolean, fn: (gpu: WebGpuBackend) => Promi
   });
 }
 
-// The k-quant cases are the CPU's (ggml_exact_dots_test.ts): this kernel has no k-quants.
+// The k-quant cases run on shader_matmul_exact_k.ts's kernel: webgpu_exact_kquant_test.ts.
 for (const c of cases.filter((c) => c.kind === "quant" && !K_QUANTS.includes(c.type))) {
   test(`${label(c)} equals ggml's mul_mat bit for bit`, false, async (gpu) => {
     assertBits(await computeOnGpu(gpu, build(c, true)), fixtureBits(c.bits), label(c));

@@ -19,6 +19,7 @@ import {
 } from "./shader_elementwise.ts";
 import { MATMUL_TILE, matmulShader } from "./shader_matmul.ts";
 import { exactQuantKernel } from "./shader_matmul_exact.ts";
+import { exactKQuantKernel } from "./shader_matmul_exact_k.ts";
 import { f16ExactTakes, matmulF16ExactKernel } from "./shader_matmul_f16_exact.ts";
 import { type RowKind, rowShader, sumShader } from "./shader_rows.ts";
 import { ropeShader } from "./shader_rope.ts";
@@ -211,10 +212,11 @@ function rows(kind: RowKind, node: Tensor, sources: readonly Tensor[], eps: numb
 
 // bf16 and quantized weights with few src1 columns (token generation) take the matrix-vector
 // kernel, which decodes each weight once per column tile; more columns take the tiles. A node
-// asking for ggml's arithmetic on q8_0/q4_0/q4_1 weights takes shader_matmul_exact.ts's kernel,
-// on f16 weights shader_matmul_f16_exact.ts's (both ggml-cpu's AVX2 order, bit for bit).
+// asking for ggml's arithmetic on q8_0/q4_0/q4_1/q5_0/q5_1 weights takes shader_matmul_exact.ts's
+// kernel, on q4_K/q5_K/q6_K weights shader_matmul_exact_k.ts's, on f16 weights
+// shader_matmul_f16_exact.ts's (all ggml-cpu's AVX2 order, bit for bit).
 function matmul(node: Tensor): Kernel {
-  const exact = exactQuantKernel(node);
+  const exact = exactQuantKernel(node) ?? exactKQuantKernel(node);
   if (exact) return exact;
   if (f16ExactTakes(node)) return matmulF16ExactKernel(node);
   const [a, b] = node.src as [Tensor, Tensor];

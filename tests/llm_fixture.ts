@@ -3,11 +3,13 @@
  * tools/llm_fixtures.sh from the pinned build), and the one check every backend's test makes
  * against them: teacher forcing along llama.cpp's ids with its logits, then Graft's own greedy
  * decoding. Shared by tests/llm_test.ts, tests/llm_kquant_test.ts and tests/webgpu_llm_test.ts.
+ * Also the k-quant models those fixtures were recorded from, made again from the cached Q4_1 file.
  * @module
  */
 
 import assert from "node:assert/strict";
-import type { LLM } from "../mod.ts";
+import { type LLM, quantizeGGUF } from "../mod.ts";
+import { SMOLLM2_PATH } from "../tools/model_cache.ts";
 
 /** One prompt's greedy run by llama.cpp (see the fixture's `semantics`). */
 export interface LlamaCase {
@@ -102,4 +104,47 @@ export async function assertMatchesLlama(
     (diverged < 0
       ? `${steps} greedy ids equal`
       : `ids equal to step ${diverged} (margin ${c.margins[diverged]})`);
+}
+
+/**
+ * The tensor types Graft's quantizer gives SmolLM2 for each k-quant mix (tools/llm_kquant_fixtures.sh
+ * records llama.cpp's runs of the same files). Its rows of 576 take no k-quant, so the k-quants are
+ * the ffn_down tensors (rows of 1536).
+ */
+export const KQUANT_MIXES = {
+  q4_K_M: { q5_0: 166, f32: 61, q4_K: 16, q8_0: 15, q6_K: 14 },
+  q5_K_M: { q5_1: 166, f32: 61, q5_K: 16, q8_0: 15, q6_K: 14 },
+} as const;
+
+/** A k-quant mix of {@link KQUANT_MIXES}. */
+export type KQuantMix = keyof typeof KQUANT_MIXES;
+
+async function sha256Hex(path: string): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", await Deno.readFile(path));
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/**
+ * SmolLM2 requantized from the cached Q4_1 file to `type` by `quantizeGGUF` (2 s), written into
+ * `dir`; checks its tensor types and, given the fixture recorded from it, its sha256 (so a
+ * change in the quantizer shows as such and not as a model mismatch). Returns its path.
+ */
+export async function requantizedSmolLM2(
+  type: KQuantMix,
+  dir: string,
+  fixture?: LlamaFixture,
+): Promise<string> {
+  const path = `${dir}/SmolLM2-135M-Instruct.${type.toUpperCase()}-from-Q4_1.gguf`;
+  // The warning says requantizing loses more than quantizing f32 weights: meant here.
+  const summary = await quantizeGGUF(SMOLLM2_PATH, path, { type, onWarning: (): void => {} });
+  assert.deepEqual(summary.counts, KQUANT_MIXES[type]);
+  if (fixture) {
+    assert.equal(
+      await sha256Hex(path),
+      fixture.source.model_sha256,
+      `Graft's ${type} file is not the one the fixture was recorded from (the quantizer ` +
+        `changed?): check it against llama-quantize with tools/llm_kquant_fixtures.sh ${type}`,
+    );
+  }
+  return path;
 }

@@ -7,7 +7,8 @@
  * fused multiply-adds emulated where the driver does not fuse), so the logits are llama.cpp's.
  *
  * The same holds for the prompts' prefill (long prompts, teacher forced a few steps) and for layers
- * split between an AVX2 CPU backend and WebGPU. Flash attention is not ggml's arithmetic on
+ * split between an AVX2 CPU backend and WebGPU, and for SmolLM2 requantized to the k-quant mixes
+ * Q4_K_M and Q5_K_M (tests/llm_kquant_test.ts's models and fixtures). Flash attention is not ggml's arithmetic on
  * WebGPU (its fused kernel sums in its own order), so that test follows the CPU's flash-attention
  * ids teacher forced, where a step may go the other way only where the CPU's own top two are
  * within NEAR_TIE. Skipped without a WebGPU adapter or without the cached model.
@@ -16,7 +17,13 @@
 import assert from "node:assert/strict";
 import { CpuBackend, LLM } from "../mod.ts";
 import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
-import { assertMatchesLlama, readLlamaFixture } from "./llm_fixture.ts";
+import {
+  assertMatchesLlama,
+  KQUANT_MIXES,
+  type KQuantMix,
+  readLlamaFixture,
+  requantizedSmolLM2,
+} from "./llm_fixture.ts";
 import { closeSharedWebGpuTest, sharedWebGpu, WEBGPU_LLM_NEAR_TIE as NEAR_TIE } from "./gpu.ts";
 
 const gpu = await sharedWebGpu();
@@ -103,6 +110,33 @@ Deno.test({
     });
     assert.equal(split.split?.from, 27);
     console.log(await assertMatchesLlama(split, avx2, avx2.cases[0]!, 8, false));
+  },
+});
+
+Deno.test({
+  name: "webgpu llm: k-quant models (SmolLM2 requantized to Q4_K_M, Q5_K_M) give llama.cpp's " +
+    "AVX2 logits and greedy ids",
+  ignore: gpu === null || !haveModel,
+  async fn(): Promise<void> {
+    // Decode takes vec_dot's order, a prefill of 8 or more tokens ggml's tiled k-quant matmul
+    // (shader_matmul_exact_k.ts): a short prompt's decoding and a long prompt's prefill.
+    const dir = await Deno.makeTempDir({ prefix: "graft-webgpu-kquant-" });
+    try {
+      const report: string[] = [];
+      for (const type of Object.keys(KQUANT_MIXES) as KQuantMix[]) {
+        const want = readLlamaFixture(`smollm2_${type}_greedy_avx2.json`)!;
+        const path = await requantizedSmolLM2(type, dir, want);
+        using web = await LLM.load(path, { backend: gpu!, nCtx: 256 });
+        const short = want.cases.find((c) => c.prompt_ids.length <= 10)!;
+        const long = want.cases.find((c) => c.prompt_ids.length > 100)!;
+        report.push(`${type} ${await assertMatchesLlama(web, want, short, 16, true)}`);
+        report.push(`${type} ${await assertMatchesLlama(web, want, long, 2, false)}`);
+        await Deno.remove(path);
+      }
+      console.log(`WebGPU against llama.cpp's AVX2 build:\n${report.join("\n")}`);
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
   },
 });
 

@@ -10,8 +10,9 @@
  * repacking off). Each test first checks the file's sha256 against the fixture's, so a change in
  * the quantizer shows as such and not as a model mismatch.
  *
- * With ggml's arithmetic (the default), the k-quant dots compute as ggml's x86 vec_dot_q4_K_q8_K,
- * vec_dot_q5_K_q8_K and vec_dot_q6_K_q8_K (tests/ggml_exact_dots_test.ts), so on every prompt
+ * With ggml's arithmetic (the default), the k-quant products compute as ggml's x86 code does
+ * (tests/ggml_exact_dots_test.ts): vec_dot_q4_K_q8_K, vec_dot_q5_K_q8_K and vec_dot_q6_K_q8_K
+ * below 8 columns (decoding), its tiled k-quant matmul from 8 on (prefill), so on every prompt
  * llama.cpp's top-8 logits along its greedy ids hold within 1e-6 (the fixture's printed digits)
  * and Graft's own greedy ids equal llama.cpp's for 32 steps, against the fixture of the kernels'
  * SIMD level.

@@ -6,12 +6,12 @@
  * llama's graph computes as ggml-cpu's AVX2 build does, bit for bit (tests/webgpu_exact*_test.ts;
  * fused multiply-adds emulated where the driver does not fuse), so the logits are llama.cpp's.
  *
- * The same holds for the prompts' prefill (long prompts, teacher forced a few steps) and for layers
+ * The same holds for the prompts' prefill (long prompts, teacher forced a few steps), for layers
  * split between an AVX2 CPU backend and WebGPU, and for SmolLM2 requantized to the k-quant mixes
- * Q4_K_M and Q5_K_M (tests/llm_kquant_test.ts's models and fixtures). Flash attention is not ggml's arithmetic on
- * WebGPU (its fused kernel sums in its own order), so that test follows the CPU's flash-attention
- * ids teacher forced, where a step may go the other way only where the CPU's own top two are
- * within NEAR_TIE. Skipped without a WebGPU adapter or without the cached model.
+ * Q4_K_M and Q5_K_M (tests/llm_kquant_test.ts's models and fixtures). Flash attention is not
+ * ggml's arithmetic on WebGPU (its fused kernel sums in its own order), so that test follows the
+ * CPU's flash-attention ids teacher forced, where a step may go the other way only where the
+ * CPU's own top two are within NEAR_TIE. Skipped without a WebGPU adapter or without the cached model.
  */
 
 import assert from "node:assert/strict";

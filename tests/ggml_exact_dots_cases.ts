@@ -16,10 +16,14 @@ import {
   Graph,
   mulMat,
   permute,
+  quantize,
   type Tensor,
   view,
 } from "../mod.ts";
+import { rowBytes } from "../src/dtype.ts";
+import type { QuantDType } from "../src/quant.ts";
 import type { BuiltGraph } from "./gpu.ts";
+import { Rng } from "./reference.ts";
 
 /** One fixture case: a quantized product (`quant`) or an f16 attention product (`kq`, `kqv`). */
 export interface Case {
@@ -237,4 +241,54 @@ export function assertBits(
   const at = first < 0 ? "" : ` (first at ${first}: ${got[first]} for ` +
     `${new Float32Array(wantBits.buffer, wantBits.byteOffset, wantBits.length)[first]})`;
   assert.equal(differ, 0, `${what}: ${differ}/${wantBits.length} elements differ${at}`);
+}
+
+/**
+ * A quantized product the WebGPU exact-kernel tests build beyond the fixture's cases (and check
+ * against `computeOnCpuAvx2`): `dtype` weights [k, m] x f32 [k, n], with batches and an offset.
+ */
+export interface QuantShape {
+  dtype: QuantDType;
+  k: number;
+  m: number;
+  n: number;
+  /** Batches of the weights and of the activations (a multiple of the weights'). */
+  batches?: [number, number];
+  /** Weights start this many rows into their buffer (a byte offset, no multiple of 4 here). */
+  skipRows?: number;
+}
+
+/** A shape's name in test names. */
+export function quantShapeLabel(s: QuantShape): string {
+  const [wb, ab] = s.batches ?? [1, 1];
+  return `${s.dtype} [${s.k}, ${s.m}, ${wb}] x [${s.k}, ${s.n}, ${ab}]` +
+    (s.skipRows ? ` at row ${s.skipRows}` : "");
+}
+
+/**
+ * The graph of a shape with ggml's arithmetic: uniform weights in [-0.1, 0.1) quantized to its
+ * dtype, activations from `activations` (each test's mix of block magnitudes), both from `seed`.
+ */
+export function buildQuantShape(
+  s: QuantShape,
+  seed: number,
+  activations: (rng: Rng, count: number) => Float32Array,
+): CaseGraph {
+  const rng = new Rng(seed);
+  const [wb, ab] = s.batches ?? [1, 1];
+  const skip = s.skipRows ?? 0;
+  const rows = s.m * wb + skip;
+  const weights = new Float32Array(s.k * rows);
+  for (let i = 0; i < weights.length; i++) weights[i] = rng.uniform() * 0.1;
+  const ctx = new Context();
+  const full = ctx.newTensor(s.dtype, [s.k, rows]);
+  const a = skip === 0 && wb === 1 ? full : view(full, [s.k, s.m, wb], {
+    offset: skip * rowBytes(s.dtype, s.k),
+  });
+  const b = ctx.newTensor("f32", [s.k, s.n, ab]);
+  return {
+    ctx,
+    inputs: [[full, quantize(weights, s.dtype)], [b, activations(rng, b.nelements)]],
+    output: mulMat(a, b, { ggml: true }),
+  };
 }

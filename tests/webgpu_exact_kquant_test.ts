@@ -23,15 +23,18 @@ import { closeSharedWebGpuTest, computeOnGpu, sharedWebGpu } from "./gpu.ts";
 import {
   assertBits,
   build,
+  buildQuantShape,
   type CaseGraph,
   cases,
   computeOnCpuAvx2 as onCpu,
   fixtureBits,
   K_QUANTS,
   label,
+  type QuantShape,
+  quantShapeLabel,
   wanted,
 } from "./ggml_exact_dots_cases.ts";
-import { Context, mulMat, quantize, simdLevels, view } from "../mod.ts";
+import { simdLevels } from "../mod.ts";
 import { rowBytes } from "../src/dtype.ts";
 import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { Rng } from "./reference.ts";
@@ -88,42 +91,9 @@ function activations(rng: Rng, count: number): Float32Array {
   return out;
 }
 
-interface Shape {
-  dtype: Dtype;
-  k: number;
-  m: number;
-  n: number;
-  /** Batches of the weights and of the activations (a multiple of the weights'). */
-  batches?: [number, number];
-  /** Weights start this many rows into their buffer (a byte offset, no multiple of 4 here). */
-  skipRows?: number;
-}
-
-function shapeLabel(s: Shape): string {
-  const [wb, ab] = s.batches ?? [1, 1];
-  return `${s.dtype} [${s.k}, ${s.m}, ${wb}] x [${s.k}, ${s.n}, ${ab}]` +
-    (s.skipRows ? ` at row ${s.skipRows}` : "");
-}
-
-function buildShape(s: Shape, seed: number): CaseGraph {
-  const rng = new Rng(seed);
-  const [wb, ab] = s.batches ?? [1, 1];
-  const skip = s.skipRows ?? 0;
-  const rows = s.m * wb + skip;
-  const weights = new Float32Array(s.k * rows);
-  for (let i = 0; i < weights.length; i++) weights[i] = rng.uniform() * 0.1;
-  const ctx = new Context();
-  const full = ctx.newTensor(s.dtype, [s.k, rows]);
-  const a = skip === 0 && wb === 1 ? full : view(full, [s.k, s.m, wb], {
-    offset: skip * rowBytes(s.dtype, s.k),
-  });
-  const b = ctx.newTensor("f32", [s.k, s.n, ab]);
-  return {
-    ctx,
-    inputs: [[full, quantize(weights, s.dtype)], [b, activations(rng, b.nelements)]],
-    output: mulMat(a, b, { ggml: true }),
-  };
-}
+type Shape = QuantShape & { dtype: Dtype };
+const shapeLabel = quantShapeLabel;
+const buildShape = (s: Shape, seed: number): CaseGraph => buildQuantShape(s, seed, activations);
 
 const shapes: Shape[] = [];
 for (const dtype of ["q4_K", "q5_K", "q6_K"] as const) {

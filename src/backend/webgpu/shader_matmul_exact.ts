@@ -132,6 +132,27 @@ fn lane_dot(x: u32, y: u32) -> i32 {
 };
 
 /**
+ * The start of an exact kernel's main, shared with shader_matmul_exact_k.ts: the matmul
+ * prologue for R x C threads, this thread's row `m` (`rb` its weight row's byte offset, clamped
+ * into S0) and column `col` of at most `nc`, `blocks` weight blocks of `blockSize` elements per
+ * row, and ggml's 8 lane accumulators `acc` at 0.
+ */
+export function exactMatmulHead(blockSize: number): string {
+  return `${matmulPrologue("R", "C")}
+  let nb0 = P.t[1].nb.x;
+  let nc = min(C, N - n0);
+  let row = lid % R;
+  let col = lid / R;
+  let m = m0 + row;
+  let rb = at(1u, vec4<u32>(0u, min(m, M - 1u), a2, a3));
+  let blocks = K / ${blockSize}u;
+  var acc: array<f32, 8>;
+  for (var l = 0u; l < 8u; l = l + 1u) {
+    acc[l] = 0.0;
+  }`;
+}
+
+/**
  * The kernel for weights of `dtype` and `columns` (1 or {@link EXACT_COLUMNS}) columns of S1
  * per workgroup.
  */
@@ -185,18 +206,7 @@ fn main(
   @builtin(workgroup_id) wid: vec3<u32>,
   @builtin(local_invocation_index) lid: u32,
 ) {
-${matmulPrologue("R", "C")}
-  let nb0 = P.t[1].nb.x;
-  let nc = min(C, N - n0);
-  let row = lid % R;
-  let col = lid / R;
-  let m = m0 + row;
-  let rb = at(1u, vec4<u32>(0u, min(m, M - 1u), a2, a3));
-  let blocks = K / 32u;
-  var acc: array<f32, 8>;
-  for (var l = 0u; l < 8u; l = l + 1u) {
-    acc[l] = 0.0;
-  }
+${exactMatmulHead(32)}
   var summs = 0.0;
   for (var b0 = 0u; b0 < blocks; b0 = b0 + B) {
     let nbk = min(B, blocks - b0);

@@ -58,10 +58,10 @@
 
 import type { Tensor } from "../../tensor.ts";
 import { type Kernel, matmulGrid } from "./kernels.ts";
-import { DECODE_ROWS, EXACT_COLUMNS, EXACT_ROWS } from "./shader_matmul_exact.ts";
+import { DECODE_ROWS, EXACT_COLUMNS, EXACT_ROWS, exactMatmulHead } from "./shader_matmul_exact.ts";
 import { weightBindings } from "./shader_quant.ts";
 import { EXACT_WGSL } from "./wgsl_exact.ts";
-import { matmulPrologue, PARAMS_WGSL } from "./wgsl_common.ts";
+import { PARAMS_WGSL } from "./wgsl_common.ts";
 
 /** The k-quant weight dtypes this kernel takes. */
 export type ExactKQuantDType = "q4_K" | "q5_K" | "q6_K";
@@ -354,18 +354,7 @@ fn main(
   @builtin(workgroup_id) wid: vec3<u32>,
   @builtin(local_invocation_index) lid: u32,
 ) {
-${matmulPrologue("R", "C")}
-  let nb0 = P.t[1].nb.x;
-  let nc = min(C, N - n0);
-  let row = lid % R;
-  let col = lid / R;
-  let m = m0 + row;
-  let rb = at(1u, vec4<u32>(0u, min(m, M - 1u), a2, a3));
-  let blocks = K / 256u;
-  var acc: array<f32, 8>;
-  for (var l = 0u; l < 8u; l = l + 1u) {
-    acc[l] = 0.0;
-  }
+${exactMatmulHead(256)}
   var accm = vec4<f32>(0.0);
   // This thread's group of the chunk: column qc, super-block qs, elements 16 qe.. of it.
   let qc = lid / (16u * S);

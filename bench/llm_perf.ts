@@ -21,8 +21,12 @@
  * `--depth N` (llama-bench's `-d`) starts every run after N tokens of context (evaluated untimed,
  * n_ctx grown by N) and adds `_dN` to the line names; node-llama-cpp is skipped then.
  *
+ * `--model FILE` runs another GGUF on every side (default: the cached SmolLM2 Q4_1, `deno task
+ * model:fetch`), and `--tag NAME` appends `_NAME` to the line names, e.g. for SmolLM2 requantized
+ * to Q4_K_M (`deno task gguf quantize ... --type q4_K_M`): `--model FILE --tag q4_K_M`.
+ *
  * Usage: deno task bench:llm [--reps 5] [--rounds 2] [--seed 42] [--fa on|off] [--depth N]
- *   [--no-node]
+ *   [--model FILE [--tag NAME]] [--no-node]
  * @module
  */
 
@@ -60,8 +64,17 @@ const FA = faAt >= 0 ? args[faAt + 1] : "off";
 if (FA !== "on" && FA !== "off") throw new Error(`--fa must be on or off, got ${FA}`);
 const DEPTH = flag("--depth", 0);
 if (!Number.isInteger(DEPTH) || DEPTH < 0) throw new Error(`--depth must be an integer >= 0`);
-/** Line names' suffix for flash attention and depth. */
-const LINE_SUFFIX = (FA === "on" ? "_fa" : "") + (DEPTH > 0 ? `_d${DEPTH}` : "");
+const modelAt = args.indexOf("--model");
+const MODEL: string = modelAt < 0 ? SMOLLM2_PATH : args[modelAt + 1] ?? "";
+if (!MODEL) throw new Error("--model needs a GGUF file");
+const tagAt = args.indexOf("--tag");
+const TAG = tagAt >= 0 ? args[tagAt + 1] : "";
+if (TAG === undefined || !/^[A-Za-z0-9_]*$/.test(TAG)) {
+  throw new Error(`--tag must be letters, digits and _, got ${TAG}`);
+}
+/** Line names' suffix for the tag, flash attention and depth. */
+const LINE_SUFFIX = (TAG ? `_${TAG}` : "") + (FA === "on" ? "_fa" : "") +
+  (DEPTH > 0 ? `_d${DEPTH}` : "");
 
 /** Tokens/s per repetition of each test, and the peak RSS, of one side over all rounds. */
 interface Side {
@@ -85,7 +98,7 @@ const N_CTX_TG = padCtx(N_GEN + DEPTH);
 async function runGraft(): Promise<Side> {
   const script = new URL("./llm_graft.ts", import.meta.url).pathname;
   const run = await runWithPeakRss(Deno.execPath(), [
-    ...["run", "--allow-ffi", "--allow-env", "--allow-read", script, SMOLLM2_PATH],
+    ...["run", "--allow-ffi", "--allow-env", "--allow-read", script, MODEL],
     ...[THREADS, N_PROMPT, N_GEN, N_CTX_PP, N_CTX_TG, REPS, SEED].map(String),
     FA === "on" ? "1" : "0",
     String(DEPTH),
@@ -116,13 +129,13 @@ function printLines(peer: string, suffix: string, graft: Side, other: Side): voi
 }
 
 if (import.meta.main) {
-  if (!smolLM2Cached()) {
+  if (modelAt < 0 && !smolLM2Cached()) {
     console.log(`# llm skipped: ${SMOLLM2_PATH} is missing; run \`deno task model:fetch\``);
     Deno.exit(0);
   }
   const flags = cpuFlags();
   const extras = ["avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8"].filter((f) => flags.has(f));
-  console.log(`# model: ${SMOLLM2_PATH}`);
+  console.log(`# model: ${MODEL}`);
   console.log(
     `# cpu: ${cpuModel()}, ${navigator.hardwareConcurrency} logical cores; SIMD level ` +
       `${simdLevel()}${extras.length ? ` (+${extras.join(", ")})` : ""}`,
@@ -138,7 +151,7 @@ if (import.meta.main) {
   );
 
   const settings: LlamaBenchSettings = {
-    model: SMOLLM2_PATH,
+    model: MODEL,
     threads: THREADS,
     nPrompt: N_PROMPT,
     nGen: N_GEN,

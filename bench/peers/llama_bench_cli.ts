@@ -146,7 +146,7 @@ export async function chooseRepack(
     return {
       repack: 0,
       why: `the default --repack 1 failed here (${(error as Error).message.split(":")[0]}; ` +
-        `the AMX matmul of its extra buffer types), so weights stay in plain Q4_1 as Graft's do`,
+        `the AMX matmul of its extra buffer types), so weights stay in their file layout as Graft's do`,
     };
   }
 }

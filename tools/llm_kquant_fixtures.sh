@@ -16,19 +16,23 @@
 # Usage: tools/llm_kquant_fixtures.sh [q4_K_M|q5_K_M]   (default q4_K_M)
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
+type="${1:-q4_K_M}"
+case "$type" in q4_K_M | q5_K_M) ;; *) echo "graft: llm_kquant_fixtures: TYPE is q4_K_M or q5_K_M, not $type" >&2; exit 2 ;; esac
 q4_1="$("$here/scripts/model_fetch.sh")"
 build="$(GRAFT_LLAMA_TARGETS="llama-quantize llama-completion llama-tokenize" \
   "$here/tools/llama_build.sh" | tail -n 1)"
-type="${1:-q4_K_M}"
-case "$type" in q4_K_M | q5_K_M) ;; *) echo "graft: llm_kquant_fixtures: TYPE is q4_K_M or q5_K_M, not $type" >&2; exit 2 ;; esac
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 model="$work/SmolLM2-135M-Instruct.${type^^}-from-Q4_1.gguf"
 
 "$here/scripts/deno" run --allow-read --allow-write --allow-ffi --allow-env "$here/tools/gguf.ts" \
   quantize "$q4_1" "$model" --type "$type" >&2
-LD_LIBRARY_PATH="$build/bin" "$build/bin/llama-quantize" --allow-requantize "$q4_1" \
-  "$work/llama.gguf" "${type^^}" 2 >/dev/null 2>&1
+if ! LD_LIBRARY_PATH="$build/bin" "$build/bin/llama-quantize" --allow-requantize "$q4_1" \
+  "$work/llama.gguf" "${type^^}" 2 >"$work/llama-quantize.log" 2>&1; then
+  tail -n 20 "$work/llama-quantize.log" >&2
+  echo "graft: llm_kquant_fixtures: llama-quantize failed" >&2
+  exit 1
+fi
 graft_sha="$(sha256sum "$model" | cut -d' ' -f1)"
 llama_sha="$(sha256sum "$work/llama.gguf" | cut -d' ' -f1)"
 if [ "$graft_sha" != "$llama_sha" ]; then

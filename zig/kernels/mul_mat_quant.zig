@@ -1,9 +1,9 @@
 //! mul_mat with a bf16 or block-quantized src0 (the weights) and an f32 src1 with few columns
 //! (decode; from `gemm_columns_min` columns on mul_mat.zig runs the f32 GEMM instead). Three
 //! paths, each as ggml computes it:
-//! - q8_0, q4_0, q4_1 (src1 rows of adjacent f32s): gemv_quant.zig's kernels, src1 quantized
-//!   per block into their own layout once per node;
-//! - q5_0, q5_1, q4_K, q5_K, q6_K: src1 rows quantized to the activation type ggml pairs with
+//! - q8_0, q4_0, q4_1, q5_0, q5_1 (src1 rows of adjacent f32s): gemv_quant.zig's kernels, src1
+//!   quantized per block into their own layout once per node;
+//! - q4_K, q5_K, q6_K: src1 rows quantized to the activation type ggml pairs with
 //!   the weights (q8_0, q8_1, q8_K) and dot_quant.zig's fused dot of each weight row with them
 //!   (k-quants with 8 columns or more: in the float steps of ggml's tiled matmul, as ggml);
 //! - otherwise (bf16, strided src1 rows): each thread dequantizes a few rows of src0 (quant.zig's
@@ -56,9 +56,10 @@ fn slice_bytes(k: usize) u64 {
     return @as(u64, rows_per_group) * row_floats(k) * @sizeOf(f32);
 }
 
-/// q8_0, q4_0 and q4_1 weights with src1 rows of adjacent f32s take gemv_quant.zig's kernels:
-/// src1 is quantized per block (q8_0, or q8_1 for q4_1) into the work buffer once, then each
-/// dot multiplies blocks of integers and scales them, as ggml's ggml_vec_dot_*_q8_* do.
+/// q8_0, q4_0, q4_1, q5_0 and q5_1 weights with src1 rows of adjacent f32s take gemv_quant.zig's
+/// kernels: src1 is quantized per block (q8_0, or q8_1 for q4_1 and q5_1) into the work buffer
+/// once, then each dot multiplies blocks of integers and scales them, as ggml's
+/// ggml_vec_dot_*_q8_* do.
 fn fused(a: Tensor, b: Tensor) bool {
     return gemv.takes(a.dtype) and b.nb[0] == @sizeOf(f32);
 }
@@ -85,8 +86,6 @@ fn row_dot(a: Tensor, b: Tensor) ?RowDot {
     if (b.nb[0] != @sizeOf(f32)) return null;
     const tiled = b.ne[1] >= dots.tiled_columns_min;
     return switch (a.dtype) {
-        .q5_0 => .{ .activation = .q8_0, .dot = dots.dot_q5_0_q8_0 },
-        .q5_1 => .{ .activation = .q8_1, .dot = dots.dot_q5_1_q8_1 },
         .q4_K => .{ .activation = .q8_K, .dot = if (tiled) dots.dot_q4_K_q8_K_tiled else dots.dot_q4_K_q8_K },
         .q5_K => .{ .activation = .q8_K, .dot = if (tiled) dots.dot_q5_K_q8_K_tiled else dots.dot_q5_K_q8_K },
         .q6_K => .{ .activation = .q8_K, .dot = if (tiled) dots.dot_q6_K_q8_K_tiled else dots.dot_q6_K_q8_K },

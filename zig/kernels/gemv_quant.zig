@@ -203,7 +203,7 @@ pub fn dot_rows(
     assert(count >= 1 and count <= rows_max);
     switch (dtype) {
         inline .q4_0, .q4_1, .q5_0, .q5_1 => |kind| switch (count) {
-            inline 1...rows_max => |r| return dot_q4(kind, r, rows, y, blocks, out),
+            inline 1...rows_max => |r| return dot_q4(kind, r, 1, rows, (&y)[0..1], blocks, @ptrCast(out)),
             else => unreachable,
         },
         .q8_0 => switch (count) {
@@ -211,6 +211,39 @@ pub fn dot_rows(
             else => unreachable,
         },
         else => unreachable,
+    }
+}
+
+/// Activation columns one call of `dot_tile` reads together: each weight block unpacked serves
+/// them all. R x C accumulators (and C activation blocks) must stay in registers: the AVX-512
+/// build has 32 vector registers, the AVX2 build 16.
+pub const cols_max = if (has_vnni) 4 else 2;
+/// Weight rows one call of `dot_tile` reads together.
+pub const tile_rows_max = 4;
+
+/// out[c][r] = dot(row r of weights, ys[c]) for `count` (<= tile_rows_max) rows and `cols`
+/// (<= cols_max) activations: each element the bits dot_rows gives it (its own accumulators,
+/// in the same order), with the weight blocks unpacked once for all columns. q8_0 has no
+/// tiled kernel and takes dot_rows column by column.
+pub fn dot_tile(
+    dtype: DType,
+    rows: *const [rows_max][*]const u8,
+    count: usize,
+    ys: *const [cols_max]Activation,
+    cols: usize,
+    blocks: usize,
+    out: *[cols_max][rows_max]f32,
+) void {
+    assert(count >= 1 and count <= tile_rows_max and cols >= 1 and cols <= cols_max);
+    switch (dtype) {
+        inline .q4_0, .q4_1, .q5_0, .q5_1 => |kind| switch (count) {
+            inline 1...tile_rows_max => |r| switch (cols) {
+                inline 1...cols_max => |c| return dot_q4(kind, r, c, rows, ys[0..c], blocks, out[0..c]),
+                else => unreachable,
+            },
+            else => unreachable,
+        },
+        else => for (0..cols) |c| dot_rows(dtype, rows, count, ys[c], blocks, &out[c]),
     }
 }
 
@@ -329,13 +362,14 @@ inline fn hsum_float_8(v: F32x8) f32 {
 /// converted to f32 and accumulated as acc = fma(d_x * d_y, lanes, acc), blocks in order; for
 /// q4_1, beside it summs = fma(m_x, s_y, summs) per block in order (GCC contracts ggml's
 /// `summs += m*s`: its build has vfmadd231ss there); the result hsum_float_8(acc) (+ summs).
-/// Several rows at once only interleave independent chains.
+/// Several rows and columns at once only interleave independent chains: a weight block is
+/// unpacked once for the C columns, an activation block loaded once for the R rows.
 ///
 /// q5_1 and q5_0 (ggml_vec_dot_q5_1_q8_1, ggml_vec_dot_q5_0_q8_0) are q4_1 and q4_0 with a
 /// fifth bit per element (the 32 bits after the head, bit j for element j) above the nibble,
 /// and q5_0's offset 16 instead of 8: the same float steps, so the same code with the bits
 /// or'ed into the nibbles (dot_quant.zig's dot_q5_*, which these match bit for bit).
-fn dot_q4(comptime kind: DType, comptime R: usize, rows: *const [rows_max][*]const u8, y: Activation, blocks: usize, out: *[rows_max]f32) void {
+fn dot_q4(comptime kind: DType, comptime R: usize, comptime C: usize, rows: *const [rows_max][*]const u8, ys: *const [C]Activation, blocks: usize, out: *[C][rows_max]f32) void {
     comptime assert(R <= rows_max and (kind == .q4_0 or kind == .q4_1 or kind == .q5_0 or kind == .q5_1));
     const q5 = comptime kind == .q5_0 or kind == .q5_1;
     const with_min = comptime pairs_q8_1(kind);
@@ -364,34 +398,45 @@ fn dot_q4(comptime kind: DType, comptime R: usize, rows: *const [rows_max][*]con
     const in_place = comptime has_vnni and !q5;
     const nibble_mask: U8x32 = comptime std.simd.join(@as(@Vector(16, u8), @splat(0x0f)), @as(@Vector(16, u8), @splat(0xf0)));
     const eights: U8x32 = comptime if (q5) @splat(16) else if (in_place) std.simd.join(@as(@Vector(16, u8), @splat(8)), @as(@Vector(16, u8), @splat(128))) else @splat(8);
-    var acc: [R]F32x8 = @splat(@splat(0));
-    var summs: [H]F32x8 = @splat(@splat(0));
-    const y_bytes: [*]align(32) const u8 = @ptrCast(y.qs);
+    var acc: [C][R]F32x8 = @splat(@splat(@splat(0)));
+    var summs: [C][H]F32x8 = @splat(@splat(@splat(0)));
+    var y_bytes: [C][*]align(32) const u8 = undefined;
+    inline for (0..C) |c| y_bytes[c] = @ptrCast(ys[c].qs);
     for (0..blocks) |b| {
-        var dxy: [H]F32x8 = undefined;
+        var dxy: [C][H]F32x8 = undefined;
         inline for (0..H) |h| {
             var heads: @Vector(4, i32) = @splat(0);
             inline for (4 * h..@min(R, 4 * h + 4)) |r| heads[r - 4 * h] = head_at(rows[r] + b * bb);
             const dm: F32x8 = common.widen_f16(8, @bitCast(heads));
-            dxy[h] = dm * @as(F32x8, @splat(y.d[b]));
-            if (with_min) summs[h] = common.fma(F32x8, dm, @as(F32x8, @splat(y.s[b])), summs[h]);
+            inline for (0..C) |c| {
+                dxy[c][h] = dm * @as(F32x8, @splat(ys[c].d[b]));
+                if (with_min) summs[c][h] = common.fma(F32x8, dm, @as(F32x8, @splat(ys[c].s[b])), summs[c][h]);
+            }
         }
-        const yq: I8x32 = @bitCast(y_bytes[b * qk ..][0..32].*);
+        var yq: [C]I8x32 = undefined;
+        var offset: [C]I32x8 = undefined;
         const zero: I32x8 = @splat(0);
-        const offset = if (with_min) zero else zero - dot_add(zero, eights, yq);
+        inline for (0..C) |c| {
+            yq[c] = @bitCast(y_bytes[c][b * qk ..][0..32].*);
+            offset[c] = if (with_min) zero else zero - dot_add(zero, eights, yq[c]);
+        }
         inline for (0..R) |r| {
             const block = rows[r] + b * bb;
             @prefetch(block + prefetch_bytes, .{ .locality = 2 });
             var quants = if (in_place) broadcast16(block[at..][0..16]) & nibble_mask else nibbles(block[at..][0..16]);
             if (q5) quants |= @select(u8, fifth_bits(block[head..][0..4]), @as(U8x32, @splat(0x10)), @as(U8x32, @splat(0)));
-            const dot = dot_add(offset, quants, yq);
-            acc[r] = common.fma(F32x8, @floatFromInt(dot), @as(F32x8, @splat(dxy[r / 4][2 * (r % 4)])), acc[r]);
+            inline for (0..C) |c| {
+                const dot = dot_add(offset[c], quants, yq[c]);
+                acc[c][r] = common.fma(F32x8, @floatFromInt(dot), @as(F32x8, @splat(dxy[c][r / 4][2 * (r % 4)])), acc[c][r]);
+            }
         }
     }
     const unscale: F32x8 = if (in_place) .{ 1, 1, 1, 1, 1.0 / 16.0, 1.0 / 16.0, 1.0 / 16.0, 1.0 / 16.0 } else @splat(1);
-    inline for (0..R) |r| {
-        const sum = hsum_float_8(acc[r] * unscale);
-        out[r] = if (with_min) sum + summs[r / 4][2 * (r % 4) + 1] else sum;
+    inline for (0..C) |c| {
+        inline for (0..R) |r| {
+            const sum = hsum_float_8(acc[c][r] * unscale);
+            out[c][r] = if (with_min) sum + summs[c][r / 4][2 * (r % 4) + 1] else sum;
+        }
     }
 }
 
@@ -569,6 +614,47 @@ test "q4_1, q4_0, q8_0, q5_0 and q5_1 dots are bitwise ggml's x86 vec_dot for ev
                         else => null,
                     };
                     if (single) |v| try std.testing.expectEqual(@as(u32, @bitCast(v)), @as(u32, @bitCast(got[r])));
+                }
+            }
+        }
+    }
+}
+
+test "dot_tile gives every element dot_rows' bits, for every row and column count" {
+    const allocator = std.testing.allocator;
+    for ([_]DType{ .q4_1, .q4_0, .q8_0, .q5_0, .q5_1 }) |dtype| {
+        for ([_]usize{ 32, 96, 1056 }) |k| {
+            var prng = std.Random.DefaultPrng.init(k + 11);
+            const random = prng.random();
+            const row_len: usize = @intCast(quant.row_bytes(dtype, k));
+            const weights = try allocator.alloc(u8, row_len * tile_rows_max);
+            defer allocator.free(weights);
+            const values = try allocator.alloc(f32, k);
+            defer allocator.free(values);
+            for (0..tile_rows_max) |r| {
+                for (values) |*v| v.* = (random.float(f32) * 2 - 1) * 0.1 + if (r == 1) @as(f32, 0.03) else 0;
+                quant.quantize_row(dtype, values, weights[r * row_len ..][0..row_len]);
+            }
+            const y_bytes = Activation.bytes(k);
+            const activations = try allocator.alignedAlloc(u8, .@"64", y_bytes * cols_max);
+            defer allocator.free(activations);
+            var ys: [cols_max]Activation = undefined;
+            for (0..cols_max) |c| {
+                for (values) |*v| v.* = random.floatNorm(f32);
+                quantize_activation(dtype, values, @alignCast(activations.ptr + c * y_bytes));
+                ys[c] = Activation.at(@alignCast(activations.ptr + c * y_bytes), k);
+            }
+            var rows: [rows_max][*]const u8 = undefined;
+            for (0..tile_rows_max) |r| rows[r] = weights.ptr + r * row_len;
+            for (1..tile_rows_max + 1) |count| {
+                for (1..cols_max + 1) |cols| {
+                    var got: [cols_max][rows_max]f32 = undefined;
+                    dot_tile(dtype, &rows, count, &ys, cols, k / qk, &got);
+                    for (0..cols) |c| {
+                        var want: [rows_max]f32 = undefined;
+                        dot_rows(dtype, &rows, count, ys[c], k / qk, &want);
+                        for (0..count) |r| try std.testing.expectEqual(@as(u32, @bitCast(want[r])), @as(u32, @bitCast(got[c][r])));
+                    }
                 }
             }
         }

@@ -371,6 +371,7 @@ inline fn hsum_float_8(v: F32x8) f32 {
 /// or'ed into the nibbles (dot_quant.zig's dot_q5_*, which these match bit for bit).
 fn dot_q4(comptime kind: DType, comptime R: usize, comptime C: usize, rows: *const [rows_max][*]const u8, ys: *const [C]Activation, blocks: usize, out: *[C][rows_max]f32) void {
     comptime assert(R <= rows_max and (kind == .q4_0 or kind == .q4_1 or kind == .q5_0 or kind == .q5_1));
+    if (comptime has_vnni and C % 2 == 0) return dot_q4_pairs(kind, R, C, rows, ys, blocks, out);
     const q5 = comptime kind == .q5_0 or kind == .q5_1;
     const with_min = comptime pairs_q8_1(kind);
     // Rows 0-3 and 4-7 each have their vector of heads.
@@ -436,6 +437,93 @@ fn dot_q4(comptime kind: DType, comptime R: usize, comptime C: usize, rows: *con
         inline for (0..R) |r| {
             const sum = hsum_float_8(acc[c][r] * unscale);
             out[c][r] = if (with_min) sum + summs[c][r / 4][2 * (r % 4) + 1] else sum;
+        }
+    }
+}
+
+extern fn @"llvm.x86.avx512.vpdpbusd.512"(acc: I32x16, a: I32x16, b: I32x16) I32x16;
+const I32x16 = @Vector(16, i32);
+const F32x16 = @Vector(16, f32);
+
+/// dot_q4 for an even number of columns in the AVX-512 build: columns 2p and 2p + 1 share 512-bit
+/// vectors, column 2p in the low 8 lanes and 2p + 1 in the high ones, so one vpdpbusd, one
+/// conversion and one fma serve two elements (their lanes are computed apart, each exactly as
+/// dot_q4 computes it: the same integers, scales and chains, so the same bits).
+fn dot_q4_pairs(comptime kind: DType, comptime R: usize, comptime C: usize, rows: *const [rows_max][*]const u8, ys: *const [C]Activation, blocks: usize, out: *[C][rows_max]f32) void {
+    comptime assert(has_vnni and C % 2 == 0);
+    const P = C / 2;
+    const q5 = comptime kind == .q5_0 or kind == .q5_1;
+    const with_min = comptime pairs_q8_1(kind);
+    const H = comptime (R + 3) / 4;
+    const bb = comptime block_bytes(kind);
+    const head = comptime if (with_min) 4 else 2;
+    const at = comptime if (q5) head + 4 else head;
+    // As dot_q4: q4's high nibbles in place (16 times their value, undone at the end), q5's
+    // shifted down; the offsets of q4_0 and q5_0 from one dot of the activation per block.
+    const in_place = comptime !q5;
+    const U8x64 = @Vector(64, u8);
+    const I8x64 = @Vector(64, i8);
+    const half_mask: U8x32 = comptime std.simd.join(@as(@Vector(16, u8), @splat(0x0f)), @as(@Vector(16, u8), @splat(0xf0)));
+    const nibble_mask: U8x64 = comptime std.simd.join(half_mask, half_mask);
+    const eights32: U8x32 = comptime if (q5) @splat(16) else std.simd.join(@as(@Vector(16, u8), @splat(8)), @as(@Vector(16, u8), @splat(128)));
+    const eights: U8x64 = comptime std.simd.join(eights32, eights32);
+    var acc: [P][R]F32x16 = @splat(@splat(@splat(0)));
+    var summs: [C][H]F32x8 = @splat(@splat(@splat(0)));
+    var y_bytes: [C][*]align(32) const u8 = undefined;
+    inline for (0..C) |c| y_bytes[c] = @ptrCast(ys[c].qs);
+    for (0..blocks) |b| {
+        var dxy: [C][H]F32x8 = undefined;
+        inline for (0..H) |h| {
+            var heads: @Vector(4, i32) = @splat(0);
+            inline for (4 * h..@min(R, 4 * h + 4)) |r| heads[r - 4 * h] = head_at(rows[r] + b * bb);
+            const dm: F32x8 = common.widen_f16(8, @bitCast(heads));
+            inline for (0..C) |c| {
+                dxy[c][h] = dm * @as(F32x8, @splat(ys[c].d[b]));
+                if (with_min) summs[c][h] = common.fma(F32x8, dm, @as(F32x8, @splat(ys[c].s[b])), summs[c][h]);
+            }
+        }
+        var yq: [P]I8x64 = undefined;
+        var offset: [P]I32x16 = undefined;
+        const zero: I32x16 = @splat(0);
+        inline for (0..P) |p| {
+            const lo: I8x32 = @bitCast(y_bytes[2 * p][b * qk ..][0..32].*);
+            const hi: I8x32 = @bitCast(y_bytes[2 * p + 1][b * qk ..][0..32].*);
+            yq[p] = std.simd.join(lo, hi);
+            offset[p] = if (with_min) zero else zero - @"llvm.x86.avx512.vpdpbusd.512"(zero, @bitCast(eights), @bitCast(yq[p]));
+        }
+        inline for (0..R) |r| {
+            const block = rows[r] + b * bb;
+            @prefetch(block + prefetch_bytes, .{ .locality = 2 });
+            const packed_bytes: @Vector(16, u8) = block[at..][0..16].*;
+            const four = std.simd.join(std.simd.join(packed_bytes, packed_bytes), std.simd.join(packed_bytes, packed_bytes));
+            var quants: U8x64 = undefined;
+            if (in_place) {
+                quants = four & nibble_mask;
+            } else {
+                const words: @Vector(16, u32) = @bitCast(four);
+                const shifted = words >> @Vector(16, u5){ 0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4 };
+                quants = @as(U8x64, @bitCast(shifted)) & @as(U8x64, @splat(0x0f));
+                const bits = std.mem.readInt(u32, block[head..][0..4], .little);
+                const set: @Vector(64, bool) = @bitCast(@as(u64, bits) | @as(u64, bits) << 32);
+                quants |= @select(u8, set, @as(U8x64, @splat(0x10)), @as(U8x64, @splat(0)));
+            }
+            inline for (0..P) |p| {
+                const dot = @"llvm.x86.avx512.vpdpbusd.512"(offset[p], @bitCast(quants), @bitCast(yq[p]));
+                const lane: i32 = @intCast(2 * (r % 4));
+                const scale = @shuffle(f32, dxy[2 * p][r / 4], dxy[2 * p + 1][r / 4], [_]i32{lane} ** 8 ++ [_]i32{~lane} ** 8);
+                acc[p][r] = common.fma(F32x16, @floatFromInt(dot), scale, acc[p][r]);
+            }
+        }
+    }
+    const unscale: F32x8 = if (in_place) .{ 1, 1, 1, 1, 1.0 / 16.0, 1.0 / 16.0, 1.0 / 16.0, 1.0 / 16.0 } else @splat(1);
+    inline for (0..P) |p| {
+        inline for (0..R) |r| {
+            const halves: [2]F32x8 = @bitCast(acc[p][r]);
+            inline for (0..2) |t| {
+                const c = 2 * p + t;
+                const sum = hsum_float_8(halves[t] * unscale);
+                out[c][r] = if (with_min) sum + summs[c][r / 4][2 * (r % 4) + 1] else sum;
+            }
         }
     }
 }

@@ -31,6 +31,8 @@ const Tensor = common.Tensor;
 /// rest, while these kernels redo per-block integer work for every column. Measured crossover
 /// (4096x4096 weights, 2 threads, AVX-512 build): between 16 and 24 columns for q4_0, q8_0 and
 /// q4_K (at 24, GEMM 144-153 GFLOP/s against 113-135 here; at 16, 112-116 against 115-130).
+/// Measured before the column tiles (gemv_quant.zig's dot_tile, dot_quant.zig's _cols dots),
+/// which now share the per-block work among up to 4 columns: the crossover may lie higher.
 pub const gemm_columns_min = 20;
 
 /// params[1] as f32 1.0: the node asks for ggml's arithmetic at every column count (TS

@@ -495,6 +495,116 @@ fn dotK(comptime kind: KKind, comptime order: KOrder, x: []const u8, y: []const 
     };
 }
 
+/// A k-quant super-block's values unpacked to bytes and its scales spread to i16 lanes, once
+/// for every activation row it is dotted with (dotKTiledCols): part i (0-3) pairs with the 64
+/// q8 quants at 64 i of the activation block. q4_K, q5_K: part j holds sub-blocks 2j and 2j+1
+/// (sums45K's values), `sm` the scales and mins; q6_K: parts 2h and 2h + 1 sumsQ6K's two
+/// products of half h, `sm` the 16 scales.
+const KUnpacked = struct { values: [4]U8x64, scales: [4]I16x32, sm: I16x16 };
+
+inline fn unpackK(comptime kind: KKind, xb: *const [kBytes(kind)]u8) KUnpacked {
+    var u: KUnpacked = undefined;
+    if (kind == .q6_K) {
+        const scales8: @Vector(16, i8) = @bitCast(xb[192..208].*);
+        u.sm = scales8;
+        inline for (0..2) |half| {
+            const ql1: U8x32 = xb[64 * half ..][0..32].*;
+            const ql2: U8x32 = xb[64 * half + 32 ..][0..32].*;
+            const qh: U8x32 = xb[128 + 32 * half ..][0..32].*;
+            const m15 = splat8(32, 0x0f);
+            const v0 = (ql1 & m15) | shl(32, qh & splat8(32, 0x03), 4);
+            const v1 = (ql2 & m15) | shl(32, qh & splat8(32, 0x0c), 2);
+            const v2 = shr(32, ql1, 4) | (qh & splat8(32, 0x30));
+            const v3 = shr(32, ql2, 4) | shr(32, qh & splat8(32, 0xc0), 2);
+            u.values[2 * half] = std.simd.join(v0, v1);
+            u.values[2 * half + 1] = std.simd.join(v2, v3);
+            u.scales[2 * half] = spreadScales(u.sm, 8 * half, 8);
+            u.scales[2 * half + 1] = spreadScales(u.sm, 8 * half + 4, 8);
+        }
+        return u;
+    }
+    u.sm = scalesAndMins(xb[4..20]);
+    const qs_at = if (kind == .q4_K) 16 else 48;
+    const qh: U8x64 = if (kind == .q5_K) duplicate(xb[16..48]) else undefined;
+    inline for (0..4) |j| {
+        var values = duplicate(xb[qs_at + 32 * j ..][0..32]);
+        values = shiftHalves(values, .right, 0, 4) & splat8(64, 0x0f);
+        if (kind == .q5_K) {
+            values |= shiftHalves(shiftHalves(qh, .right, 2 * j, 2 * j + 1), .left, 4, 4) & splat8(64, 0x10);
+        }
+        u.values[j] = values;
+        u.scales[j] = spreadScales(u.sm, 2 * j, 16);
+    }
+    return u;
+}
+
+/// sums45K / sumsQ6K of an unpacked super-block with one activation block: the same integers
+/// in the same lanes.
+inline fn sumsUnpacked(comptime kind: KKind, u: *const KUnpacked, yb: *const [q8_K_bytes]u8) KSums {
+    var sumi: I32x16 = @splat(0);
+    inline for (0..4) |i| {
+        const q8: I8x64 = @bitCast(yb[4 + 64 * i ..][0..64].*);
+        sumi += madd(32, maddubs(64, u.values[i], q8), u.scales[i]);
+    }
+    if (kind == .q6_K) {
+        const bsums: I16x16 = @bitCast(yb[260..292].*);
+        return .{ .sums = ggmlLanes(sumi) - (madd(16, bsums, u.sm) << @splat(5)), .mins = @splat(0) };
+    }
+    return .{ .sums = ggmlLanes(sumi), .mins = minProducts(u.sm, yb) };
+}
+
+/// Most activation rows one dot_*_tiled_cols call takes.
+pub const k_cols_max = 4;
+
+/// The tiled dots of one weight row with C activation rows `y_stride` bytes apart: each
+/// super-block is unpacked once for the C of them, and each out[c] is dotK(kind, .tiled)'s
+/// result for its row, bit for bit (its own chain, the same float steps in the same order).
+fn dotKTiledCols(comptime kind: KKind, comptime C: usize, x: []const u8, y: [*]const u8, y_stride: usize, out: *[k_cols_max]f32) void {
+    const xs = comptime kBytes(kind);
+    assert(x.len % xs == 0);
+    const blocks = x.len / xs;
+    var summs: [C]f32 = @splat(0);
+    for (0..blocks) |i| {
+        const xb = x[i * xs ..][0..xs];
+        const u = unpackK(kind, xb);
+        const dx = f16At(if (kind == .q6_K) xb[208..210] else xb[0..2]);
+        const dmin_x = if (kind == .q6_K) 0 else f16At(xb[2..4]);
+        inline for (0..C) |c| {
+            const yb = y[c * y_stride + i * q8_K_bytes ..][0..q8_K_bytes];
+            const s = sumsUnpacked(kind, &u, yb);
+            const dy = f32At(yb[0..4]);
+            const totals: F32x8 = @floatFromInt(reduce2(s.sums, s.mins));
+            var r = totals[0] * dx;
+            if (kind != .q6_K) r = common.fma(f32, -dmin_x, totals[4], r);
+            summs[c] = common.fma(f32, r, dy, summs[c]);
+        }
+    }
+    inline for (0..C) |c| out[c] = summs[c];
+}
+
+fn dotKTiledColsAny(comptime kind: KKind, x: []const u8, y: [*]const u8, y_stride: usize, cols: usize, out: *[k_cols_max]f32) void {
+    switch (cols) {
+        inline 1...k_cols_max => |c| dotKTiledCols(kind, c, x, y, y_stride, out),
+        else => unreachable,
+    }
+}
+
+/// dot_q4_K_q8_K_tiled of x with each of `cols` (1..k_cols_max) q8_K rows of x's length, the
+/// first at `y` and the next `y_stride` bytes apart, into out[0..cols]; x is unpacked once.
+pub fn dot_q4_K_q8_K_tiled_cols(x: []const u8, y: [*]const u8, y_stride: usize, cols: usize, out: *[k_cols_max]f32) void {
+    dotKTiledColsAny(.q4_K, x, y, y_stride, cols, out);
+}
+
+/// dot_q5_K_q8_K_tiled of x with `cols` q8_K rows (as dot_q4_K_q8_K_tiled_cols).
+pub fn dot_q5_K_q8_K_tiled_cols(x: []const u8, y: [*]const u8, y_stride: usize, cols: usize, out: *[k_cols_max]f32) void {
+    dotKTiledColsAny(.q5_K, x, y, y_stride, cols, out);
+}
+
+/// dot_q6_K_q8_K_tiled of x with `cols` q8_K rows (as dot_q4_K_q8_K_tiled_cols).
+pub fn dot_q6_K_q8_K_tiled_cols(x: []const u8, y: [*]const u8, y_stride: usize, cols: usize, out: *[k_cols_max]f32) void {
+    dotKTiledColsAny(.q6_K, x, y, y_stride, cols, out);
+}
+
 /// ggml_vec_dot_q4_K_q8_K: x is n/256 q4_K blocks, y n/256 q8_K blocks of the same n elements.
 /// Per super-block d_y * d_x * sum_k scale_k * (nibbles_k . q8_k)
 /// - d_y * dmin_x * sum_j mins_{j/2} * bsums_j.
@@ -867,5 +977,46 @@ test "dot_quant: pmaddubsw and pmaddwd agree with their portable forms, saturati
         const ha: [2]I16x16 = @bitCast(wa);
         const hc: [2]I16x16 = @bitCast(wc);
         try testing.expectEqual(maddPortable(16, ha[0], hc[0]), madd(16, ha[0], hc[0]));
+    }
+}
+
+test "dot_quant: the k-quant column dots give each column the single tiled dot's bits" {
+    var prng = std.Random.DefaultPrng.init(0xc015);
+    const random = prng.random();
+    const ColsDot = *const fn ([]const u8, [*]const u8, usize, usize, *[k_cols_max]f32) void;
+    const kinds = [_]struct { weights: DType, single: *const fn ([]const u8, []const u8) f32, cols: ColsDot }{
+        .{ .weights = .q4_K, .single = dot_q4_K_q8_K_tiled, .cols = dot_q4_K_q8_K_tiled_cols },
+        .{ .weights = .q5_K, .single = dot_q5_K_q8_K_tiled, .cols = dot_q5_K_q8_K_tiled_cols },
+        .{ .weights = .q6_K, .single = dot_q6_K_q8_K_tiled, .cols = dot_q6_K_q8_K_tiled_cols },
+    };
+    for (kinds) |kind| {
+        // One super-block, an odd count, and SmolLM2's ffn_down rows.
+        for ([_]usize{ 256, 768, 1536 }) |n| {
+            inline for (.{ Distribution.normal, Distribution.offset, Distribution.mixed }) |distribution| {
+                const xf = try testing.allocator.alloc(f32, n);
+                defer testing.allocator.free(xf);
+                fillRow(random, xf, distribution);
+                const x = try testing.allocator.alloc(u8, @intCast(quant.row_bytes(kind.weights, n)));
+                defer testing.allocator.free(x);
+                quant.quantize_row(kind.weights, xf, x);
+                // Activation rows a little apart (the stride need not be the row length).
+                const y_len: usize = @intCast(quant.row_bytes(.q8_K, n));
+                const stride = y_len + 64;
+                const y = try testing.allocator.alloc(u8, stride * k_cols_max);
+                defer testing.allocator.free(y);
+                for (0..k_cols_max) |c| {
+                    fillRow(random, xf, if (distribution == .offset) .normal else distribution);
+                    quant.quantize_row(.q8_K, xf, y[c * stride ..][0..y_len]);
+                }
+                for (1..k_cols_max + 1) |cols| {
+                    var got: [k_cols_max]f32 = undefined;
+                    kind.cols(x, y.ptr, stride, cols, &got);
+                    for (0..cols) |c| {
+                        const want = kind.single(x, y[c * stride ..][0..y_len]);
+                        try testing.expectEqual(@as(u32, @bitCast(want)), @as(u32, @bitCast(got[c])));
+                    }
+                }
+            }
+        }
     }
 }

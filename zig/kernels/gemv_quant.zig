@@ -29,6 +29,7 @@ const builtin = @import("builtin");
 const quant = @import("../quant.zig");
 const common = @import("common.zig");
 const node = @import("../node.zig");
+const dots = @import("dot_quant.zig");
 
 const assert = std.debug.assert;
 const DType = node.DType;
@@ -44,9 +45,15 @@ const I16x16 = @Vector(16, i16);
 const I32x8 = @Vector(8, i32);
 const F32x8 = @Vector(8, f32);
 
-/// The weight types these kernels take, and the activation type each pairs with.
+/// The weight types these kernels take.
 pub fn takes(dtype: DType) bool {
-    return dtype == .q8_0 or dtype == .q4_0 or dtype == .q4_1;
+    return dtype == .q8_0 or dtype == .q4_0 or dtype == .q4_1 or dtype == .q5_0 or dtype == .q5_1;
+}
+
+/// Whether `dtype` weights pair with a q8_1 activation (with its sums; q4_1, q5_1: the formats
+/// with a minimum) rather than q8_0.
+pub fn pairs_q8_1(dtype: DType) bool {
+    return dtype == .q4_1 or dtype == .q5_1;
 }
 
 /// A src1 row quantized per block of 32 into this file's layout: `blocks` runs of 32 quants,
@@ -74,7 +81,7 @@ pub const Activation = struct {
 };
 
 /// Quantizes one f32 row of `k` elements (a multiple of 32) into `out` (Activation.bytes(k)),
-/// as q8_1 for q4_1 weights and as q8_0 otherwise.
+/// as q8_1 for q4_1 and q5_1 weights and as q8_0 otherwise.
 pub fn quantize_activation(weight: DType, values: []align(1) const f32, out: [*]align(64) u8) void {
     assert(takes(weight));
     assert(values.len % qk == 0);
@@ -84,8 +91,8 @@ pub fn quantize_activation(weight: DType, values: []align(1) const f32, out: [*]
     const s: [*]f32 = @ptrCast(@alignCast(out + blocks * qk + blocks * @sizeOf(f32)));
     for (0..blocks) |b| {
         const x = values[b * qk ..][0..qk];
-        if (quantize_block(weight == .q4_1, x, qs[b * qk ..][0..qk], &d[b], &s[b])) continue;
-        if (weight == .q4_1) {
+        if (quantize_block(pairs_q8_1(weight), x, qs[b * qk ..][0..qk], &d[b], &s[b])) continue;
+        if (pairs_q8_1(weight)) {
             var block: [36]u8 = undefined;
             quant.quantize_row_activation(.q8_1, x, &block);
             d[b] = f16_at(block[0..2]);
@@ -195,8 +202,8 @@ pub fn dot_rows(
 ) void {
     assert(count >= 1 and count <= rows_max);
     switch (dtype) {
-        inline .q4_0, .q4_1 => |kind| switch (count) {
-            inline 1...rows_max => |r| return dot_q4(kind, r, rows, y, blocks, out),
+        inline .q4_0, .q4_1, .q5_0, .q5_1 => |kind| switch (count) {
+            inline 1...rows_max => |r| return dot_q4(kind, r, 1, rows, (&y)[0..1], blocks, @ptrCast(out)),
             else => unreachable,
         },
         .q8_0 => switch (count) {
@@ -207,11 +214,46 @@ pub fn dot_rows(
     }
 }
 
+/// Activation columns one call of `dot_tile` reads together: each weight block unpacked serves
+/// them all. R x C accumulators (and C activation blocks) must stay in registers: the AVX-512
+/// build has 32 vector registers, the AVX2 build 16.
+pub const cols_max = if (has_vnni) 4 else 2;
+/// Weight rows one call of `dot_tile` reads together.
+pub const tile_rows_max = 4;
+
+/// out[c][r] = dot(row r of weights, ys[c]) for `count` (<= tile_rows_max) rows and `cols`
+/// (<= cols_max) activations: each element the bits dot_rows gives it (its own accumulators,
+/// in the same order), with the weight blocks unpacked once for all columns. q8_0 has no
+/// tiled kernel and takes dot_rows column by column.
+pub fn dot_tile(
+    dtype: DType,
+    rows: *const [rows_max][*]const u8,
+    count: usize,
+    ys: *const [cols_max]Activation,
+    cols: usize,
+    blocks: usize,
+    out: *[cols_max][rows_max]f32,
+) void {
+    assert(count >= 1 and count <= tile_rows_max and cols >= 1 and cols <= cols_max);
+    switch (dtype) {
+        inline .q4_0, .q4_1, .q5_0, .q5_1 => |kind| switch (count) {
+            inline 1...tile_rows_max => |r| switch (cols) {
+                inline 1...cols_max => |c| return dot_q4(kind, r, c, rows, ys[0..c], blocks, out[0..c]),
+                else => unreachable,
+            },
+            else => unreachable,
+        },
+        else => for (0..cols) |c| dot_rows(dtype, rows, count, ys[c], blocks, &out[c]),
+    }
+}
+
 /// Bytes of one block of `kind`.
 fn block_bytes(comptime kind: DType) usize {
     return switch (kind) {
         .q4_0 => 18,
         .q4_1 => 20,
+        .q5_0 => 22,
+        .q5_1 => 24,
         .q8_0 => 34,
         else => unreachable,
     };
@@ -320,13 +362,24 @@ inline fn hsum_float_8(v: F32x8) f32 {
 /// converted to f32 and accumulated as acc = fma(d_x * d_y, lanes, acc), blocks in order; for
 /// q4_1, beside it summs = fma(m_x, s_y, summs) per block in order (GCC contracts ggml's
 /// `summs += m*s`: its build has vfmadd231ss there); the result hsum_float_8(acc) (+ summs).
-/// Several rows at once only interleave independent chains.
-fn dot_q4(comptime kind: DType, comptime R: usize, rows: *const [rows_max][*]const u8, y: Activation, blocks: usize, out: *[rows_max]f32) void {
-    comptime assert(R <= rows_max and (kind == .q4_0 or kind == .q4_1));
+/// Several rows and columns at once only interleave independent chains: a weight block is
+/// unpacked once for the C columns, an activation block loaded once for the R rows.
+///
+/// q5_1 and q5_0 (ggml_vec_dot_q5_1_q8_1, ggml_vec_dot_q5_0_q8_0) are q4_1 and q4_0 with a
+/// fifth bit per element (the 32 bits after the head, bit j for element j) above the nibble,
+/// and q5_0's offset 16 instead of 8: the same float steps, so the same code with the bits
+/// or'ed into the nibbles (dot_quant.zig's dot_q5_*, which these match bit for bit).
+fn dot_q4(comptime kind: DType, comptime R: usize, comptime C: usize, rows: *const [rows_max][*]const u8, ys: *const [C]Activation, blocks: usize, out: *[C][rows_max]f32) void {
+    comptime assert(R <= rows_max and (kind == .q4_0 or kind == .q4_1 or kind == .q5_0 or kind == .q5_1));
+    if (comptime has_vnni and C % 2 == 0) return dot_q4_pairs(kind, R, C, rows, ys, blocks, out);
+    const q5 = comptime kind == .q5_0 or kind == .q5_1;
+    const with_min = comptime pairs_q8_1(kind);
     // Rows 0-3 and 4-7 each have their vector of heads.
     const H = comptime (R + 3) / 4;
     const bb = comptime block_bytes(kind);
-    const at = comptime if (kind == .q4_1) 4 else 2;
+    const head = comptime if (with_min) 4 else 2;
+    // q5's fifth bits follow the head, its nibbles them.
+    const at = comptime if (q5) head + 4 else head;
     // Each row's first 4 bytes (f16 d, then q4_1's f16 m or q4_0's first quants) go to one
     // i32 lane, and one vcvtph2ps makes `dm` = [d_0, m_0, d_1, m_1, ...] in f32: lane 2r
     // times d_y is row r's d_x * d_y, and for q4_1 lane 2r + 1 carries row r's summs chain
@@ -340,38 +393,144 @@ fn dot_q4(comptime kind: DType, comptime R: usize, rows: *const [rows_max][*]con
     // ggml's bits.
     //
     // q4_0's quants are nibbles - 8: the nibbles' sums are offset by -8 * sum(y) per lane
-    // (-128 * sum(y) in the high lanes taken in place), one dot per block for all rows.
-    const in_place = comptime has_vnni;
+    // (-128 * sum(y) in the high lanes taken in place), one dot per block for all rows; q5_0's
+    // by -16 * sum(y). q5's high nibbles are shifted down: their fifth bit would not fit a byte
+    // in place.
+    const in_place = comptime has_vnni and !q5;
     const nibble_mask: U8x32 = comptime std.simd.join(@as(@Vector(16, u8), @splat(0x0f)), @as(@Vector(16, u8), @splat(0xf0)));
-    const eights: U8x32 = comptime if (in_place) std.simd.join(@as(@Vector(16, u8), @splat(8)), @as(@Vector(16, u8), @splat(128))) else @splat(8);
-    var acc: [R]F32x8 = @splat(@splat(0));
-    var summs: [H]F32x8 = @splat(@splat(0));
-    const y_bytes: [*]align(32) const u8 = @ptrCast(y.qs);
+    const eights: U8x32 = comptime if (q5) @splat(16) else if (in_place) std.simd.join(@as(@Vector(16, u8), @splat(8)), @as(@Vector(16, u8), @splat(128))) else @splat(8);
+    var acc: [C][R]F32x8 = @splat(@splat(@splat(0)));
+    var summs: [C][H]F32x8 = @splat(@splat(@splat(0)));
+    var y_bytes: [C][*]align(32) const u8 = undefined;
+    inline for (0..C) |c| y_bytes[c] = @ptrCast(ys[c].qs);
     for (0..blocks) |b| {
-        var dxy: [H]F32x8 = undefined;
+        var dxy: [C][H]F32x8 = undefined;
         inline for (0..H) |h| {
             var heads: @Vector(4, i32) = @splat(0);
             inline for (4 * h..@min(R, 4 * h + 4)) |r| heads[r - 4 * h] = head_at(rows[r] + b * bb);
             const dm: F32x8 = common.widen_f16(8, @bitCast(heads));
-            dxy[h] = dm * @as(F32x8, @splat(y.d[b]));
-            if (kind == .q4_1) summs[h] = common.fma(F32x8, dm, @as(F32x8, @splat(y.s[b])), summs[h]);
+            inline for (0..C) |c| {
+                dxy[c][h] = dm * @as(F32x8, @splat(ys[c].d[b]));
+                if (with_min) summs[c][h] = common.fma(F32x8, dm, @as(F32x8, @splat(ys[c].s[b])), summs[c][h]);
+            }
         }
-        const yq: I8x32 = @bitCast(y_bytes[b * qk ..][0..32].*);
+        var yq: [C]I8x32 = undefined;
+        var offset: [C]I32x8 = undefined;
         const zero: I32x8 = @splat(0);
-        const offset = if (kind == .q4_0) zero - dot_add(zero, eights, yq) else zero;
+        inline for (0..C) |c| {
+            yq[c] = @bitCast(y_bytes[c][b * qk ..][0..32].*);
+            offset[c] = if (with_min) zero else zero - dot_add(zero, eights, yq[c]);
+        }
         inline for (0..R) |r| {
             const block = rows[r] + b * bb;
             @prefetch(block + prefetch_bytes, .{ .locality = 2 });
-            const quants = if (in_place) broadcast16(block[at..][0..16]) & nibble_mask else nibbles(block[at..][0..16]);
-            const dot = dot_add(offset, quants, yq);
-            acc[r] = common.fma(F32x8, @floatFromInt(dot), @as(F32x8, @splat(dxy[r / 4][2 * (r % 4)])), acc[r]);
+            var quants = if (in_place) broadcast16(block[at..][0..16]) & nibble_mask else nibbles(block[at..][0..16]);
+            if (q5) quants |= @select(u8, fifth_bits(block[head..][0..4]), @as(U8x32, @splat(0x10)), @as(U8x32, @splat(0)));
+            inline for (0..C) |c| {
+                const dot = dot_add(offset[c], quants, yq[c]);
+                acc[c][r] = common.fma(F32x8, @floatFromInt(dot), @as(F32x8, @splat(dxy[c][r / 4][2 * (r % 4)])), acc[c][r]);
+            }
         }
     }
     const unscale: F32x8 = if (in_place) .{ 1, 1, 1, 1, 1.0 / 16.0, 1.0 / 16.0, 1.0 / 16.0, 1.0 / 16.0 } else @splat(1);
-    inline for (0..R) |r| {
-        const sum = hsum_float_8(acc[r] * unscale);
-        out[r] = if (kind == .q4_1) sum + summs[r / 4][2 * (r % 4) + 1] else sum;
+    inline for (0..C) |c| {
+        inline for (0..R) |r| {
+            const sum = hsum_float_8(acc[c][r] * unscale);
+            out[c][r] = if (with_min) sum + summs[c][r / 4][2 * (r % 4) + 1] else sum;
+        }
     }
+}
+
+extern fn @"llvm.x86.avx512.vpdpbusd.512"(acc: I32x16, a: I32x16, b: I32x16) I32x16;
+const I32x16 = @Vector(16, i32);
+const F32x16 = @Vector(16, f32);
+
+/// dot_q4 for an even number of columns in the AVX-512 build: columns 2p and 2p + 1 share 512-bit
+/// vectors, column 2p in the low 8 lanes and 2p + 1 in the high ones, so one vpdpbusd, one
+/// conversion and one fma serve two elements (their lanes are computed apart, each exactly as
+/// dot_q4 computes it: the same integers, scales and chains, so the same bits).
+fn dot_q4_pairs(comptime kind: DType, comptime R: usize, comptime C: usize, rows: *const [rows_max][*]const u8, ys: *const [C]Activation, blocks: usize, out: *[C][rows_max]f32) void {
+    comptime assert(has_vnni and C % 2 == 0);
+    const P = C / 2;
+    const q5 = comptime kind == .q5_0 or kind == .q5_1;
+    const with_min = comptime pairs_q8_1(kind);
+    const H = comptime (R + 3) / 4;
+    const bb = comptime block_bytes(kind);
+    const head = comptime if (with_min) 4 else 2;
+    const at = comptime if (q5) head + 4 else head;
+    // As dot_q4: q4's high nibbles in place (16 times their value, undone at the end), q5's
+    // shifted down; the offsets of q4_0 and q5_0 from one dot of the activation per block.
+    const in_place = comptime !q5;
+    const U8x64 = @Vector(64, u8);
+    const I8x64 = @Vector(64, i8);
+    const half_mask: U8x32 = comptime std.simd.join(@as(@Vector(16, u8), @splat(0x0f)), @as(@Vector(16, u8), @splat(0xf0)));
+    const nibble_mask: U8x64 = comptime std.simd.join(half_mask, half_mask);
+    const eights32: U8x32 = comptime if (q5) @splat(16) else std.simd.join(@as(@Vector(16, u8), @splat(8)), @as(@Vector(16, u8), @splat(128)));
+    const eights: U8x64 = comptime std.simd.join(eights32, eights32);
+    var acc: [P][R]F32x16 = @splat(@splat(@splat(0)));
+    var summs: [C][H]F32x8 = @splat(@splat(@splat(0)));
+    var y_bytes: [C][*]align(32) const u8 = undefined;
+    inline for (0..C) |c| y_bytes[c] = @ptrCast(ys[c].qs);
+    for (0..blocks) |b| {
+        var dxy: [C][H]F32x8 = undefined;
+        inline for (0..H) |h| {
+            var heads: @Vector(4, i32) = @splat(0);
+            inline for (4 * h..@min(R, 4 * h + 4)) |r| heads[r - 4 * h] = head_at(rows[r] + b * bb);
+            const dm: F32x8 = common.widen_f16(8, @bitCast(heads));
+            inline for (0..C) |c| {
+                dxy[c][h] = dm * @as(F32x8, @splat(ys[c].d[b]));
+                if (with_min) summs[c][h] = common.fma(F32x8, dm, @as(F32x8, @splat(ys[c].s[b])), summs[c][h]);
+            }
+        }
+        var yq: [P]I8x64 = undefined;
+        var offset: [P]I32x16 = undefined;
+        const zero: I32x16 = @splat(0);
+        inline for (0..P) |p| {
+            const lo: I8x32 = @bitCast(y_bytes[2 * p][b * qk ..][0..32].*);
+            const hi: I8x32 = @bitCast(y_bytes[2 * p + 1][b * qk ..][0..32].*);
+            yq[p] = std.simd.join(lo, hi);
+            offset[p] = if (with_min) zero else zero - @"llvm.x86.avx512.vpdpbusd.512"(zero, @bitCast(eights), @bitCast(yq[p]));
+        }
+        inline for (0..R) |r| {
+            const block = rows[r] + b * bb;
+            @prefetch(block + prefetch_bytes, .{ .locality = 2 });
+            const packed_bytes: @Vector(16, u8) = block[at..][0..16].*;
+            const four = std.simd.join(std.simd.join(packed_bytes, packed_bytes), std.simd.join(packed_bytes, packed_bytes));
+            var quants: U8x64 = undefined;
+            if (in_place) {
+                quants = four & nibble_mask;
+            } else {
+                const words: @Vector(16, u32) = @bitCast(four);
+                const shifted = words >> @Vector(16, u5){ 0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4 };
+                quants = @as(U8x64, @bitCast(shifted)) & @as(U8x64, @splat(0x0f));
+                const bits = std.mem.readInt(u32, block[head..][0..4], .little);
+                const set: @Vector(64, bool) = @bitCast(@as(u64, bits) | @as(u64, bits) << 32);
+                quants |= @select(u8, set, @as(U8x64, @splat(0x10)), @as(U8x64, @splat(0)));
+            }
+            inline for (0..P) |p| {
+                const dot = @"llvm.x86.avx512.vpdpbusd.512"(offset[p], @bitCast(quants), @bitCast(yq[p]));
+                const lane: i32 = @intCast(2 * (r % 4));
+                const scale = @shuffle(f32, dxy[2 * p][r / 4], dxy[2 * p + 1][r / 4], [_]i32{lane} ** 8 ++ [_]i32{~lane} ** 8);
+                acc[p][r] = common.fma(F32x16, @floatFromInt(dot), scale, acc[p][r]);
+            }
+        }
+    }
+    const unscale: F32x8 = if (in_place) .{ 1, 1, 1, 1, 1.0 / 16.0, 1.0 / 16.0, 1.0 / 16.0, 1.0 / 16.0 } else @splat(1);
+    inline for (0..P) |p| {
+        inline for (0..R) |r| {
+            const halves: [2]F32x8 = @bitCast(acc[p][r]);
+            inline for (0..2) |t| {
+                const c = 2 * p + t;
+                const sum = hsum_float_8(halves[t] * unscale);
+                out[c][r] = if (with_min) sum + summs[c][r / 4][2 * (r % 4) + 1] else sum;
+            }
+        }
+    }
+}
+
+/// Bit j of the little-endian u32 at `qh` as lane j (q5's fifth bits): true where set.
+inline fn fifth_bits(qh: *const [4]u8) @Vector(32, bool) {
+    return @bitCast(std.mem.readInt(u32, qh, .little));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -405,7 +564,7 @@ fn check(dtype: DType, k: usize, count: usize, seed: u64) !void {
     // The activation as ggml's dot sees it: quant.zig's q8_0 (q8_1) activation row (as ggml's
     // x86 code quantizes src1), dequantized (its quants times its f16 scale), independent of
     // the layout the kernels keep it in.
-    const act_type: DType = if (dtype == .q4_1) .q8_1 else .q8_0;
+    const act_type: DType = if (pairs_q8_1(dtype)) .q8_1 else .q8_0;
     const act_row = try allocator.alloc(u8, @intCast(quant.row_bytes(act_type, k)));
     defer allocator.free(act_row);
     quant.quantize_row_activation(act_type, values, act_row);
@@ -422,13 +581,13 @@ fn check(dtype: DType, k: usize, count: usize, seed: u64) !void {
             magnitude += @abs(@as(f64, w[i]) * yv);
         }
         // q4_1's m * s uses s rounded to f16 (as ggml's q8_1 stores it): up to 2^-11 of it.
-        const bound = 1e-5 * magnitude + if (dtype == .q4_1) 1e-3 * magnitude else 0;
+        const bound = 1e-5 * magnitude + if (pairs_q8_1(dtype)) 1e-3 * magnitude else 0;
         try std.testing.expect(@abs(@as(f64, got[r]) - want) <= bound);
     }
 }
 
-test "q8_0, q4_0 and q4_1 mat-vec dots match the f64 dot of the dequantized rows" {
-    for ([_]DType{ .q8_0, .q4_0, .q4_1 }) |dtype| {
+test "q8_0, q4_0, q4_1, q5_0 and q5_1 mat-vec dots match the f64 dot of the dequantized rows" {
+    for ([_]DType{ .q8_0, .q4_0, .q4_1, .q5_0, .q5_1 }) |dtype| {
         // Fewer blocks than a chunk, chunks plus an odd tail (33 blocks), whole chunks.
         for ([_]usize{ 32, 64, 96, 576, 1056, 4096 }) |k| {
             for (1..rows_max + 1) |count| try check(dtype, k, count, k * 31 + count);
@@ -449,36 +608,39 @@ test "the activation layout holds quant.zig's q8_0 / q8_1 activation bytes exact
     values[5 * qk + 3] = 1e-30; // tiny values: f16 scales that underflow
     for (values[6 * qk .. 7 * qk]) |*v| v.* *= 1e-6;
     var out: [Activation.bytes(k)]u8 align(64) = undefined;
-    for ([_]DType{ .q8_0, .q4_1 }) |weight| {
+    for ([_]DType{ .q8_0, .q4_1, .q5_1 }) |weight| {
         quantize_activation(weight, &values, &out);
         const y = Activation.at(&out, k);
-        const act_type: DType = if (weight == .q4_1) .q8_1 else .q8_0;
+        const act_type: DType = if (pairs_q8_1(weight)) .q8_1 else .q8_0;
         const size: usize = @intCast(quant.row_bytes(act_type, qk));
         for (0..k / qk) |b| {
             var block: [36]u8 = undefined;
             quant.quantize_row_activation(act_type, values[b * qk ..][0..qk], block[0..size]);
-            const at: usize = if (weight == .q4_1) 4 else 2;
+            const at: usize = if (pairs_q8_1(weight)) 4 else 2;
             const qs: [*]const u8 = @ptrCast(y.qs);
             try std.testing.expectEqualSlices(u8, block[at..][0..qk], qs[b * qk ..][0..qk]);
             try std.testing.expectEqual(@as(u32, @bitCast(f16_at(block[0..2]))), @as(u32, @bitCast(y.d[b])));
-            if (weight == .q4_1) try std.testing.expectEqual(@as(u32, @bitCast(f16_at(block[2..4]))), @as(u32, @bitCast(y.s[b])));
+            if (pairs_q8_1(weight)) try std.testing.expectEqual(@as(u32, @bitCast(f16_at(block[2..4]))), @as(u32, @bitCast(y.s[b])));
         }
     }
 }
 
-/// ggml_vec_dot_q4_1_q8_1 / ggml_vec_dot_q4_0_q8_0 / ggml_vec_dot_q8_0_q8_0 (x86, AVX2 branch)
-/// in scalar f32 steps, lane by lane: the reference dot_rows must match bit for bit.
+/// ggml_vec_dot_q4_1_q8_1 / ggml_vec_dot_q4_0_q8_0 / ggml_vec_dot_q8_0_q8_0 /
+/// ggml_vec_dot_q5_1_q8_1 / ggml_vec_dot_q5_0_q8_0 (x86, AVX2 branch) in scalar f32 steps, lane
+/// by lane: the reference dot_rows must match bit for bit.
 fn ggml_dot_ref(dtype: DType, x: []const u8, y: []const u8, blocks: usize) f32 {
     var acc: [8]f32 = @splat(0);
     var summs: f32 = 0;
     const xb: usize = @intCast(quant.row_bytes(dtype, qk));
-    const yb: usize = if (dtype == .q4_1) 36 else 34;
+    const yb: usize = if (pairs_q8_1(dtype)) 36 else 34;
     for (0..blocks) |b| {
         const xs = x[b * xb ..][0..xb];
         const ys = y[b * yb ..][0..yb];
         const d0 = f16_at(xs[0..2]);
         const d1 = f16_at(ys[0..2]);
-        if (dtype == .q4_1) summs = common.fma(f32, f16_at(xs[2..4]), f16_at(ys[2..4]), summs);
+        if (pairs_q8_1(dtype)) summs = common.fma(f32, f16_at(xs[2..4]), f16_at(ys[2..4]), summs);
+        const head: usize = if (pairs_q8_1(dtype)) 4 else 2;
+        const qh = std.mem.readInt(u32, xs[head..][0..4], .little);
         const dd = d0 * d1;
         const yq = ys[yb - 32 ..][0..32];
         for (0..8) |j| {
@@ -487,6 +649,8 @@ fn ggml_dot_ref(dtype: DType, x: []const u8, y: []const u8, blocks: usize) f32 {
                 const q: i32 = switch (dtype) {
                     .q4_1 => if (e < 16) xs[4 + e] & 15 else xs[4 + e - 16] >> 4,
                     .q4_0 => @as(i32, if (e < 16) xs[2 + e] & 15 else xs[2 + e - 16] >> 4) - 8,
+                    .q5_1, .q5_0 => @as(i32, if (e < 16) xs[head + 4 + e] & 15 else xs[head + 4 + e - 16] >> 4) +
+                        @as(i32, @intCast((qh >> @intCast(e)) & 1)) * 16 - if (dtype == .q5_0) @as(i32, 16) else 0,
                     else => @as(i8, @bitCast(xs[2 + e])),
                 };
                 lane += q * @as(i8, @bitCast(yq[e]));
@@ -494,12 +658,12 @@ fn ggml_dot_ref(dtype: DType, x: []const u8, y: []const u8, blocks: usize) f32 {
             acc[j] = common.fma(f32, dd, @floatFromInt(lane), acc[j]);
         }
     }
-    return hsum_float_8(acc) + if (dtype == .q4_1) summs else 0;
+    return hsum_float_8(acc) + if (pairs_q8_1(dtype)) summs else 0;
 }
 
-test "q4_1, q4_0 and q8_0 dots are bitwise ggml's x86 vec_dot for every row count" {
+test "q4_1, q4_0, q8_0, q5_0 and q5_1 dots are bitwise ggml's x86 vec_dot for every row count" {
     const allocator = std.testing.allocator;
-    for ([_]DType{ .q4_1, .q4_0, .q8_0 }) |dtype| {
+    for ([_]DType{ .q4_1, .q4_0, .q8_0, .q5_0, .q5_1 }) |dtype| {
         for ([_]usize{ 32, 64, 96, 576, 1056, 1536 }) |k| {
             var prng = std.Random.DefaultPrng.init(k + 5);
             const random = prng.random();
@@ -516,7 +680,7 @@ test "q4_1, q4_0 and q8_0 dots are bitwise ggml's x86 vec_dot for every row coun
             const activation = try allocator.alignedAlloc(u8, .@"64", Activation.bytes(k));
             defer allocator.free(activation);
             quantize_activation(dtype, values, activation.ptr);
-            const act_type: DType = if (dtype == .q4_1) .q8_1 else .q8_0;
+            const act_type: DType = if (pairs_q8_1(dtype)) .q8_1 else .q8_0;
             const act_row = try allocator.alloc(u8, @intCast(quant.row_bytes(act_type, k)));
             defer allocator.free(act_row);
             quant.quantize_row_activation(act_type, values, act_row);
@@ -526,8 +690,59 @@ test "q4_1, q4_0 and q8_0 dots are bitwise ggml's x86 vec_dot for every row coun
                 var got: [rows_max]f32 = undefined;
                 dot_rows(dtype, &rows, count, Activation.at(activation.ptr, k), k / qk, &got);
                 for (0..count) |r| {
-                    const want = ggml_dot_ref(dtype, weights[r * row_len ..][0..row_len], act_row, k / qk);
+                    const x = weights[r * row_len ..][0..row_len];
+                    const want = ggml_dot_ref(dtype, x, act_row, k / qk);
                     try std.testing.expectEqual(@as(u32, @bitCast(want)), @as(u32, @bitCast(got[r])));
+                    // dot_quant.zig's single-row dots, which mul_mat_quant.zig ran for q5
+                    // weights before they came here: the same bits.
+                    const single: ?f32 = switch (dtype) {
+                        .q5_0 => dots.dot_q5_0_q8_0(x, act_row),
+                        .q5_1 => dots.dot_q5_1_q8_1(x, act_row),
+                        .q4_1 => dots.dot_q4_1_q8_1(x, act_row),
+                        else => null,
+                    };
+                    if (single) |v| try std.testing.expectEqual(@as(u32, @bitCast(v)), @as(u32, @bitCast(got[r])));
+                }
+            }
+        }
+    }
+}
+
+test "dot_tile gives every element dot_rows' bits, for every row and column count" {
+    const allocator = std.testing.allocator;
+    for ([_]DType{ .q4_1, .q4_0, .q8_0, .q5_0, .q5_1 }) |dtype| {
+        for ([_]usize{ 32, 96, 1056 }) |k| {
+            var prng = std.Random.DefaultPrng.init(k + 11);
+            const random = prng.random();
+            const row_len: usize = @intCast(quant.row_bytes(dtype, k));
+            const weights = try allocator.alloc(u8, row_len * tile_rows_max);
+            defer allocator.free(weights);
+            const values = try allocator.alloc(f32, k);
+            defer allocator.free(values);
+            for (0..tile_rows_max) |r| {
+                for (values) |*v| v.* = (random.float(f32) * 2 - 1) * 0.1 + if (r == 1) @as(f32, 0.03) else 0;
+                quant.quantize_row(dtype, values, weights[r * row_len ..][0..row_len]);
+            }
+            const y_bytes = Activation.bytes(k);
+            const activations = try allocator.alignedAlloc(u8, .@"64", y_bytes * cols_max);
+            defer allocator.free(activations);
+            var ys: [cols_max]Activation = undefined;
+            for (0..cols_max) |c| {
+                for (values) |*v| v.* = random.floatNorm(f32);
+                quantize_activation(dtype, values, @alignCast(activations.ptr + c * y_bytes));
+                ys[c] = Activation.at(@alignCast(activations.ptr + c * y_bytes), k);
+            }
+            var rows: [rows_max][*]const u8 = undefined;
+            for (0..tile_rows_max) |r| rows[r] = weights.ptr + r * row_len;
+            for (1..tile_rows_max + 1) |count| {
+                for (1..cols_max + 1) |cols| {
+                    var got: [cols_max][rows_max]f32 = undefined;
+                    dot_tile(dtype, &rows, count, &ys, cols, k / qk, &got);
+                    for (0..cols) |c| {
+                        var want: [rows_max]f32 = undefined;
+                        dot_rows(dtype, &rows, count, ys[c], k / qk, &want);
+                        for (0..count) |r| try std.testing.expectEqual(@as(u32, @bitCast(want[r])), @as(u32, @bitCast(got[c][r])));
+                    }
                 }
             }
         }

@@ -1,9 +1,9 @@
 //! mul_mat with a bf16 or block-quantized src0 (the weights) and an f32 src1 with few columns
 //! (decode; from `gemm_columns_min` columns on mul_mat.zig runs the f32 GEMM instead). Three
 //! paths, each as ggml computes it:
-//! - q8_0, q4_0, q4_1 (src1 rows of adjacent f32s): gemv_quant.zig's kernels, src1 quantized
-//!   per block into their own layout once per node;
-//! - q5_0, q5_1, q4_K, q5_K, q6_K: src1 rows quantized to the activation type ggml pairs with
+//! - q8_0, q4_0, q4_1, q5_0, q5_1 (src1 rows of adjacent f32s): gemv_quant.zig's kernels, src1
+//!   quantized per block into their own layout once per node;
+//! - q4_K, q5_K, q6_K: src1 rows quantized to the activation type ggml pairs with
 //!   the weights (q8_0, q8_1, q8_K) and dot_quant.zig's fused dot of each weight row with them
 //!   (k-quants with 8 columns or more: in the float steps of ggml's tiled matmul, as ggml);
 //! - otherwise (bf16, strided src1 rows): each thread dequantizes a few rows of src0 (quant.zig's
@@ -31,6 +31,8 @@ const Tensor = common.Tensor;
 /// rest, while these kernels redo per-block integer work for every column. Measured crossover
 /// (4096x4096 weights, 2 threads, AVX-512 build): between 16 and 24 columns for q4_0, q8_0 and
 /// q4_K (at 24, GEMM 144-153 GFLOP/s against 113-135 here; at 16, 112-116 against 115-130).
+/// Measured before the column tiles (gemv_quant.zig's dot_tile, dot_quant.zig's _cols dots),
+/// which now share the per-block work among up to 4 columns: the crossover may lie higher.
 pub const gemm_columns_min = 20;
 
 /// params[1] as f32 1.0: the node asks for ggml's arithmetic at every column count (TS
@@ -56,9 +58,10 @@ fn slice_bytes(k: usize) u64 {
     return @as(u64, rows_per_group) * row_floats(k) * @sizeOf(f32);
 }
 
-/// q8_0, q4_0 and q4_1 weights with src1 rows of adjacent f32s take gemv_quant.zig's kernels:
-/// src1 is quantized per block (q8_0, or q8_1 for q4_1) into the work buffer once, then each
-/// dot multiplies blocks of integers and scales them, as ggml's ggml_vec_dot_*_q8_* do.
+/// q8_0, q4_0, q4_1, q5_0 and q5_1 weights with src1 rows of adjacent f32s take gemv_quant.zig's
+/// kernels: src1 is quantized per block (q8_0, or q8_1 for q4_1 and q5_1) into the work buffer
+/// once, then each dot multiplies blocks of integers and scales them, as ggml's
+/// ggml_vec_dot_*_q8_* do.
 fn fused(a: Tensor, b: Tensor) bool {
     return gemv.takes(a.dtype) and b.nb[0] == @sizeOf(f32);
 }
@@ -72,6 +75,10 @@ fn quantized_b_bytes(b: Tensor) u64 {
 const RowDot = struct {
     activation: common.DType,
     dot: *const fn (x: []const u8, y: []const u8) f32,
+    /// `dot` of one weight row with up to dots.k_cols_max adjacent activation rows at once,
+    /// unpacking the row's blocks once for all of them (the same bits per element), where
+    /// there is one.
+    cols_dot: ?*const fn (x: []const u8, y: [*]const u8, y_stride: usize, cols: usize, out: *[dots.k_cols_max]f32) void = null,
 
     /// Bytes of one quantized src1 row in the work buffer (whole cache lines).
     fn row_bytes(self: RowDot, k: usize) usize {
@@ -85,11 +92,18 @@ fn row_dot(a: Tensor, b: Tensor) ?RowDot {
     if (b.nb[0] != @sizeOf(f32)) return null;
     const tiled = b.ne[1] >= dots.tiled_columns_min;
     return switch (a.dtype) {
-        .q5_0 => .{ .activation = .q8_0, .dot = dots.dot_q5_0_q8_0 },
-        .q5_1 => .{ .activation = .q8_1, .dot = dots.dot_q5_1_q8_1 },
-        .q4_K => .{ .activation = .q8_K, .dot = if (tiled) dots.dot_q4_K_q8_K_tiled else dots.dot_q4_K_q8_K },
-        .q5_K => .{ .activation = .q8_K, .dot = if (tiled) dots.dot_q5_K_q8_K_tiled else dots.dot_q5_K_q8_K },
-        .q6_K => .{ .activation = .q8_K, .dot = if (tiled) dots.dot_q6_K_q8_K_tiled else dots.dot_q6_K_q8_K },
+        .q4_K => if (tiled)
+            .{ .activation = .q8_K, .dot = dots.dot_q4_K_q8_K_tiled, .cols_dot = dots.dot_q4_K_q8_K_tiled_cols }
+        else
+            .{ .activation = .q8_K, .dot = dots.dot_q4_K_q8_K },
+        .q5_K => if (tiled)
+            .{ .activation = .q8_K, .dot = dots.dot_q5_K_q8_K_tiled, .cols_dot = dots.dot_q5_K_q8_K_tiled_cols }
+        else
+            .{ .activation = .q8_K, .dot = dots.dot_q5_K_q8_K },
+        .q6_K => if (tiled)
+            .{ .activation = .q8_K, .dot = dots.dot_q6_K_q8_K_tiled, .cols_dot = dots.dot_q6_K_q8_K_tiled_cols }
+        else
+            .{ .activation = .q8_K, .dot = dots.dot_q6_K_q8_K },
         else => null,
     };
 }
@@ -199,7 +213,7 @@ fn dot(x: [*]const f32, y: common.Strided, k: usize) f32 {
 const fused_streams = 4;
 
 comptime {
-    assert(fused_streams <= gemv.rows_max);
+    assert(fused_streams <= gemv.tile_rows_max);
 }
 
 fn mul_mat_fused(a: Tensor, b: Tensor, c: Tensor, work: *const common.Work) common.Status {
@@ -246,13 +260,19 @@ fn fused_rows(a: Tensor, b: Tensor, c: Tensor, batch: usize, first: usize, end: 
             x_rows[count] = @ptrFromInt(a.row_at(.{ .i1 = row, .i2 = a2, .i3 = a3 }).base);
             count += 1;
         }
-        for (0..b.ne[1]) |column| {
-            const index: common.RowIndex = .{ .i1 = column, .i2 = batch2, .i3 = batch3 };
-            const y = gemv.Activation.at(@alignCast(scratch + (column + b.ne[1] * batch) * y_bytes), k);
-            var sums: [gemv.rows_max]f32 = undefined;
-            gemv.dot_rows(a.dtype, &x_rows, count, y, blocks, &sums);
-            const c_row = c.row_at(index);
-            for (0..count) |r| common.store_f32(c_row.at(ms[r]), sums[r]);
+        // Columns a tile at a time (prefill): the rows' blocks unpacked once per tile.
+        var column: usize = 0;
+        while (column < b.ne[1]) {
+            const cols = @min(gemv.cols_max, b.ne[1] - column);
+            var ys: [gemv.cols_max]gemv.Activation = undefined;
+            for (0..cols) |t| ys[t] = gemv.Activation.at(@alignCast(scratch + (column + t + b.ne[1] * batch) * y_bytes), k);
+            var sums: [gemv.cols_max][gemv.rows_max]f32 = undefined;
+            gemv.dot_tile(a.dtype, &x_rows, count, &ys, cols, blocks, &sums);
+            for (0..cols) |t| {
+                const c_row = c.row_at(.{ .i1 = column + t, .i2 = batch2, .i3 = batch3 });
+                for (0..count) |r| common.store_f32(c_row.at(ms[r]), sums[t][r]);
+            }
+            column += cols;
         }
     }
 }
@@ -269,6 +289,10 @@ fn mul_mat_row_dots(a: Tensor, b: Tensor, c: Tensor, rd: RowDot, work: *const co
     }
     work.sync(); // every row of src1 is quantized before any thread reads one
     const range = common.thread_range(group_count(a, b), work);
+    if (rd.cols_dot) |cols_dot| {
+        for (range.begin..range.end) |item| row_dot_tiles(a, b, c, group_of(item, a, b), cols_dot, work.scratch, y_bytes);
+        return .ok;
+    }
     for (range.begin..range.end) |item| {
         const g = group_of(item, a, b);
         for (0..b.ne[1]) |column| {
@@ -289,4 +313,32 @@ fn mul_mat_row_dots(a: Tensor, b: Tensor, c: Tensor, rd: RowDot, work: *const co
         }
     }
     return .ok;
+}
+
+/// One group's rows times every column of src1, each row's blocks unpacked once per
+/// dots.k_cols_max columns (prefill): a tile of columns, then the group's rows one by one
+/// against it (both stay in L1).
+fn row_dot_tiles(a: Tensor, b: Tensor, c: Tensor, g: Group, cols_dot: anytype, scratch: [*]u8, y_bytes: usize) void {
+    const k = a.ne[0];
+    const x_len: usize = @intCast(quant.row_bytes(a.dtype, k));
+    const first = b.ne[1] * (g.batch2 + b.ne[2] * g.batch3);
+    var column: usize = 0;
+    while (column < b.ne[1]) {
+        const cols = @min(dots.k_cols_max, b.ne[1] - column);
+        for (0..g.count) |r| {
+            const x: [*]const u8 = @ptrFromInt(g.weight_row(a, r).base);
+            // The row a group later, as mul_mat_row_dots does.
+            if (column == 0) {
+                var line: usize = 0;
+                while (line < x_len) : (line += 64) @prefetch(x + rows_per_group * x_len + line, .{});
+            }
+            var sums: [dots.k_cols_max]f32 = undefined;
+            cols_dot(x[0..x_len], scratch + (first + column) * y_bytes, y_bytes, cols, &sums);
+            for (0..cols) |t| {
+                const c_row = c.row_at(.{ .i1 = column + t, .i2 = g.batch2, .i3 = g.batch3 });
+                common.store_f32(c_row.at(g.m0 + r), sums[t]);
+            }
+        }
+        column += cols;
+    }
 }

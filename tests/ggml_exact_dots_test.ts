@@ -4,8 +4,8 @@
  * has no q4_1), the q8_0 output layer (ggml_vec_dot_q8_0_q8_0 for one column, tinyBLAS_Q0_AVX
  * from two on: the same sums), q5_0 and q5_1 weights (ggml_vec_dot_q5_0_q8_0 / _q5_1_q8_1;
  * q5_0 takes tinyBLAS_Q0_AVX from two columns on, the same sums), the k-quants of a Q4_K_M
- * file (q4_K, q5_K, q6_K: ggml_vec_dot_q*_K_q8_K per element at any column count, weights not
- * repacked), and the f16 attention products K*q and V*softmax over strided
+ * file (q4_K, q5_K, q6_K, weights not repacked: ggml_vec_dot_q*_K_q8_K per element below 8
+ * columns, ggml's tiled k-quant matmul from 8 on), and the f16 attention products K*q and V*softmax over strided
  * KV-cache views (ggml_vec_dot_f16 for one column or where tinyBLAS declines the shape, tinyBLAS
  * otherwise). Quantized cases below mul_mat_quant.zig's GEMM threshold of 20 columns run as
  * they are; those from 20 on (prefill) ask for ggml's arithmetic (`mulMat(a, b, { ggml: true })`,

@@ -9,7 +9,7 @@
 // webgpu_neural_test's summary), so scripts/test_webgpu.sh runs a file again, once, when its
 // process dies of a signal after reporting every test passed, and says so.
 import assert from "node:assert/strict";
-import { allocTensors, type Context, Graph, type Tensor } from "../mod.ts";
+import { allocTensors, type Context, Graph, simdLevels, type Tensor } from "../mod.ts";
 import { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 
 /**
@@ -67,4 +67,29 @@ export async function computeOnGpu(gpu: WebGpuBackend, built: BuiltGraph): Promi
   const got = await gpu.getTensorAsync(output);
   assert.ok(got instanceof Float32Array);
   return got;
+}
+
+/** A test of {@link exactGpuTests}: needsCpu marks one that compares with the AVX2 CPU. */
+export type ExactGpuTest = (
+  name: string,
+  needsCpu: boolean,
+  fn: (gpu: WebGpuBackend) => Promise<void>,
+) => void;
+
+/**
+ * Deno.test for the WebGPU exactness tests of one file: names prefixed with `prefix`, skipped
+ * without an adapter (`gpu` null), and those that compare with `CpuBackend({ simd: "avx2" })`
+ * also where the CPU has no AVX2 kernel build (said once on stderr).
+ */
+export function exactGpuTests(gpu: WebGpuBackend | null, prefix: string): ExactGpuTest {
+  const hasAvx2 = simdLevels().includes("avx2");
+  if (!hasAvx2) console.warn(`${prefix}: no AVX2 CPU build; the CPU comparisons skipped`);
+  return (name, needsCpu, fn) =>
+    Deno.test({
+      name: `${prefix}: ${name}`,
+      ignore: gpu === null || (needsCpu && !hasAvx2),
+      sanitizeResources: false,
+      sanitizeOps: false,
+      fn: () => fn(gpu!),
+    });
 }

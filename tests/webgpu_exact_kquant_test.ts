@@ -19,7 +19,7 @@
  */
 
 import assert from "node:assert/strict";
-import { closeSharedWebGpuTest, computeOnGpu, sharedWebGpu } from "./gpu.ts";
+import { closeSharedWebGpuTest, computeOnGpu, exactGpuTests, sharedWebGpu } from "./gpu.ts";
 import {
   assertBits,
   build,
@@ -34,24 +34,11 @@ import {
   quantShapeLabel,
   wanted,
 } from "./ggml_exact_dots_cases.ts";
-import { simdLevels } from "../mod.ts";
 import { rowBytes } from "../src/dtype.ts";
-import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { Rng } from "./reference.ts";
 
 const gpu = await sharedWebGpu();
-const hasAvx2 = simdLevels().includes("avx2");
-if (!hasAvx2) console.warn("webgpu exact k-quant: no AVX2 CPU build; the CPU comparisons skipped");
-
-function test(name: string, needsCpu: boolean, fn: (gpu: WebGpuBackend) => Promise<void>): void {
-  Deno.test({
-    name: `webgpu exact k-quant: ${name}`,
-    ignore: gpu === null || (needsCpu && !hasAvx2),
-    sanitizeResources: false,
-    sanitizeOps: false,
-    fn: () => fn(gpu!),
-  });
-}
+const test = exactGpuTests(gpu, "webgpu exact k-quant");
 
 const fixtureCases = cases.filter((c) => c.kind === "quant" && K_QUANTS.includes(c.type));
 test("the fixture has k-quant cases of every type", false, () => {

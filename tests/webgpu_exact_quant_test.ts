@@ -15,7 +15,7 @@
  */
 
 import assert from "node:assert/strict";
-import { closeSharedWebGpuTest, computeOnGpu, sharedWebGpu } from "./gpu.ts";
+import { closeSharedWebGpuTest, computeOnGpu, exactGpuTests, sharedWebGpu } from "./gpu.ts";
 import {
   assertBits,
   build,
@@ -29,24 +29,11 @@ import {
   type QuantShape,
   quantShapeLabel,
 } from "./ggml_exact_dots_cases.ts";
-import { simdLevels } from "../mod.ts";
 import { rowBytes } from "../src/dtype.ts";
-import type { WebGpuBackend } from "../src/backend/webgpu/backend.ts";
 import { Rng } from "./reference.ts";
 
 const gpu = await sharedWebGpu();
-const hasAvx2 = simdLevels().includes("avx2");
-if (!hasAvx2) console.warn("webgpu exact quant: no AVX2 CPU build; the CPU comparisons skipped");
-
-function test(name: string, needsCpu: boolean, fn: (gpu: WebGpuBackend) => Promise<void>): void {
-  Deno.test({
-    name: `webgpu exact quant: ${name}`,
-    ignore: gpu === null || (needsCpu && !hasAvx2),
-    sanitizeResources: false,
-    sanitizeOps: false,
-    fn: () => fn(gpu!),
-  });
-}
+const test = exactGpuTests(gpu, "webgpu exact quant");
 
 // The k-quant cases run on shader_matmul_exact_k.ts's kernel: webgpu_exact_kquant_test.ts.
 for (const c of cases.filter((c) => c.kind === "quant" && !K_QUANTS.includes(c.type))) {

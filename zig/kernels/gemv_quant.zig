@@ -354,6 +354,32 @@ inline fn hsum_float_8(v: F32x8) f32 {
     return (a[0] + a[2]) + (a[1] + a[3]);
 }
 
+/// dot_q4's and dot_q4_pairs' per-block scales of block `b` for every column c: `dxy[c][h]`
+/// holds lanes [d_r * d_y, m_r * d_y] of rows 4h..4h+3 (one vcvtph2ps of their heads), and for
+/// weights with a minimum `summs[c][h]` gains the fused m_r * s_y.
+inline fn block_scales(
+    comptime kind: DType,
+    comptime R: usize,
+    comptime C: usize,
+    rows: *const [rows_max][*]const u8,
+    ys: *const [C]Activation,
+    b: usize,
+    dxy: *[C][(R + 3) / 4]F32x8,
+    summs: *[C][(R + 3) / 4]F32x8,
+) void {
+    const H = comptime (R + 3) / 4;
+    const bb = comptime block_bytes(kind);
+    inline for (0..H) |h| {
+        var heads: @Vector(4, i32) = @splat(0);
+        inline for (4 * h..@min(R, 4 * h + 4)) |r| heads[r - 4 * h] = head_at(rows[r] + b * bb);
+        const dm: F32x8 = common.widen_f16(8, @bitCast(heads));
+        inline for (0..C) |c| {
+            dxy[c][h] = dm * @as(F32x8, @splat(ys[c].d[b]));
+            if (comptime pairs_q8_1(kind)) summs[c][h] = common.fma(F32x8, dm, @as(F32x8, @splat(ys[c].s[b])), summs[c][h]);
+        }
+    }
+}
+
 /// q4_1 rows times a q8_1 activation, or q4_0 rows times a q8_0 one, with
 /// ggml_vec_dot_q4_1_q8_1's and ggml_vec_dot_q4_0_q8_0's f32 operations (x86, AVX2 branch), so
 /// each row's result has their bits: per block, the 32 nibbles (less 8 for q4_0) as [low
@@ -405,15 +431,7 @@ fn dot_q4(comptime kind: DType, comptime R: usize, comptime C: usize, rows: *con
     inline for (0..C) |c| y_bytes[c] = @ptrCast(ys[c].qs);
     for (0..blocks) |b| {
         var dxy: [C][H]F32x8 = undefined;
-        inline for (0..H) |h| {
-            var heads: @Vector(4, i32) = @splat(0);
-            inline for (4 * h..@min(R, 4 * h + 4)) |r| heads[r - 4 * h] = head_at(rows[r] + b * bb);
-            const dm: F32x8 = common.widen_f16(8, @bitCast(heads));
-            inline for (0..C) |c| {
-                dxy[c][h] = dm * @as(F32x8, @splat(ys[c].d[b]));
-                if (with_min) summs[c][h] = common.fma(F32x8, dm, @as(F32x8, @splat(ys[c].s[b])), summs[c][h]);
-            }
-        }
+        block_scales(kind, R, C, rows, ys, b, &dxy, &summs);
         var yq: [C]I8x32 = undefined;
         var offset: [C]I32x8 = undefined;
         const zero: I32x8 = @splat(0);
@@ -473,15 +491,7 @@ fn dot_q4_pairs(comptime kind: DType, comptime R: usize, comptime C: usize, rows
     inline for (0..C) |c| y_bytes[c] = @ptrCast(ys[c].qs);
     for (0..blocks) |b| {
         var dxy: [C][H]F32x8 = undefined;
-        inline for (0..H) |h| {
-            var heads: @Vector(4, i32) = @splat(0);
-            inline for (4 * h..@min(R, 4 * h + 4)) |r| heads[r - 4 * h] = head_at(rows[r] + b * bb);
-            const dm: F32x8 = common.widen_f16(8, @bitCast(heads));
-            inline for (0..C) |c| {
-                dxy[c][h] = dm * @as(F32x8, @splat(ys[c].d[b]));
-                if (with_min) summs[c][h] = common.fma(F32x8, dm, @as(F32x8, @splat(ys[c].s[b])), summs[c][h]);
-            }
-        }
+        block_scales(kind, R, C, rows, ys, b, &dxy, &summs);
         var yq: [P]I8x64 = undefined;
         var offset: [P]I32x16 = undefined;
         const zero: I32x16 = @splat(0);

@@ -12,11 +12,12 @@
  * `add_bos_token`, as llama-bench's. Prints one JSON line: `{"pp":{"samples_ts":[...]},"tg":...}`.
  *
  *   deno run --allow-ffi --allow-env --allow-read bench/llm_graft.ts \
- *     MODEL THREADS N_PROMPT N_GEN N_CTX_PP N_CTX_TG REPS SEED [FA] [DEPTH]
+ *     MODEL THREADS N_PROMPT N_GEN N_CTX_PP N_CTX_TG REPS SEED [FA] [DEPTH] [REPACK]
  *
  * FA: 1 runs the model with flash attention (`LLMLoadOptions.flashAttn`; default 0). DEPTH
  * (llama-bench's `-d`, default 0): each run starts after that many tokens were evaluated, as a
- * prompt (BOS first), untimed.
+ * prompt (BOS first), untimed. REPACK: 0 computes q4_0/q4_K weights as llama.cpp's `--no-repack`
+ * (`LLMLoadOptions.repack`; default 1, as llama-bench's `--repack 1`).
  * @module
  */
 
@@ -26,7 +27,8 @@ import { type GGUFArray, metadataValue } from "../src/gguf/reader.ts";
 import { arrayLength } from "../src/gguf/lazy_array.ts";
 import { tokenStream } from "./llm_tokens.ts";
 
-const [model, threads, nPrompt, nGen, nCtxPP, nCtxTG, reps, seed, fa, depthArg] = Deno.args;
+const [model, threads, nPrompt, nGen, nCtxPP, nCtxTG, reps, seed, fa, depthArg, repack] =
+  Deno.args;
 const depth = Number(depthArg ?? 0);
 if (seed === undefined) {
   throw new Error("usage: llm_graft.ts MODEL THREADS N_PROMPT N_GEN N_CTX_PP N_CTX_TG REPS SEED");
@@ -71,6 +73,7 @@ async function test(
     nCtx,
     backend: "cpu",
     flashAttn: fa === "1",
+    repack: repack !== "0",
   });
   llm.reset();
   await run(llm, warmup);

@@ -95,13 +95,15 @@ const padCtx = (n: number): number => Math.ceil(n / LLAMA_CTX_PAD) * LLAMA_CTX_P
 const N_CTX_PP = padCtx(N_PROMPT + DEPTH);
 const N_CTX_TG = padCtx(N_GEN + DEPTH);
 
-async function runGraft(): Promise<Side> {
+/** Graft's side; `repack` as llama-bench's `--repack` (LLMLoadOptions.repack). */
+async function runGraft(repack: 0 | 1): Promise<Side> {
   const script = new URL("./llm_graft.ts", import.meta.url).pathname;
   const run = await runWithPeakRss(Deno.execPath(), [
     ...["run", "--allow-ffi", "--allow-env", "--allow-read", script, MODEL],
     ...[THREADS, N_PROMPT, N_GEN, N_CTX_PP, N_CTX_TG, REPS, SEED].map(String),
     FA === "on" ? "1" : "0",
     String(DEPTH),
+    String(repack),
   ]);
   if (!run.success) throw new Error(`bench/llm_graft.ts failed:\n${run.stderr}`);
   const out = JSON.parse(run.stdout.trim().split("\n").at(-1)!) as {
@@ -171,7 +173,8 @@ if (import.meta.main) {
     console.log(`# llama_bench: ${llamaBench} ${llamaBenchArgs(settings).join(" ")}`);
     console.log(
       `#   -fa ${settings.flashAttn}: llama-bench's default is auto (on where the CPU backend ` +
-        `supports it); both sides are set alike (--fa on|off). --repack ${repack}: ${why}`,
+        `supports it); both sides are set alike (--fa on|off). --repack ${repack}: ${why}; ` +
+        `Graft's repack option follows it`,
     );
   }
   const nodeMissing = args.includes("--no-node")
@@ -194,7 +197,7 @@ if (import.meta.main) {
     const steps: (() => Promise<void>)[] = [
       async () => {
         progress.step(`round ${round + 1}/${ROUNDS}: graft`);
-        add(graft, await runGraft());
+        add(graft, await runGraft(settings.repack));
       },
       async () => {
         progress.step(`round ${round + 1}/${ROUNDS}: llama-bench`);

@@ -2,8 +2,9 @@
  * llama.cpp's greedy runs as the LLM tests read them (tests/fixtures/llm/*.json, written by
  * tools/llm_fixtures.sh from the pinned build), and the one check every backend's test makes
  * against them: teacher forcing along llama.cpp's ids with its logits, then Graft's own greedy
- * decoding. Shared by tests/llm_test.ts, tests/llm_kquant_test.ts and tests/webgpu_llm_test.ts.
- * Also the k-quant models those fixtures were recorded from, made again from the cached Q4_1 file.
+ * decoding. Shared by tests/llm_test.ts, tests/llm_requant_test.ts and tests/webgpu_llm_test.ts.
+ * Also the requantized models those fixtures were recorded from, made again from the cached Q4_1
+ * file.
  * @module
  */
 
@@ -107,17 +108,19 @@ export async function assertMatchesLlama(
 }
 
 /**
- * The tensor types Graft's quantizer gives SmolLM2 for each k-quant mix (tools/llm_kquant_fixtures.sh
- * records llama.cpp's runs of the same files). Its rows of 576 take no k-quant, so the k-quants are
- * the ffn_down tensors (rows of 1536).
+ * The tensor types Graft's quantizer gives SmolLM2 for each type mix it is requantized to
+ * (tools/llm_requant_fixtures.sh records llama.cpp's runs of the same files). Its rows of 576 take
+ * no k-quant, so the k-quants are the ffn_down tensors (rows of 1536); q4_0's q6_K embeddings fall
+ * back to q8_0 for the same reason.
  */
-export const KQUANT_MIXES = {
+export const REQUANT_MIXES = {
   q4_K_M: { q5_0: 166, f32: 61, q4_K: 16, q8_0: 15, q6_K: 14 },
   q5_K_M: { q5_1: 166, f32: 61, q5_K: 16, q8_0: 15, q6_K: 14 },
+  q4_0: { q4_0: 210, f32: 61, q8_0: 1 },
 } as const;
 
-/** A k-quant mix of {@link KQUANT_MIXES}. */
-export type KQuantMix = keyof typeof KQUANT_MIXES;
+/** A type mix of {@link REQUANT_MIXES}. */
+export type RequantMix = keyof typeof REQUANT_MIXES;
 
 async function sha256Hex(path: string): Promise<string> {
   const digest = await crypto.subtle.digest("SHA-256", await Deno.readFile(path));
@@ -130,20 +133,20 @@ async function sha256Hex(path: string): Promise<string> {
  * change in the quantizer shows as such and not as a model mismatch). Returns its path.
  */
 export async function requantizedSmolLM2(
-  type: KQuantMix,
+  type: RequantMix,
   dir: string,
   fixture?: LlamaFixture,
 ): Promise<string> {
   const path = `${dir}/SmolLM2-135M-Instruct.${type.toUpperCase()}-from-Q4_1.gguf`;
   // The warning says requantizing loses more than quantizing f32 weights: meant here.
   const summary = await quantizeGGUF(SMOLLM2_PATH, path, { type, onWarning: (): void => {} });
-  assert.deepEqual(summary.counts, KQUANT_MIXES[type]);
+  assert.deepEqual(summary.counts, REQUANT_MIXES[type]);
   if (fixture) {
     assert.equal(
       await sha256Hex(path),
       fixture.source.model_sha256,
       `Graft's ${type} file is not the one the fixture was recorded from (the quantizer ` +
-        `changed?): check it against llama-quantize with tools/llm_kquant_fixtures.sh ${type}`,
+        `changed?): check it against llama-quantize with tools/llm_requant_fixtures.sh ${type}`,
     );
   }
   return path;

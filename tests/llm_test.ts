@@ -236,6 +236,11 @@ Deno.test({
       () => LLM.load(SMOLLM2_PATH, { flashAttn: "on" as any }),
       /flashAttn must be a boolean/,
     );
+    await assert.rejects(
+      // deno-lint-ignore no-explicit-any -- a wrong type, as from untyped JavaScript
+      () => LLM.load(SMOLLM2_PATH, { repack: 0 as any }),
+      /repack must be a boolean, got 0/,
+    );
   },
 });
 

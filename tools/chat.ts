@@ -13,7 +13,7 @@ import { loadModel, parseLlmArgs, runCli, timingLine } from "./llm_cli.ts";
 
 const USAGE = `usage: deno task chat [--model FILE] [--system TEXT] [--temp T] [-n N] [--seed S]
   [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty X] [--backend cpu|webgpu] [-g GPU_LAYERS]
-  [--threads N] [-c CTX] [-fa on|off] [--verbose]
+  [--threads N] [-c CTX] [-fa on|off] [--no-repack] [--verbose]
 Type a message and press Enter. /reset forgets the conversation, /exit or Ctrl-D leaves.`;
 
 async function* lines(): AsyncGenerator<string> {

@@ -3,7 +3,7 @@
  *
  *   deno task generate [--model FILE] (--prompt TEXT | --prompt-ids 1,2,3) [-n N] [--temp T]
  *     [--seed S] [--chat] [--system TEXT] [--backend cpu|webgpu] [-g GPU_LAYERS] [--threads N] [--ignore-eos]
- *     [--rpc HOST:PORT,...] [-fa on|off] [--json]
+ *     [--rpc HOST:PORT,...] [-fa on|off] [--no-repack] [--json]
  *
  * Streams the text to stdout as it is made; timings go to stderr. `--prompt` text is tokenized
  * with special tokens parsed (as llama.cpp's CLI); `--chat` wraps it as a user turn in the
@@ -12,7 +12,9 @@
  * servers (`ggml-rpc-server`, or Graft's), split by their free memory; with several the embedding
  * stays local, with one the whole model runs there. `-fa on` (`--flash-attn on`, llama.cpp's
  * flag) runs attention as one fused kernel per block; the default, off, is llama.cpp's
- * non-flash graph, whose logits Graft gives bit for bit.
+ * non-flash graph, whose logits Graft gives bit for bit. `--no-repack` (llama.cpp's flag) computes
+ * q4_0 and q4_K weights as llama.cpp does with it; by default they take the order of its
+ * repacked kernels, llama.cpp's default on x86 CPUs with AVX2 (`LLMLoadOptions.repack`).
  * The model defaults to the cached SmolLM2 file (fetched on first use).
  * @module
  */
@@ -22,7 +24,8 @@ import { loadModel, parseLlmArgs, runCli, timingLine, UsageError } from "./llm_c
 const USAGE = `usage: deno task generate [--model FILE] (--prompt TEXT | --prompt-ids 1,2,3)
   [-n N] [--temp T] [--seed S] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty X]
   [--presence-penalty X] [-r STOP]... [--chat] [--system TEXT] [--backend cpu|webgpu]
-  [--threads N] [-c CTX] [--ignore-eos] [--rpc HOST:PORT,...] [-fa on|off] [--json]`;
+  [--threads N] [-c CTX] [--ignore-eos] [--rpc HOST:PORT,...] [-fa on|off] [--no-repack]
+  [--json]`;
 
 async function main(args: string[]): Promise<number> {
   const options = parseLlmArgs(args, {

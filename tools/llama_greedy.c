@@ -17,9 +17,14 @@
 // Prints one JSON object on stdout; llama.cpp's log goes to stderr only with -v.
 //
 // Usage: llama_greedy -m MODEL (-f PROMPT_FILE | --ids 1,2,3) -n N [-c N_CTX] [-b N_BATCH]
-//        [-ub N_UBATCH] [-t THREADS] [--extra-bufts] [-v]
+//        [-ub N_UBATCH] [-t THREADS] [--extra-bufts | --repack REGEX] [-v]
 // Weight repacking (extra buffer types, --no-repack in the CLI) is off unless --extra-bufts: on an
 // AMX CPU ggml's AMX buffer type takes the Q4_1 weights and this machine's VM faults on ldtilecfg.
+// --repack REGEX puts the weights whose names match REGEX in ggml's CPU_REPACK buffer type and
+// nothing in any other extra buffer type (never AMX): what llama.cpp's default does on an x86 CPU
+// without AMX, where CPU_REPACK is the only extra buffer type and takes exactly the q4_0 and q4_K
+// matrices whose ne[1] is a multiple of 8 (ggml_repack_get_optimal_repack_type). The caller
+// (tools/llm_fixtures.sh) builds REGEX from the file's tensor table.
 #include "llama.h"
 
 #include <math.h>
@@ -47,6 +52,21 @@ static void log_cb(enum ggml_log_level level, const char *text, void *user) {
 static void die(const char *msg) {
   fprintf(stderr, "llama_greedy: %s\n", msg);
   exit(1);
+}
+
+// ggml's CPU_REPACK buffer type, from the CPU device's extra buffer types (as llama.cpp's
+// make_cpu_buft_list finds them).
+static ggml_backend_buffer_type_t cpu_repack_buft(void) {
+  ggml_backend_dev_t dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+  if (!dev) die("no CPU device");
+  ggml_backend_dev_get_extra_bufts_t get = (ggml_backend_dev_get_extra_bufts_t)
+      ggml_backend_reg_get_proc_address(ggml_backend_dev_backend_reg(dev), "ggml_backend_dev_get_extra_bufts");
+  if (!get) die("the CPU backend has no extra buffer types");
+  for (ggml_backend_buffer_type_t *b = get(dev); b && *b; b++) {
+    if (!strcmp(ggml_backend_buft_name(*b), "CPU_REPACK")) return *b;
+  }
+  die("the CPU backend has no CPU_REPACK buffer type");
+  return NULL;
 }
 
 static char *read_file(const char *path, size_t *len) {
@@ -229,6 +249,7 @@ int main(int argc, char **argv) {
   const char *model_path = NULL, *prompt_file = NULL, *ids_arg = NULL;
   int n_gen = 64, n_ctx = 0, n_batch = 2048, n_ubatch = 512, threads = 2;
   bool extra_bufts = false;
+  const char *repack = NULL;
   enum llama_flash_attn_type flash_attn = LLAMA_FLASH_ATTN_TYPE_AUTO;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -251,6 +272,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "-b")) n_batch = atoi(v);
     else if (!strcmp(a, "-ub")) n_ubatch = atoi(v);
     else if (!strcmp(a, "-t")) threads = atoi(v);
+    else if (!strcmp(a, "--repack")) repack = v;
     else if (!strcmp(a, "-fa")) {
       if (!strcmp(v, "on")) flash_attn = LLAMA_FLASH_ATTN_TYPE_ENABLED;
       else if (!strcmp(v, "off")) flash_attn = LLAMA_FLASH_ATTN_TYPE_DISABLED;
@@ -266,6 +288,13 @@ int main(int argc, char **argv) {
 
   struct llama_model_params mp = llama_model_default_params();
   mp.use_extra_bufts = extra_bufts;
+  struct llama_model_tensor_buft_override overrides[2] = {{NULL, NULL}, {NULL, NULL}};
+  if (repack) {
+    if (extra_bufts) die("--repack and --extra-bufts exclude each other");
+    overrides[0].pattern = repack;
+    overrides[0].buft = cpu_repack_buft();
+    mp.tensor_buft_overrides = overrides;
+  }
   struct llama_model *model = llama_model_load_from_file(model_path, mp);
   if (!model) die("cannot load model");
   const struct llama_vocab *vocab = llama_model_get_vocab(model);
@@ -333,6 +362,17 @@ int main(int argc, char **argv) {
   printf("\"flash_attn\":\"%s\",\"type_k\":\"f16\",\"type_v\":\"f16\",\"use_extra_bufts\":%s,",
          g_flash_attn == 1 ? "enabled" : g_flash_attn == 0 ? "disabled" : "unknown",
          extra_bufts ? "true" : "false");
+  printf("\"repack\":");
+  if (repack) {
+    putchar('"');
+    for (const char *c = repack; *c; c++) {
+      if (*c == '"' || *c == '\\') putchar('\\');
+      putchar(*c);
+    }
+    printf("\",");
+  } else {
+    printf("null,");
+  }
   printf("\"n_vocab\":%d,\"eog\":[", n_vocab);
   for (int i = 0, first = 1; i < n_vocab; i++) {
     if (llama_vocab_is_eog(vocab, i)) {

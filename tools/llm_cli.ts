@@ -44,6 +44,7 @@ export const LLM_OPTIONS = {
   "cache-type": { type: "string" },
   "flash-attn": { type: "string" },
   "no-mmap": { type: "boolean" },
+  "no-repack": { type: "boolean" },
   help: { type: "boolean", short: "h" },
 } as const;
 
@@ -113,6 +114,7 @@ export function parseLlmArgs(
     ...(nBatch !== undefined ? { nBatch } : {}),
     ...(gpuLayers !== undefined ? { gpuLayers } : {}),
     ...(v["no-mmap"] ? { mmap: false } : {}),
+    ...(v["no-repack"] ? { repack: false } : {}),
     ...(flashAttn === "on" ? { flashAttn: true } : {}),
     ...(typeof v.rpc === "string" ? { rpc: rpcServers(v.rpc) } : {}),
   };

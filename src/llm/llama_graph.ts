@@ -277,6 +277,12 @@ export interface LlamaGraphOptions {
    */
   readonly ggml?: boolean;
   /**
+   * With `ggml`, q4_0 and q4_K weights with a multiple of 8 rows take the order of llama.cpp's
+   * repacked CPU kernels (`mulMat`'s `repack` option; llama.cpp's default on x86 CPUs with AVX2
+   * and no AMX). Default true; false is llama.cpp's `--no-repack`.
+   */
+  readonly repack?: boolean;
+  /**
    * Attention as one fused `flashAttnExt` per block (llama.cpp's `-fa on`): no `[nKv, T, nHead]`
    * scores in memory. The cache must store its values as the keys (`KvCache`'s `vTransposed`
    * false). Default false: scores, softmax and `V·p` as llama.cpp's non-flash graph.
@@ -312,7 +318,7 @@ export function buildLlamaGraph(
   shape: LlamaGraphShape,
   options: boolean | LlamaGraphOptions = true,
 ): LlamaGraph {
-  const { ggml = true, flashAttn = false } = typeof options === "boolean"
+  const { ggml = true, repack = true, flashAttn = false } = typeof options === "boolean"
     ? { ggml: options }
     : options;
   if (flashAttn === cache.vTransposed) {
@@ -348,8 +354,10 @@ export function buildLlamaGraph(
   };
   const cacheBytes = dtypeSize[cache.type];
   // With `ggml`, every product computes as ggml's CPU backend does (activations quantized per
-  // block at any token count), so the model follows llama.cpp's arithmetic.
-  const mulMat = (a: Tensor, b: Tensor): Tensor => mulMatAny(a, b, { ggml });
+  // block at any token count), so the model follows llama.cpp's arithmetic; `repack` as
+  // llama.cpp's default placement of q4_0/q4_K weights.
+  const mulMat = (a: Tensor, b: Tensor): Tensor =>
+    mulMatAny(a, b, ggml && repack ? { ggml, repack } : { ggml });
   const nCtx = cache.nCtx;
 
   let x = getRows(weights.tokenEmbd, tokens); // [nEmbd, T]

@@ -79,6 +79,15 @@ export interface LLMLoadOptions {
    */
   readonly arithmetic?: "ggml" | "fast";
   /**
+   * With `arithmetic: "ggml"`, multiply q4_0 and q4_K weights whose row count is a multiple of 8
+   * in the summation order of llama.cpp's repacked CPU kernels (its CPU_REPACK buffer type: what
+   * llama.cpp does by default on x86 CPUs with AVX2 and without AMX), so that Q4_0 and Q4_K_M
+   * models give a default llama.cpp run's logits bit for bit (`tests/llm_repack_test.ts`).
+   * Default true; false gives llama.cpp's `--no-repack` instead. Other weight types, and models
+   * without such weights (SmolLM2 Q4_1), compute the same either way.
+   */
+  readonly repack?: boolean;
+  /**
    * Flash attention (llama.cpp's `-fa on`): each block's attention is one fused
    * `flashAttnExt` that never holds the `[nKv, nTokens, nHead]` scores, and the V cache stores
    * a position's values as a row, as the keys. Default false: llama.cpp's non-flash graph, whose
@@ -278,6 +287,10 @@ export class LLM implements Disposable {
           `LLM.load: arithmetic must be "ggml" or "fast", got ${String(arithmetic)}`,
         );
       }
+      const repack = options.repack ?? true;
+      if (typeof repack !== "boolean") {
+        throw new ArgumentError(`LLM.load: repack must be a boolean, got ${String(repack)}`);
+      }
       const flashAttn = options.flashAttn ?? false;
       if (typeof flashAttn !== "boolean") {
         throw new ArgumentError(`LLM.load: flashAttn must be a boolean, got ${String(flashAttn)}`);
@@ -402,7 +415,7 @@ export class LLM implements Disposable {
         nBatch,
         kvBucket,
         split,
-        graph: { ggml: arithmetic === "ggml", flashAttn },
+        graph: { ggml: arithmetic === "ggml", repack, flashAttn },
       });
     } catch (error) {
       for (const w of weights) w.dispose();

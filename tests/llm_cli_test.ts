@@ -5,7 +5,9 @@
  */
 
 import assert from "node:assert/strict";
+import { CpuBackend } from "../mod.ts";
 import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
+import { llamaFixtureFor, requantizedSmolLM2 } from "./llm_fixture.ts";
 
 const canRun = Deno.permissions.querySync({ name: "run" }).state === "granted";
 const ignore = !smolLM2Cached() || !canRun;
@@ -117,6 +119,37 @@ Deno.test({
       assert.equal(r.code, 0, r.stderr);
       // The first ids are far from ties (measured margins above 1): the same as without.
       assert.deepEqual((JSON.parse(r.stdout) as { ids: number[] }).ids, [7042, 30, 198, 198]);
+    }
+  },
+});
+
+Deno.test({
+  name: "generate --no-repack (llama.cpp's flag) on a Q4_0 model: llama.cpp's ids with and without",
+  ignore,
+  async fn(): Promise<void> {
+    // SmolLM2 requantized to Q4_0: every q4_0 matrix is one llama.cpp repacks by default. On the
+    // "code" prompt the two placements' greedy ids part at step 9 (AVX-512 build's fixtures) and
+    // 17 (AVX2's), so 24 ids tell them apart.
+    const simd = ((): string => {
+      using cpu = new CpuBackend({ threads: 1 });
+      return cpu.simd;
+    })();
+    const dir = await Deno.makeTempDir({ prefix: "graft-cli-q4_0-" });
+    try {
+      const model = await requantizedSmolLM2("q4_0", dir);
+      for (const repack of [true, false]) {
+        const want = llamaFixtureFor(`smollm2_q4_0_greedy${repack ? "_repack" : ""}`, simd);
+        if (!want) continue; // no fixture for this SIMD level: llm_requant_test says so
+        const c = want.cases.find((c) => c.name === "code")!;
+        const r = await run("tools/generate.ts", [
+          ...["--model", model, "--prompt-ids", c.prompt_ids.join(","), "-n", "24"],
+          ...["--temp", "0", "--ignore-eos", "--json", ...(repack ? [] : ["--no-repack"])],
+        ]);
+        assert.equal(r.code, 0, r.stderr);
+        assert.deepEqual((JSON.parse(r.stdout) as { ids: number[] }).ids, c.ids.slice(0, 24));
+      }
+    } finally {
+      await Deno.remove(dir, { recursive: true });
     }
   },
 });

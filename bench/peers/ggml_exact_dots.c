@@ -96,6 +96,14 @@ static void gen_blocks(enum ggml_type type, uint8_t *out, size_t blocks) {
       uint32_t qh = next_u32();
       memcpy(p + (with_min ? 4 : 2), &qh, 4);
       for (int i = 0; i < 16; i++) p[(with_min ? 8 : 6) + i] = (uint8_t)(next_u32() & 0xff);
+    } else if (type == GGML_TYPE_Q4_0) {
+      // d (magnitude in [2^-9, 2^-8), either sign: repacked weights keep it as it is), 16 bytes
+      // of nibbles.
+      uint8_t *p = out + b * 18;
+      uint32_t r = next_u32();
+      uint16_t d = (uint16_t)((r & 0x8000) | 0x1C00 | (r & 0x3ff));
+      memcpy(p, &d, 2);
+      for (int i = 0; i < 16; i++) p[2 + i] = next_byte();
     } else if (type == GGML_TYPE_Q4_1) {
       uint8_t *p = out + b * 20;
       uint16_t d = (uint16_t)(0x2000 | (next_u32() & 0x3ff));
@@ -145,18 +153,45 @@ struct spec {
   uint32_t seed;
 };
 
+// A quant case with src0 in the CPU_REPACK buffer type (ggml's repacked 8x8 kernels) and src1
+// [k, n, batch] (ne12 = batch; src0, 2-D, broadcast over it).
+struct repack_spec {
+  struct spec s;
+  int batch;
+};
+
+// The CPU backend's CPU_REPACK buffer type (never AMX's, which SIGILLs on this VM), from the
+// CPU device's extra buffer types.
+static ggml_backend_buffer_type_t repack_buft(void) {
+  ggml_backend_reg_t reg = ggml_backend_cpu_reg();
+  ggml_backend_dev_t dev = ggml_backend_reg_dev_get(reg, 0);
+  typedef ggml_backend_buffer_type_t *(*get_extra_t)(ggml_backend_dev_t);
+  get_extra_t get_extra =
+      (get_extra_t)ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts");
+  if (get_extra) {
+    for (ggml_backend_buffer_type_t *t = get_extra(dev); t && *t; t++) {
+      if (strcmp(ggml_backend_buft_name(*t), "CPU_REPACK") == 0) return *t;
+    }
+  }
+  fprintf(stderr, "ggml_exact_dots: no CPU_REPACK buffer type\n");
+  exit(1);
+}
+
 enum { CELLS = 256, EMBD = 192, HEAD = 64, KV_HEADS = 3, Q_HEADS = 9 };
 
 // Builds the case's graph in a fresh context on `backend`, sets the inputs, computes, and copies
 // the result into `out` (allocated here); returns the element count.
-static size_t run_case(ggml_backend_t backend, const struct spec *s, float **out) {
+static size_t run_case(ggml_backend_t backend, const struct spec *s, int repack, int batch, float **out) {
   struct ggml_init_params ip = {ggml_tensor_overhead() * 16 + ggml_graph_overhead(), NULL, true};
   struct ggml_context *ctx = ggml_init(ip);
+  // A repacked src0 lives in a context (and buffer) of its own, of the CPU_REPACK type.
+  struct ggml_context *ctx_a = repack ? ggml_init(ip) : ctx;
+  ggml_backend_buffer_t buf_a = NULL;
   struct ggml_tensor *a, *b, *src0, *src1;
   rng_state = s->seed;
   if (strcmp(s->kind, "quant") == 0) {
-    a = ggml_new_tensor_2d(ctx, s->type, s->k, s->m);
-    b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, s->k, s->n);
+    a = ggml_new_tensor_2d(ctx_a, s->type, s->k, s->m);
+    b = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, s->k, s->n, batch);
     src0 = a;
     src1 = b;
   } else if (strcmp(s->kind, "kq") == 0) {
@@ -173,8 +208,9 @@ static size_t run_case(ggml_backend_t backend, const struct spec *s, float **out
   struct ggml_tensor *c = ggml_mul_mat(ctx, src0, src1);
   struct ggml_cgraph *gf = ggml_new_graph(ctx);
   ggml_build_forward_expand(gf, c);
+  if (repack) buf_a = ggml_backend_alloc_ctx_tensors_from_buft(ctx_a, repack_buft());
   ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
-  if (!buf) {
+  if (!buf || (repack && !buf_a)) {
     fprintf(stderr, "ggml_exact_dots: allocation failed\n");
     exit(1);
   }
@@ -205,6 +241,8 @@ static size_t run_case(ggml_backend_t backend, const struct spec *s, float **out
   free(ad);
   free(bd);
   ggml_backend_buffer_free(buf);
+  if (buf_a) ggml_backend_buffer_free(buf_a);
+  if (ctx_a != ctx) ggml_free(ctx_a);
   ggml_free(ctx);
   return count;
 }
@@ -297,6 +335,39 @@ int main(int argc, char **argv) {
       {"quant", GGML_TYPE_Q6_K, 1536, 40, 16, 0, 910},
       {"quant", GGML_TYPE_Q6_K, 768, 37, 17, 0, 911},
   };
+  static const struct repack_spec repack_specs[] = {
+      // Repacked weights (src0 in CPU_REPACK, as a default llama.cpp run puts q4_0 and q4_K
+      // weights with rows a multiple of 8 on an AVX2 CPU): ggml_quantize_mat_*_4x8 and
+      // ggml_gemm_*_8x8 on src1's columns in groups of 4, quantize_row_* and ggml_gemv_*_8x8 on
+      // the n % 4 columns left. SmolLM2 shapes, columns on both sides of every group of 4 and
+      // of the AVX-512 gemm's 16 rows, and a src1 batch (ne12 = 3, src0 broadcast).
+      {{"quant", GGML_TYPE_Q4_0, 576, 576, 1, 0, 1001}, 1},
+      {{"quant", GGML_TYPE_Q4_0, 576, 1536, 2, 0, 1002}, 1},
+      {{"quant", GGML_TYPE_Q4_0, 1536, 576, 3, 0, 1003}, 1},
+      {{"quant", GGML_TYPE_Q4_0, 96, 8, 4, 0, 1004}, 1},
+      {{"quant", GGML_TYPE_Q4_0, 160, 16, 5, 0, 1005}, 1},
+      {{"quant", GGML_TYPE_Q4_0, 32, 24, 7, 0, 1006}, 1},
+      {{"quant", GGML_TYPE_Q4_0, 576, 8, 8, 0, 1007}, 1},
+      {{"quant", GGML_TYPE_Q4_0, 224, 16, 9, 0, 1008}, 1},
+      {{"quant", GGML_TYPE_Q4_0, 64, 24, 12, 0, 1009}, 1},
+      {{"quant", GGML_TYPE_Q4_0, 288, 40, 13, 0, 1010}, 1},
+      {{"quant", GGML_TYPE_Q4_0, 576, 16, 20, 0, 1011}, 1},
+      {{"quant", GGML_TYPE_Q4_0, 128, 24, 64, 0, 1012}, 1},
+      {{"quant", GGML_TYPE_Q4_0, 96, 16, 5, 0, 1013}, 3},
+      {{"quant", GGML_TYPE_Q4_K, 1536, 576, 1, 0, 1101}, 1},
+      {{"quant", GGML_TYPE_Q4_K, 512, 1536, 2, 0, 1102}, 1},
+      {{"quant", GGML_TYPE_Q4_K, 1536, 576, 3, 0, 1103}, 1},
+      {{"quant", GGML_TYPE_Q4_K, 256, 8, 4, 0, 1104}, 1},
+      {{"quant", GGML_TYPE_Q4_K, 768, 16, 5, 0, 1105}, 1},
+      {{"quant", GGML_TYPE_Q4_K, 1024, 24, 7, 0, 1106}, 1},
+      {{"quant", GGML_TYPE_Q4_K, 1280, 8, 8, 0, 1107}, 1},
+      {{"quant", GGML_TYPE_Q4_K, 1536, 16, 9, 0, 1108}, 1},
+      {{"quant", GGML_TYPE_Q4_K, 512, 24, 12, 0, 1109}, 1},
+      {{"quant", GGML_TYPE_Q4_K, 256, 40, 13, 0, 1110}, 1},
+      {{"quant", GGML_TYPE_Q4_K, 768, 16, 20, 0, 1111}, 1},
+      {{"quant", GGML_TYPE_Q4_K, 512, 24, 64, 0, 1112}, 1},
+      {{"quant", GGML_TYPE_Q4_K, 512, 16, 6, 0, 1113}, 3},
+  };
   FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
   if (!f) {
     perror(path);
@@ -308,22 +379,27 @@ int main(int argc, char **argv) {
           ggml_cpu_has_avx512() ? "AVX-512" : "AVX2");
   fprintf(f, "  \"cases\": [\n");
   size_t n_specs = sizeof specs / sizeof specs[0];
+  size_t n_repack = sizeof repack_specs / sizeof repack_specs[0];
   int first = 1;
-  for (size_t i = 0; i < n_specs; i++) {
-    const struct spec *s = &specs[i];
-    if (avx2_set && s->type != GGML_TYPE_F16 && !is_k_quant(s->type)) continue;
+  for (size_t i = 0; i < n_specs + n_repack; i++) {
+    const int repack = i >= n_specs;
+    const struct spec *s = repack ? &repack_specs[i - n_specs].s : &specs[i];
+    const int batch = repack ? repack_specs[i - n_specs].batch : 1;
+    if (avx2_set && s->type != GGML_TYPE_F16 && !is_k_quant(s->type) && !repack) continue;
     float *one = NULL, *two = NULL;
     ggml_backend_cpu_set_n_threads(backend, 1);
-    size_t count = run_case(backend, s, &one);
+    size_t count = run_case(backend, s, repack, batch, &one);
     ggml_backend_cpu_set_n_threads(backend, 2);
-    run_case(backend, s, &two);
+    run_case(backend, s, repack, batch, &two);
     if (memcmp(one, two, count * sizeof(float)) != 0) {
       fprintf(stderr, "ggml_exact_dots: case %zu: 1 and 2 threads differ\n", i);
       return 1;
     }
-    fprintf(f, "%s    {\"kind\": \"%s\", \"type\": \"%s\", \"k\": %d, \"m\": %d, \"n\": %d, \"n_kv\": %d, \"seed\": %u, \"bits\": \"",
+    fprintf(f, "%s    {\"kind\": \"%s\", \"type\": \"%s\", \"k\": %d, \"m\": %d, \"n\": %d, \"n_kv\": %d, \"seed\": %u, ",
             first ? "" : ",\n", s->kind, ggml_type_name(s->type), s->k, s->m, s->n, s->n_kv, s->seed);
     first = 0;
+    if (repack) fprintf(f, "\"repack\": true, \"batch\": %d, ", batch);
+    fprintf(f, "\"bits\": \"");
     put_base64(f, (const uint8_t *)one, count * sizeof(float));
     fprintf(f, "\"}");
     free(one);

@@ -1,9 +1,13 @@
 /**
  * WebGPU's mulMat in the order of llama.cpp's repacked q4_0 / q4_K kernels (mulMat's `repack`
- * option, params[1] = 2: src/backend/webgpu/shader_matmul_exact.ts and shader_matmul_exact_k.ts)
- * against an emulation of ggml's AVX2 steps in this file ({@link reference}: every f32 rounding
- * by Math.fround, every fused multiply-add rounded once), bit for bit:
- * - q4_0 (ggml_gemv / ggml_gemm_q4_0_8x8_q8_0) and q4_K (ggml_gemv / ggml_gemm_q4_K_8x8_q8_K) at
+ * option, params[1] = 2: src/backend/webgpu/shader_matmul_exact.ts and shader_matmul_exact_k.ts),
+ * bit for bit:
+ * - every repacked case of tests/fixtures/ggml_exact_dots_avx2.json (ggml's AVX2 build's own
+ *   mul_mat with src0 in its CPU_REPACK buffer: q4_0 and q4_K, 1 to 13, 20 and 64 columns, a
+ *   src1 batch), against ggml's bits, and the emulation below against them too;
+ * - against an emulation of ggml's AVX2 steps in this file ({@link reference}: every f32 rounding
+ *   by Math.fround, every fused multiply-add rounded once):
+ *   q4_0 (ggml_gemv / ggml_gemm_q4_0_8x8_q8_0) and q4_K (ggml_gemv / ggml_gemm_q4_K_8x8_q8_K) at
  *   1 to 13, 20 and 64 columns (the gemm on each batch's groups of 4 columns, the gemv on the
  *   rest), rows of an odd number of blocks, row counts that are multiples of 8 but of no
  *   workgroup's 32 or 64, rows longer than one chunk of either kernel, broadcast batches, and
@@ -12,6 +16,10 @@
  * - nodes with params[1] = 2 that llama.cpp does not repack (other weight types, q4_0 / q4_K
  *   weights whose row count is no multiple of 8 or that have batches) give the bits of
  *   params[1] = 1.
+ * The emulation quantizes q8_K by quantize_row_q8_K_ref's rule, as the kernel does; ggml's
+ * ggml_quantize_mat_q8_K_4x8 (the gemm's columns) takes the opposite sign for a super-block whose
+ * largest magnitude appears with both signs, the negative first (some of the activations here),
+ * which negates d and every quant and bsum and so changes no product's bits.
  * Every element is bit-exact: there is no tolerance (activations holding an infinity or NaN are
  * not covered). Skipped, visibly, when Deno finds no adapter.
  */
@@ -21,7 +29,7 @@ import { Context, mulMat, quantize, type Tensor } from "../mod.ts";
 import { Op } from "../src/op.ts";
 import { Tensor as TensorClass } from "../src/tensor.ts";
 import { closeSharedWebGpuTest, computeOnGpu, exactGpuTests, sharedWebGpu } from "./gpu.ts";
-import { assertBits, type CaseGraph } from "./ggml_exact_dots_cases.ts";
+import { assertBits, type CaseGraph, fixtureBits, XorShift } from "./ggml_exact_dots_cases.ts";
 import { decodeF16, Rng, roundF16 } from "./reference.ts";
 
 const gpu = await sharedWebGpu();
@@ -314,6 +322,93 @@ function buildShape(
     weights,
     x,
   };
+}
+
+/**
+ * A repacked case of tests/fixtures/ggml_exact_dots_avx2.json: ggml's AVX2 build's mul_mat of
+ * src0 [k, m] in the CPU_REPACK buffer and src1 [k, n, batch], inputs from
+ * bench/peers/ggml_exact_dots.c's generator (mirrored by {@link fixtureInputs}).
+ */
+interface RepackCase {
+  kind: string;
+  type: string;
+  k: number;
+  m: number;
+  n: number;
+  seed: number;
+  repack?: boolean;
+  batch?: number;
+  bits: string;
+}
+
+const FIXTURE_AVX2 = new URL("./fixtures/ggml_exact_dots_avx2.json", import.meta.url);
+const repackCases = (JSON.parse(Deno.readTextFileSync(FIXTURE_AVX2)).cases as RepackCase[])
+  .filter((c) => c.repack === true);
+
+/** The case's src0 bytes and src1 values: gen_blocks, then gen_activations(_k). */
+function fixtureInputs(c: RepackCase): { weights: Uint8Array; x: Float32Array } {
+  const rng = new XorShift(c.seed);
+  const q4_0 = c.type === "q4_0";
+  const block = q4_0 ? 18 : 144;
+  const weights = new Uint8Array(block * (c.k / (q4_0 ? 32 : 256)) * c.m);
+  for (let p = 0; p < weights.length; p += block) {
+    if (q4_0) {
+      // d of magnitude in [2^-9, 2^-8), either sign, then 16 bytes of nibbles.
+      const r = rng.u32();
+      const d = (r & 0x8000) | 0x1c00 | (r & 0x3ff);
+      weights[p] = d & 0xff;
+      weights[p + 1] = d >> 8;
+      for (let i = 2; i < block; i++) weights[p + i] = rng.u32() & 0xff;
+      continue;
+    }
+    // d and dmin of magnitude in [2^-13, 2^-11), positive; 12 scale bytes, 128 of nibbles.
+    for (const at of [0, 2]) {
+      const h = 0x0800 | (rng.u32() & 0x7ff);
+      weights[p + at] = h & 0xff;
+      weights[p + at + 1] = h >> 8;
+    }
+    for (let i = 4; i < block; i++) weights[p + i] = rng.u32() & 0xff;
+  }
+  const x = new Float32Array(c.k * c.n * (c.batch ?? 1));
+  for (let i = 0; i < x.length; i++) {
+    x[i] = q4_0
+      ? rng.signed() * (1 << ((i >> 5) % 4))
+      : rng.signed() * (1 << ((i >> 4) % 4)) * (i % 61 === 0 ? 16 : 1);
+  }
+  return { weights, x };
+}
+
+test("the AVX2 fixture has repacked q4_0 and q4_K cases", false, () => {
+  for (const type of ["q4_0", "q4_K"]) {
+    assert.ok(repackCases.some((c) => c.type === type), `no repacked ${type} case`);
+  }
+  return Promise.resolve();
+});
+
+for (const c of repackCases) {
+  const s: Shape = {
+    dtype: c.type as Shape["dtype"],
+    k: c.k,
+    m: c.m,
+    n: c.n,
+    batches: c.batch ?? 1,
+  };
+  const name = shapeLabel(s);
+  test(`${name} (fixture) equals ggml's AVX2 repacked mul_mat bit for bit`, false, async (gpu) => {
+    const { weights, x } = fixtureInputs(c);
+    const want = fixtureBits(c.bits);
+    // The emulation first: it states ggml's steps.
+    assertBits(reference(s, weights, x), want, `${name}: the emulation`);
+    const ctx = new Context();
+    const a = ctx.newTensor(s.dtype, [s.k, s.m]);
+    const b = ctx.newTensor("f32", [s.k, s.n, s.batches ?? 1]);
+    const built: CaseGraph = {
+      ctx,
+      inputs: [[a, weights], [b, new Uint8Array(x.buffer)]],
+      output: repackMulMat(a, b),
+    };
+    assertBits(await computeOnGpu(gpu, built), want, name);
+  });
 }
 
 const shapes: Shape[] = [];

@@ -441,8 +441,9 @@ ${exactMatmulHead(256)}
   var accm = vec4<f32>(0.0);${
     repack
       ? `
-  // forward_mul_mat: the gemm takes each batch's columns below N - N % 4, the gemv the rest.
-  let gemm = n0 + col < N - N % 4u;`
+  // forward_mul_mat: the gemm takes each batch's columns below N - N % 4, the gemv the rest
+  // (all of them where N is 1: the one-column kernel).
+  let gemm = ${columns === 1 ? "false" : "n0 + col < N - N % 4u"};`
       : ""
   }
   // This thread's group of the chunk: column qc, super-block qs, elements 16 qe.. of it.

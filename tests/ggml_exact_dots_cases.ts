@@ -34,6 +34,12 @@ export interface Case {
   n: number;
   n_kv: number;
   seed: number;
+  /**
+   * quant only: the weights lived in ggml's CPU_REPACK buffer (its repacked 8x8 kernels), and
+   * src1 was [k, n, batch]: Graft asks for them with `mulMat(a, b, { ggml: true, repack: true })`.
+   */
+  repack?: boolean;
+  batch?: number;
   /** ggml's output, f32 little-endian, base64. */
   bits: string;
 }
@@ -109,6 +115,13 @@ function genBlocks(rng: XorShift, type: string, out: Uint8Array): void {
       dv.setUint32(p + (withMin ? 4 : 2), rng.u32(), true);
       for (let i = 0; i < 16; i++) out[p + (withMin ? 8 : 6) + i] = rng.u32() & 0xff;
     }
+  } else if (type === "q4_0") {
+    // d (magnitude in [2^-9, 2^-8), either sign), 16 bytes of nibbles.
+    for (let p = 0; p < out.length; p += 18) {
+      const r = rng.u32();
+      dv.setUint16(p, (r & 0x8000) | 0x1c00 | (r & 0x3ff), true);
+      for (let i = 0; i < 16; i++) out[p + 2 + i] = rng.u32() & 0xff;
+    }
   } else if (type === "q4_1") {
     for (let p = 0; p < out.length; p += 20) {
       dv.setUint16(p, 0x2000 | (rng.u32() & 0x3ff), true);
@@ -124,7 +137,7 @@ function genBlocks(rng: XorShift, type: string, out: Uint8Array): void {
 }
 
 /** The weight types of the fixtures' quantized cases. */
-type QuantType = "q4_1" | "q8_0" | "q5_0" | "q5_1" | "q4_K" | "q5_K" | "q6_K";
+type QuantType = "q4_0" | "q4_1" | "q8_0" | "q5_0" | "q5_1" | "q4_K" | "q5_K" | "q6_K";
 
 /** A case's graph in a fresh context, its inputs, and its output. */
 export type CaseGraph = BuiltGraph;
@@ -132,7 +145,8 @@ export type CaseGraph = BuiltGraph;
 /**
  * The case's graph in a fresh context, its inputs, and its output; `ggml` is mulMat's option
  * of that name (ggml's arithmetic at every column count: the fixtures' quantized cases have
- * fewer than 20 columns, where the CPU computes so without it).
+ * fewer than 20 columns, where the CPU computes so without it). Repacked cases always ask for
+ * ggml's arithmetic with `repack` (what llama.cpp computes with those weights in CPU_REPACK).
  */
 export function build(c: Case, ggml = false): CaseGraph {
   const ctx = new Context();
@@ -140,8 +154,8 @@ export function build(c: Case, ggml = false): CaseGraph {
   let a: Tensor, b: Tensor, output: Tensor;
   if (c.kind === "quant") {
     a = ctx.newTensor(c.type as QuantType, [c.k, c.m]);
-    b = ctx.newTensor("f32", [c.k, c.n]);
-    output = mulMat(a, b, { ggml });
+    b = ctx.newTensor("f32", [c.k, c.n, c.batch ?? 1]);
+    output = mulMat(a, b, c.repack ? { ggml: true, repack: true } : { ggml });
   } else if (c.kind === "kq") {
     a = ctx.newTensor("f16", [EMBD, CELLS]);
     b = ctx.newTensor("f32", [HEAD, Q_HEADS, c.n]);
@@ -180,7 +194,8 @@ export function build(c: Case, ggml = false): CaseGraph {
 /** A short name of the case for messages. */
 export function label(c: Case): string {
   return c.kind === "quant"
-    ? `${c.type} [${c.k}, ${c.m}] x [${c.k}, ${c.n}]`
+    ? `${c.type} [${c.k}, ${c.m}] x [${c.k}, ${c.n}${c.batch ? `, ${c.batch}` : ""}]` +
+      (c.repack ? " repacked" : "")
     : `${c.kind} n_kv=${c.n_kv} n=${c.n}`;
 }
 
@@ -198,7 +213,9 @@ function key(c: Case): string {
 
 /** ggml's result for `c` from the build matching Graft's kernel build `simd`. */
 export function wanted(c: Case, simd: string): string {
-  if (simd === "avx512" || (c.kind === "quant" && !K_QUANTS.includes(c.type))) return c.bits;
+  if (simd === "avx512" || (c.kind === "quant" && !K_QUANTS.includes(c.type) && !c.repack)) {
+    return c.bits;
+  }
   const twin = casesAvx2.find((d) => key(d) === key(c));
   assert.ok(twin, `no AVX2 fixture for ${label(c)}`);
   return twin.bits;

@@ -25,6 +25,7 @@
  */
 
 import assert from "node:assert/strict";
+import { ArgumentError, Context, mulMat } from "../mod.ts";
 import { compute } from "./compute_builds.ts";
 import {
   build,
@@ -65,6 +66,28 @@ Deno.test("mulMat equals ggml's CPU mul_mat bit for bit (q4_1, q8_0, q5_0, q5_1,
       );
     }
   }
+});
+
+Deno.test("mulMat with repack: products ggml does not repack keep the plain ggml bits", () => {
+  // q4_1, q8_0, q5_*, q5_K, q6_K, and q4_K with rows no multiple of 8: params[1] = 2 computes
+  // them as params[1] = 1 (the plain fixture cases), so a model can ask for it everywhere.
+  for (const c of cases) {
+    if (c.kind !== "quant" || c.repack || (c.type === "q4_K" && c.m % 8 === 0)) continue;
+    for (const [simd, got] of compute(() => build({ ...c, repack: true }))) {
+      const want = fixtureBits(wanted(c, simd));
+      const gotBits = new Uint32Array(got.buffer, got.byteOffset, got.length);
+      assert.deepEqual(gotBits, want, `${simd} ${label(c)} with repack`);
+    }
+  }
+});
+
+Deno.test("mulMat's repack option without ggml is a typed error naming it", () => {
+  const ctx = new Context();
+  const a = ctx.newTensor("q4_0", [32, 8]);
+  const b = ctx.newTensor("f32", [32, 1]);
+  assert.throws(() => mulMat(a, b, { repack: true }), (e: unknown) => {
+    return e instanceof ArgumentError && /mulMat/.test(e.message) && /repack/.test(e.message);
+  });
 });
 
 const LLAMA_BUILD = `${

@@ -13,6 +13,7 @@ test {
     _ = @import("quant.zig");
     _ = @import("kernels/gemv_quant.zig");
     _ = @import("kernels/dot_quant.zig");
+    _ = @import("kernels/dot_repack.zig");
     _ = @import("mapping.zig");
     _ = @import("target.zig");
     _ = @import("guard.zig");

@@ -253,6 +253,12 @@ fn check_mul_mat(n: *const Node) Verdict {
     if (dtype_of(c) != .f32) return fail(.unsupported, "mul_mat: dst must be f32");
     // params[0] is the prepack flag (see kernels/mul_mat.zig): 0, or 1 for a constant src0.
     if (n.params[0] > 1) return fail(.invalid_argument, "mul_mat: params[0] (prepack) is not 0 or 1");
+    // params[1] (f32) picks the arithmetic (kernels/mul_mat_quant.zig): 0 Graft's own, 1 ggml's,
+    // 2 ggml's with its repacked q4_0 / q4_K kernels where ggml would use them (dot_repack.zig).
+    const arithmetic = n.param_f32(1);
+    if (arithmetic != 0 and arithmetic != 1 and arithmetic != 2) {
+        return fail(.invalid_argument, "mul_mat: params[1] (ggml) is not 0, 1 or 2");
+    }
     if (a.ne[0] != b.ne[0]) return fail(.shape_mismatch, "mul_mat: src0.ne[0] != src1.ne[0]");
     if (@mod(b.ne[2], a.ne[2]) != 0) {
         return fail(.shape_mismatch, "mul_mat: src0.ne[2] does not divide src1.ne[2]");

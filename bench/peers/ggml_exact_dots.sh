@@ -8,7 +8,9 @@
 #                                             build-avx2; a few minutes the first time): its
 #                                             vec_dot_f16 sums 8-lane accumulators, as Graft's AVX2
 #                                             build does; its k-quant dots are the AVX-512 build's
-#                                             code (both compile the __AVX2__ branch)
+#                                             code (both compile the __AVX2__ branch); it also
+#                                             holds the repacked q4_0 / q4_K cases (src0 in
+#                                             CPU_REPACK), the same bits in both builds
 #   bench/peers/ggml_exact_dots.sh [outdir]   (default tests/fixtures)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"

@@ -3,7 +3,7 @@
  * @module
  */
 
-import { ShapeError } from "../errors.ts";
+import { ArgumentError, ShapeError } from "../errors.ts";
 import { Op } from "../op.ts";
 import { formatShape, Tensor } from "../tensor.ts";
 import { requireDType } from "./check.ts";
@@ -20,6 +20,17 @@ export interface MulMatOptions {
    * its tiled matmul, as ggml), so a model matches llama.cpp token for token.
    */
   ggml?: boolean;
+  /**
+   * With `ggml`, compute as llama.cpp's CPU backend does by default on an x86 CPU with AVX2
+   * (default false): there q4_0 and q4_K weights whose row count `a.ne[1]` is a multiple of 8
+   * live in its CPU_REPACK buffer (8 rows interleaved) and multiply with other kernels
+   * (`ggml_gemm_*_8x8` on `b`'s columns in groups of 4, `ggml_gemv_*_8x8` on the rest), which sum
+   * in another order than `ggml: true` alone (llama.cpp run with `--no-repack`). The node takes
+   * that order exactly where ggml's CPU backend would use those kernels (q4_0 or q4_K `a`, 2-D,
+   * `a.ne[1] % 8 == 0`, `b.ne[3] == 1`, `b`'s rows contiguous); any other product computes as
+   * with `ggml: true` alone, so a whole model can set it on every product. Requires `ggml`.
+   */
+  repack?: boolean;
 }
 
 /**
@@ -39,6 +50,11 @@ export interface MulMatOptions {
  * ```
  */
 export function mulMat(a: Tensor, b: Tensor, options: MulMatOptions = {}): Tensor {
+  if (options.repack && !options.ggml) {
+    throw new ArgumentError(
+      "mulMat: option repack needs ggml: true (it picks among ggml's orders of summing)",
+    );
+  }
   requireDType("mulMat", a, WEIGHT_DTYPES);
   requireDType("mulMat", b, ["f32"]);
   if (a.ne[0] !== b.ne[0] || b.ne[2] % a.ne[2] !== 0 || b.ne[3] % a.ne[3] !== 0) {
@@ -52,7 +68,8 @@ export function mulMat(a: Tensor, b: Tensor, options: MulMatOptions = {}): Tenso
     ne: [a.ne[1], b.ne[1], b.ne[2], b.ne[3]],
     op: Op.mulMat,
     src: [a, b],
-    // Slot 0 is the plan's prepack flag (node_table.ts); slot 1 asks for ggml's arithmetic.
-    ...(options.ggml ? { params: [0, 1] } : {}),
+    // Slot 0 is the plan's prepack flag (node_table.ts); slot 1 asks for ggml's arithmetic:
+    // 1 as ggml with plain weights, 2 as ggml with its repacked q4_0 / q4_K weights.
+    ...(options.ggml ? { params: [0, options.repack ? 2 : 1] } : {}),
   });
 }

@@ -131,9 +131,9 @@ inline fn f16_at(bytes: *const [2]u8) f32 {
 }
 
 const is_x86 = builtin.cpu.arch == .x86_64;
-const has_avx2 = is_x86 and builtin.cpu.has(.x86, .avx2);
+pub const has_avx2 = is_x86 and builtin.cpu.has(.x86, .avx2);
 /// vpdpbusd on ymm registers: the AVX-512 build has VNNI (build.zig), the AVX2 build does not.
-const has_vnni = is_x86 and builtin.cpu.has(.x86, .avx512vnni) and builtin.cpu.has(.x86, .avx512vl);
+pub const has_vnni = is_x86 and builtin.cpu.has(.x86, .avx512vnni) and builtin.cpu.has(.x86, .avx512vl);
 
 // LLVM's own names for the x86 instructions (Zig passes `llvm.*` externs to LLVM as intrinsics),
 // so the compiler schedules and allocates registers around them, unlike inline assembly.
@@ -144,7 +144,7 @@ extern fn @"llvm.x86.avx2.psign.b"(a: I8x32, b: I8x32) I8x32;
 
 /// u8 x i8 products summed in adjacent pairs to i16, saturating (vpmaddubsw). Never saturates
 /// here: nibbles give at most 2 * 15 * 127, and q8_0's |x| <= 127 at most 2 * 127 * 128.
-inline fn maddubs(a: U8x32, b: I8x32) I16x16 {
+pub inline fn maddubs(a: U8x32, b: I8x32) I16x16 {
     if (comptime has_avx2) return @"llvm.x86.avx2.pmadd.ub.sw"(a, b);
     const wide_a: @Vector(32, i16) = a;
     const wide_b: @Vector(32, i16) = b;
@@ -153,7 +153,7 @@ inline fn maddubs(a: U8x32, b: I8x32) I16x16 {
 }
 
 /// i16 pairs summed to i32 (vpmaddwd with ones).
-inline fn pairs(a: I16x16) I32x8 {
+pub inline fn pairs(a: I16x16) I32x8 {
     if (comptime has_avx2) return @"llvm.x86.avx2.pmadd.wd"(a, @splat(1));
     const wide: @Vector(16, i32) = a;
     const halves = std.simd.deinterlace(2, wide);
@@ -162,7 +162,7 @@ inline fn pairs(a: I16x16) I32x8 {
 
 /// acc + the u8 x i8 products of each group of 4 adjacent bytes, in 8 i32 lanes: one vpdpbusd
 /// with VNNI, vpmaddubsw + vpmaddwd + vpaddd without (the same integers: no saturation here).
-inline fn dot_add(acc: I32x8, a: U8x32, b: I8x32) I32x8 {
+pub inline fn dot_add(acc: I32x8, a: U8x32, b: I8x32) I32x8 {
     if (comptime has_vnni) return @"llvm.x86.avx512.vpdpbusd.256"(acc, @bitCast(a), @bitCast(b));
     return acc + pairs(maddubs(a, b));
 }

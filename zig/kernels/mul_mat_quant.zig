@@ -19,6 +19,7 @@ const common = @import("common.zig");
 const quant = @import("../quant.zig");
 const gemv = @import("gemv_quant.zig");
 const dots = @import("dot_quant.zig");
+const repack = @import("dot_repack.zig");
 
 const assert = common.assert;
 const lanes = common.lanes;
@@ -35,10 +36,12 @@ const Tensor = common.Tensor;
 /// which now share the per-block work among up to 4 columns: the crossover may lie higher.
 pub const gemm_columns_min = 20;
 
-/// params[1] as f32 1.0: the node asks for ggml's arithmetic at every column count (TS
-/// `mulMat(a, b, { ggml: true })`), so it never takes the GEMM.
+/// params[1] as f32 1.0 or 2.0: the node asks for ggml's arithmetic at every column count (TS
+/// `mulMat(a, b, { ggml: true })`; 2.0 with `repack: true`, dot_repack.zig's order where ggml
+/// would repack the weights, this file's otherwise), so it never takes the GEMM.
 pub fn ggml_arithmetic(n: *const common.Node) bool {
-    return @as(f32, @bitCast(n.params[1])) == 1.0;
+    const arithmetic: f32 = @bitCast(n.params[1]);
+    return arithmetic == 1.0 or arithmetic == 2.0;
 }
 
 /// True when mul_mat.zig runs the node through the GEMM instead of this file's kernels.
@@ -109,6 +112,7 @@ fn row_dot(a: Tensor, b: Tensor) ?RowDot {
 }
 
 pub fn work_size(n: *const common.Node, thread_count: u32) u64 {
+    if (repack.takes(n)) return repack.work_size(n, thread_count);
     const a = Tensor.from(&n.src[0]);
     const b = Tensor.from(&n.src[1]);
     if (fused(a, b)) return quantized_b_bytes(b);
@@ -117,6 +121,7 @@ pub fn work_size(n: *const common.Node, thread_count: u32) u64 {
 }
 
 pub fn mul_mat(n: *const common.Node, work: *const common.Work) common.Status {
+    if (repack.takes(n)) return repack.mul_mat(n, work);
     const a = Tensor.from(&n.src[0]);
     const b = Tensor.from(&n.src[1]);
     const c = Tensor.from(&n.dst);

@@ -42,7 +42,7 @@ const test = exactGpuTests(gpu, "webgpu exact k-quant");
 
 // The repacked cases (src0 in ggml's CPU_REPACK buffer) run in webgpu_exact_repack_test.ts.
 const fixtureCases = cases.filter((c) =>
-  c.kind === "quant" && K_QUANTS.includes(c.type) && !("repack" in c)
+  c.kind === "quant" && K_QUANTS.includes(c.type) && !c.repack
 );
 test("the fixture has k-quant cases of every type", false, () => {
   for (const type of K_QUANTS) {

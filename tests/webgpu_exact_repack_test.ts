@@ -5,6 +5,8 @@
  * - every repacked case of tests/fixtures/ggml_exact_dots_avx2.json (ggml's AVX2 build's own
  *   mul_mat with src0 in its CPU_REPACK buffer: q4_0 and q4_K, 1 to 13, 20 and 64 columns, a
  *   src1 batch), against ggml's bits, and the emulation below against them too;
+ * - against `CpuBackend({ simd: "avx2" })` with the same option (the shapes of the next item, and
+ *   11-block rows with 2 batches at 1 to 64 columns), and the emulation against it too;
  * - against an emulation of ggml's AVX2 steps in this file ({@link reference}: every f32 rounding
  *   by Math.fround, every fused multiply-add rounded once):
  *   q4_0 (ggml_gemv / ggml_gemm_q4_0_8x8_q8_0) and q4_K (ggml_gemv / ggml_gemm_q4_K_8x8_q8_K) at
@@ -19,17 +21,25 @@
  * The emulation quantizes q8_K by quantize_row_q8_K_ref's rule, as the kernel does; ggml's
  * ggml_quantize_mat_q8_K_4x8 (the gemm's columns) takes the opposite sign for a super-block whose
  * largest magnitude appears with both signs, the negative first (some of the activations here),
- * which negates d and every quant and bsum and so changes no product's bits.
+ * which negates d and every quant and bsum and so changes no product's bits (the CPU
+ * comparisons, whose kernel takes the 4x8 rule, cover such super-blocks).
  * Every element is bit-exact: there is no tolerance (activations holding an infinity or NaN are
- * not covered). Skipped, visibly, when Deno finds no adapter.
+ * not covered). Skipped, visibly, when Deno finds no adapter (the CPU comparisons also where the
+ * CPU has no AVX2 build).
  */
 
 import assert from "node:assert/strict";
 import { Context, mulMat, quantize, type Tensor } from "../mod.ts";
-import { Op } from "../src/op.ts";
-import { Tensor as TensorClass } from "../src/tensor.ts";
 import { closeSharedWebGpuTest, computeOnGpu, exactGpuTests, sharedWebGpu } from "./gpu.ts";
-import { assertBits, type CaseGraph, fixtureBits, XorShift } from "./ggml_exact_dots_cases.ts";
+import {
+  assertBits,
+  build,
+  type CaseGraph,
+  casesAvx2,
+  computeOnCpuAvx2,
+  fixtureBits,
+  label,
+} from "./ggml_exact_dots_cases.ts";
 import { decodeF16, Rng, roundF16 } from "./reference.ts";
 
 const gpu = await sharedWebGpu();
@@ -37,14 +47,7 @@ const test = exactGpuTests(gpu, "webgpu exact repack");
 
 /** mulMat with ggml's arithmetic in the repacked kernels' order (params[1] = 2). */
 function repackMulMat(a: Tensor, b: Tensor): Tensor {
-  const plain = mulMat(a, b, { ggml: true });
-  return new TensorClass({
-    dtype: "f32",
-    ne: plain.ne,
-    op: Op.mulMat,
-    src: [a, b],
-    params: [0, 2],
-  });
+  return mulMat(a, b, { ggml: true, repack: true });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -324,59 +327,10 @@ function buildShape(
   };
 }
 
-/**
- * A repacked case of tests/fixtures/ggml_exact_dots_avx2.json: ggml's AVX2 build's mul_mat of
- * src0 [k, m] in the CPU_REPACK buffer and src1 [k, n, batch], inputs from
- * bench/peers/ggml_exact_dots.c's generator (mirrored by {@link fixtureInputs}).
- */
-interface RepackCase {
-  kind: string;
-  type: string;
-  k: number;
-  m: number;
-  n: number;
-  seed: number;
-  repack?: boolean;
-  batch?: number;
-  bits: string;
-}
-
-const FIXTURE_AVX2 = new URL("./fixtures/ggml_exact_dots_avx2.json", import.meta.url);
-const repackCases = (JSON.parse(Deno.readTextFileSync(FIXTURE_AVX2)).cases as RepackCase[])
-  .filter((c) => c.repack === true);
-
-/** The case's src0 bytes and src1 values: gen_blocks, then gen_activations(_k). */
-function fixtureInputs(c: RepackCase): { weights: Uint8Array; x: Float32Array } {
-  const rng = new XorShift(c.seed);
-  const q4_0 = c.type === "q4_0";
-  const block = q4_0 ? 18 : 144;
-  const weights = new Uint8Array(block * (c.k / (q4_0 ? 32 : 256)) * c.m);
-  for (let p = 0; p < weights.length; p += block) {
-    if (q4_0) {
-      // d of magnitude in [2^-9, 2^-8), either sign, then 16 bytes of nibbles.
-      const r = rng.u32();
-      const d = (r & 0x8000) | 0x1c00 | (r & 0x3ff);
-      weights[p] = d & 0xff;
-      weights[p + 1] = d >> 8;
-      for (let i = 2; i < block; i++) weights[p + i] = rng.u32() & 0xff;
-      continue;
-    }
-    // d and dmin of magnitude in [2^-13, 2^-11), positive; 12 scale bytes, 128 of nibbles.
-    for (const at of [0, 2]) {
-      const h = 0x0800 | (rng.u32() & 0x7ff);
-      weights[p + at] = h & 0xff;
-      weights[p + at + 1] = h >> 8;
-    }
-    for (let i = 4; i < block; i++) weights[p + i] = rng.u32() & 0xff;
-  }
-  const x = new Float32Array(c.k * c.n * (c.batch ?? 1));
-  for (let i = 0; i < x.length; i++) {
-    x[i] = q4_0
-      ? rng.signed() * (1 << ((i >> 5) % 4))
-      : rng.signed() * (1 << ((i >> 4) % 4)) * (i % 61 === 0 ? 16 : 1);
-  }
-  return { weights, x };
-}
+// The repacked cases of tests/fixtures/ggml_exact_dots_avx2.json: ggml's AVX2 build's mul_mat
+// of src0 [k, m] in its CPU_REPACK buffer and src1 [k, n, batch] (ggml_exact_dots_cases.ts's
+// `build` regenerates the inputs and asks for `repack`).
+const repackCases = casesAvx2.filter((c) => c.repack === true);
 
 test("the AVX2 fixture has repacked q4_0 and q4_K cases", false, () => {
   for (const type of ["q4_0", "q4_K"]) {
@@ -386,28 +340,24 @@ test("the AVX2 fixture has repacked q4_0 and q4_K cases", false, () => {
 });
 
 for (const c of repackCases) {
-  const s: Shape = {
-    dtype: c.type as Shape["dtype"],
-    k: c.k,
-    m: c.m,
-    n: c.n,
-    batches: c.batch ?? 1,
-  };
-  const name = shapeLabel(s);
-  test(`${name} (fixture) equals ggml's AVX2 repacked mul_mat bit for bit`, false, async (gpu) => {
-    const { weights, x } = fixtureInputs(c);
+  test(`${label(c)} equals ggml's AVX2 mul_mat bit for bit`, false, async (gpu) => {
+    const s: Shape = {
+      dtype: c.type as Shape["dtype"],
+      k: c.k,
+      m: c.m,
+      n: c.n,
+      batches: c.batch ?? 1,
+    };
+    const built = build(c, true);
+    const [[, weights], [, x]] = built.inputs as [[Tensor, Uint8Array], [Tensor, Uint8Array]];
     const want = fixtureBits(c.bits);
     // The emulation first: it states ggml's steps.
-    assertBits(reference(s, weights, x), want, `${name}: the emulation`);
-    const ctx = new Context();
-    const a = ctx.newTensor(s.dtype, [s.k, s.m]);
-    const b = ctx.newTensor("f32", [s.k, s.n, s.batches ?? 1]);
-    const built: CaseGraph = {
-      ctx,
-      inputs: [[a, weights], [b, new Uint8Array(x.buffer)]],
-      output: repackMulMat(a, b),
-    };
-    assertBits(await computeOnGpu(gpu, built), want, name);
+    assertBits(
+      reference(s, weights, new Float32Array(x.buffer, x.byteOffset, x.byteLength / 4)),
+      want,
+      `${label(c)}: the emulation`,
+    );
+    assertBits(await computeOnGpu(gpu, built), want, label(c));
   });
 }
 
@@ -443,6 +393,24 @@ for (const [i, s] of shapes.entries()) {
   test(`${shapeLabel(s)} equals ggml's repacked steps bit for bit`, false, async (gpu) => {
     const built = buildShape(s, 0x7e + i);
     const want = reference(s, built.weights, built.x);
+    assertBits(await computeOnGpu(gpu, built), want, shapeLabel(s));
+  });
+}
+
+// The CPU backend's AVX2 build with the same option (zig/kernels/dot_repack.zig, which quantizes
+// q8_K with the 4x8 quantizer's sign rule): the shapes above, and batches at more column counts.
+const cpuShapes: Shape[] = [...shapes];
+for (const dtype of ["q4_0", "q4_K"] as const) {
+  const block = dtype === "q4_0" ? 32 : 256;
+  for (const n of [1, 2, 3, 4, 5, 7, 8, 9, 13, 20, 64]) {
+    cpuShapes.push({ dtype, k: 11 * block, m: 56, n, batches: 2 });
+  }
+}
+for (const [i, s] of cpuShapes.entries()) {
+  test(`${shapeLabel(s)} equals the CPU's AVX2 build bit for bit`, true, async (gpu) => {
+    const want = computeOnCpuAvx2(buildShape(s, 0x300 + i));
+    const built = buildShape(s, 0x300 + i);
+    assertBits(reference(s, built.weights, built.x), want, `${shapeLabel(s)}: the emulation`);
     assertBits(await computeOnGpu(gpu, built), want, shapeLabel(s));
   });
 }

@@ -22,6 +22,7 @@ FILES=(
   tests/webgpu_exact_quant_test.ts
   tests/webgpu_exact_kquant_test.ts
   tests/webgpu_exact_f16_test.ts
+  tests/webgpu_exact_repack_test.ts
 )
 DENO_TEST=(./scripts/deno test --allow-ffi --allow-env --allow-read --allow-write --allow-run)
 

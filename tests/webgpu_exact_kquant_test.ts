@@ -40,7 +40,10 @@ import { Rng } from "./reference.ts";
 const gpu = await sharedWebGpu();
 const test = exactGpuTests(gpu, "webgpu exact k-quant");
 
-const fixtureCases = cases.filter((c) => c.kind === "quant" && K_QUANTS.includes(c.type));
+// The repacked cases (src0 in ggml's CPU_REPACK buffer) run in webgpu_exact_repack_test.ts.
+const fixtureCases = cases.filter((c) =>
+  c.kind === "quant" && K_QUANTS.includes(c.type) && !c.repack
+);
 test("the fixture has k-quant cases of every type", false, () => {
   for (const type of K_QUANTS) {
     assert.ok(fixtureCases.some((c) => c.type === type), `no ${type} case`);

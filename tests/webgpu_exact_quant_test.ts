@@ -35,8 +35,11 @@ import { Rng } from "./reference.ts";
 const gpu = await sharedWebGpu();
 const test = exactGpuTests(gpu, "webgpu exact quant");
 
-// The k-quant cases run on shader_matmul_exact_k.ts's kernel: webgpu_exact_kquant_test.ts.
-for (const c of cases.filter((c) => c.kind === "quant" && !K_QUANTS.includes(c.type))) {
+// The k-quant cases run on shader_matmul_exact_k.ts's kernel: webgpu_exact_kquant_test.ts; the
+// repacked ones (src0 in ggml's CPU_REPACK buffer) in webgpu_exact_repack_test.ts.
+for (
+  const c of cases.filter((c) => c.kind === "quant" && !K_QUANTS.includes(c.type) && !c.repack)
+) {
   test(`${label(c)} equals ggml's mul_mat bit for bit`, false, async (gpu) => {
     assertBits(await computeOnGpu(gpu, build(c, true)), fixtureBits(c.bits), label(c));
   });

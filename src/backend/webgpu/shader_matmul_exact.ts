@@ -31,6 +31,19 @@
  * its chains over the chunk. At the end each thread sums its 8 lanes in hsum_float_8's order
  * (each partial sum through `opaque`, so the compiler keeps the order).
  *
+ * With `mulMat`'s `repack` option (params[1] = 2) a q4_0 product that llama.cpp's CPU backend
+ * computes with its repacked kernels ({@link repackTakes}: ggml_gemv_q4_0_8x8_q8_0 and
+ * ggml_gemm_q4_0_8x8_q8_0 of ggml-cpu's arch/x86/repack.cpp, through
+ * gemv_q4_b32_8x8_q8_0_lut_avx / gemm_q4_b32_8x8_q8_0_lut_avx, the same steps in their AVX2 and
+ * AVX-512 branches) sums in their order instead. The activations quantize as above
+ * (ggml_quantize_mat_q8_0_4x8, which takes the groups of 4 columns the gemm reads, computes
+ * quantize_row_q8_0's d and quants). Then per element one chain over the blocks in order,
+ * acc = fma(f32(isum_b), d_w * d_a, acc) (_mm256_fmadd_ps), isum_b the block's exact integer
+ * dot (the 8 lanes summed: |isum_b| <= 32 * 8 * 127 < 2^15, and maddubs' int16 pairs stay
+ * below 2^12) and d_w * d_a exact (two f16 values); the result is acc. The gemm (groups of 4
+ * columns) and the gemv (the rest) take the same steps. Every other node with params[1] = 2
+ * computes as with 1.
+ *
  * Exact for finite activations. A block of S1 holding an infinity or NaN quantizes here by the
  * same formula (the CPU takes ggml's scalar reference there, ggml's vector code having no
  * defined result): the outputs it reaches are then not checked against the CPU's.
@@ -59,6 +72,28 @@ const LANES = 8;
 
 function isExactQuant(dtype: string): dtype is ExactQuantDType {
   return (DTYPES as readonly string[]).includes(dtype);
+}
+
+/**
+ * True when `node` (a mulMat) asks for ggml's arithmetic: params[1] = 1 (`mulMat`'s `ggml`
+ * option) or 2 (its `repack` option, which computes as 1 wherever {@link repackTakes} is false).
+ */
+export function asksGgml(node: Tensor): boolean {
+  return node.params[1] === 1 || node.params[1] === 2;
+}
+
+/**
+ * True when `node` (a mulMat) takes llama.cpp's repacked q4_0 / q4_K kernels: params[1] = 2,
+ * and where llama.cpp's CPU backend (x86 with AVX2) moves the weights into its CPU_REPACK buffer
+ * and computes the product there (ggml_repack_get_optimal_repack_type, extra_buffer_type::
+ * supports_op and forward_mul_mat in ggml-cpu/repack.cpp): q4_0 or q4_K weights of 2 dimensions
+ * whose row count is a multiple of 8, f32 activations of at most 3 dimensions, in rows of
+ * adjacent f32s as every exact kernel here reads them.
+ */
+export function repackTakes(node: Tensor): boolean {
+  const [a, b] = node.src as [Tensor, Tensor];
+  return node.params[1] === 2 && (a.dtype === "q4_0" || a.dtype === "q4_K") &&
+    a.ne[1] % 8 === 0 && a.ne[2] === 1 && a.ne[3] === 1 && b.ne[3] === 1 && b.nb[0] === 4;
 }
 
 // Lane words of a block's 4- or 5-bit values from its nibbles at byte `qs` (low nibbles are
@@ -152,20 +187,34 @@ export function exactMatmulHead(blockSize: number): string {
   }`;
 }
 
+// The repacked kernels' step: the block's integer dot, then one fused step of the chain acc[0].
+const REPACK_STEP = `let isum = ${
+  Array.from({ length: LANES }, (_, l) => `lane_dot(x[${l}], yq[y + ${l}u])`).join(" +\n          ")
+};
+        acc[0] = fma_exact(f32(isum), dd, acc[0]);`;
+
 /**
  * The kernel for weights of `dtype` and `columns` (1 or {@link EXACT_COLUMNS}) columns of S1
- * per workgroup.
+ * per workgroup; `repack`: q4_0 in the order of llama.cpp's repacked kernels (one chain).
  */
-export function exactQuantShader(dtype: ExactQuantDType, columns: number): string {
+export function exactQuantShader(dtype: ExactQuantDType, columns: number, repack = false): string {
   const C = columns;
   const R = columns === 1 ? DECODE_ROWS : EXACT_ROWS;
   // Blocks of a chunk: one per thread, so each thread quantizes at most one.
   const B = R;
   const minTerm = dtype === "q4_1" || dtype === "q5_1";
-  const lanes = Array.from(
+  const lanes = repack ? REPACK_STEP : Array.from(
     { length: LANES },
     (_, l) => `acc[${l}] = fma_exact(dd, f32(lane_dot(x[${l}], yq[y + ${l}u])), acc[${l}]);`,
   ).join("\n        ");
+  const result = repack ? "D_set_f32(at(0u, vec4<u32>(m, n0 + col, i2, i3)), acc[0]);" : `\
+// hsum_float_8: the high half onto the low one, then lanes 2-3 onto 0-1, then lane 1 onto 0.
+    let h0 = opaque(acc[0] + acc[4]);
+    let h1 = opaque(acc[1] + acc[5]);
+    let h2 = opaque(acc[2] + acc[6]);
+    let h3 = opaque(acc[3] + acc[7]);
+    let sum = opaque(opaque(h0 + h2) + opaque(h1 + h3));
+    D_set_f32(at(0u, vec4<u32>(m, n0 + col, i2, i3)), ${minTerm ? "sum + summs" : "sum"});`;
   return `${PARAMS_WGSL}
 ${weightBindings(dtype, ["f32"])}
 ${EXACT_WGSL}
@@ -231,31 +280,27 @@ ${exactMatmulHead(32)}
     }
   }
   if (m < M && col < nc) {
-    // hsum_float_8: the high half onto the low one, then lanes 2-3 onto 0-1, then lane 1 onto 0.
-    let h0 = opaque(acc[0] + acc[4]);
-    let h1 = opaque(acc[1] + acc[5]);
-    let h2 = opaque(acc[2] + acc[6]);
-    let h3 = opaque(acc[3] + acc[7]);
-    let sum = opaque(opaque(h0 + h2) + opaque(h1 + h3));
-    D_set_f32(at(0u, vec4<u32>(m, n0 + col, i2, i3)), ${minTerm ? "sum + summs" : "sum"});
+    ${result}
   }
 }`;
 }
 
 /**
- * The kernel of a mulMat node that asks for ggml's arithmetic (params[1] = 1, see
- * `mulMat`'s `ggml` option) with q8_0, q4_0, q4_1, q5_0 or q5_1 weights and S1 rows of adjacent f32s (the
- * CPU's gemv_quant.zig path); null for any other node, which keeps the other kernels.
+ * The kernel of a mulMat node that asks for ggml's arithmetic ({@link asksGgml}: params[1] = 1
+ * or 2, see `mulMat`'s `ggml` and `repack` options) with q8_0, q4_0, q4_1, q5_0 or q5_1 weights
+ * and S1 rows of adjacent f32s (the CPU's gemv_quant.zig path; q4_0 in the repacked kernels'
+ * order where {@link repackTakes}); null for any other node, which keeps the other kernels.
  */
 export function exactQuantKernel(node: Tensor): Kernel | null {
   const [a, b] = node.src as [Tensor, Tensor];
-  if (node.params[1] !== 1 || !isExactQuant(a.dtype) || b.nb[0] !== 4) return null;
+  if (!asksGgml(node) || !isExactQuant(a.dtype) || b.nb[0] !== 4) return null;
   const columns = b.ne[1] === 1 ? 1 : EXACT_COLUMNS;
   const workgroups = matmulGrid(node, columns === 1 ? DECODE_ROWS : EXACT_ROWS, columns);
   const dtype = a.dtype;
+  const repack = repackTakes(node);
   return {
-    key: `mulMatExact:${dtype}:${columns}`,
-    source: () => exactQuantShader(dtype, columns),
+    key: `mulMatExact:${dtype}:${columns}${repack ? ":repack" : ""}`,
+    source: () => exactQuantShader(dtype, columns, repack),
     tensors: [node, a, b],
     status: false,
     count: 0,

@@ -51,6 +51,28 @@
  * keeps ggml's first-largest rule, and its group's quants and bsum), then every thread runs its
  * chains over the chunk.
  *
+ * With `mulMat`'s `repack` option (params[1] = 2) a q4_K product that llama.cpp's CPU backend
+ * computes with its repacked kernels (`repackTakes` of shader_matmul_exact.ts) sums in the order
+ * of ggml_gemv_q4_K_8x8_q8_K and ggml_gemm_q4_K_8x8_q8_K (ggml-cpu's arch/x86/repack.cpp) instead.
+ * ggml's forward_mul_mat quantizes each batch's columns in groups of 4 with
+ * ggml_quantize_mat_q8_K_4x8 and runs the gemm on them, the last N % 4 columns with
+ * quantize_row_q8_K and the gemv. The 4x8 quantizer gives quantize_row_q8_K_ref's d and quants
+ * except where a super-block's largest magnitude appears with both signs and the negative one
+ * comes first: it then takes the positive one, which negates d, every quant and every bsum, and
+ * so (the products below being of those with unsigned weight values) none of the result's bits.
+ * With sumi_j = sc_j * (the integer dot of sub-block j, 32 elements), mins_j = m_j * (the sum of
+ * its activation quants), d = f16(x.d) * y.d and dmin = f16(x.dmin) * y.d (each rounded once,
+ * _mm256_mul_ps), super-block after super-block in order:
+ * - the gemv: acc = fma(f32(sum of the 8 sumi_j), d, acc) (the sum may pass 2^24: converted to
+ *   the nearest f32, ties to even, as _mm256_cvtepi32_ps), accm = fma(f32(sum of the 8 mins_j),
+ *   dmin, accm);
+ * - the gemm, per pair p = 0..3 of sub-blocks: acc = fma(f32(sumi_2p + sumi_2p+1), d, acc) and
+ *   accm = fma(f32(mins_2p + mins_2p+1), dmin, accm) (below 2^24, exact);
+ * and the result is acc - accm. The int16 sums of both (maddubs pairs, then 16 products of a
+ * 4-bit weight and an activation quant) stay below 2^15 in magnitude. The AVX-512 branches of
+ * the gemm take the same steps (the gemv has none). Every other node with params[1] = 2
+ * computes as with 1.
+ *
  * Exact for finite activations whose super-blocks' iscale is finite (a super-block whose largest
  * magnitude is below 127 / FLT_MAX, or that holds an infinity or NaN, has no checked result).
  * @module
@@ -58,7 +80,14 @@
 
 import type { Tensor } from "../../tensor.ts";
 import { type Kernel, matmulGrid } from "./kernels.ts";
-import { DECODE_ROWS, EXACT_COLUMNS, EXACT_ROWS, exactMatmulHead } from "./shader_matmul_exact.ts";
+import {
+  asksGgml,
+  DECODE_ROWS,
+  EXACT_COLUMNS,
+  EXACT_ROWS,
+  exactMatmulHead,
+  repackTakes,
+} from "./shader_matmul_exact.ts";
 import { weightBindings } from "./shader_quant.ts";
 import { EXACT_WGSL } from "./wgsl_exact.ts";
 import { PARAMS_WGSL } from "./wgsl_common.ts";
@@ -195,11 +224,60 @@ fn super_block(a: u32, s: u32, sumi: ptr<function, array<i32, 8>>, prod: ptr<fun
 };
 
 /**
- * `accumulate(a, s, &acc, &accm)`: the super-block's part of the dot in one of ggml's two
- * arithmetics (see the module comment). "vec": the 8 lane chains in acc and the min chains in
- * accm. "tiled": the one chain in acc[0].
+ * ggml's arithmetics of a k-quant product (see the module comment): vec_dot's, its tiled
+ * matmul's, and (q4_K) its repacked kernels'.
  */
-function accumulate(dtype: ExactKQuantDType, tiled: boolean): string {
+export type KQuantOrder = "vec" | "tiled" | "repack";
+
+// The repacked kernels' q4_K super-block: the integer dots of its 4 pairs of sub-blocks times
+// their scales (pairs) and of their mins times the activations' sums (prod, from
+// scales_mins), and the block's d and dmin.
+const REPACK_SUPER_BLOCK = `
+fn super_block_pairs(a: u32, s: u32, pairs: ptr<function, vec4<i32>>, prod: ptr<function, vec4<i32>>) -> vec2<f32> {
+  var sc: vec2<u32>;
+  scales_mins(a, s, &sc, prod);
+  for (var j = 0u; j < 4u; j = j + 1u) {
+    var lo = 0;
+    var hi = 0;
+    for (var l = 0u; l < 8u; l = l + 1u) {
+      let w = S0_u32(a + 16u + 32u * j + 4u * l);
+      let y = s * 64u + 16u * j + l;
+      lo = lo + byte_dot(w & 0x0f0f0f0fu, yq[y]);
+      hi = hi + byte_dot((w >> 4u) & 0x0f0f0f0fu, yq[y + 8u]);
+    }
+    (*pairs)[j] = byte_of(sc, 2u * j) * lo + byte_of(sc, 2u * j + 1u) * hi;
+  }
+  return vec2<f32>(S0_f16(a), S0_f16(a + 2u));
+}`;
+
+// The repacked kernels' steps of a super-block: the gemv's one step of each chain, or the
+// gemm's one step per pair of sub-blocks (the chains in acc[0] and accm.x).
+const REPACK_ACCUMULATE = `${REPACK_SUPER_BLOCK}
+fn accumulate_repack(a: u32, s: u32, gemm: bool, acc: ptr<function, array<f32, 8>>, accm: ptr<function, vec4<f32>>) {
+  var pairs: vec4<i32>;
+  var prod = vec4<i32>(0);
+  let dm = super_block_pairs(a, s, &pairs, &prod);
+  let d = opaque(dm.x * yd[s]);
+  let dmin = opaque(dm.y * yd[s]);
+  if (gemm) {
+    for (var p = 0u; p < 4u; p = p + 1u) {
+      (*acc)[0] = fma_exact(f32(pairs[p]), d, (*acc)[0]);
+      (*accm).x = fma_exact(f32(prod[p]), dmin, (*accm).x);
+    }
+  } else {
+    (*acc)[0] = fma_exact(f32_rne(pairs.x + pairs.y + pairs.z + pairs.w), d, (*acc)[0]);
+    (*accm).x = fma_exact(f32(prod.x + prod.y + prod.z + prod.w), dmin, (*accm).x);
+  }
+}`;
+
+/**
+ * `accumulate(a, s, &acc, &accm)`: the super-block's part of the dot in one of ggml's
+ * arithmetics (see the module comment). "vec": the 8 lane chains in acc and the min chains in
+ * accm. "tiled": the one chain in acc[0]. "repack": `accumulate_repack(a, s, gemm, ...)`.
+ */
+function accumulate(dtype: ExactKQuantDType, order: KQuantOrder): string {
+  if (order === "repack") return REPACK_ACCUMULATE;
+  const tiled = order === "tiled";
   const minTerm = dtype === "q4_K" || dtype === "q5_K";
   const head = `
 fn accumulate(a: u32, s: u32, acc: ptr<function, array<f32, 8>>, accm: ptr<function, vec4<f32>>) {
@@ -266,13 +344,18 @@ const MIN_TERM: Readonly<Record<ExactKQuantDType, string>> = {
 
 /**
  * The kernel for weights of `dtype` and `columns` (1 or {@link EXACT_COLUMNS}) columns of S1
- * per workgroup.
+ * per workgroup, summing in ggml's `order` ("repack" for q4_K only).
  */
 export function exactKQuantShader(
   dtype: ExactKQuantDType,
   columns: number,
-  tiled: boolean,
+  order: KQuantOrder,
 ): string {
+  if (order === "repack" && dtype !== "q4_K") {
+    throw new Error(`webgpu: no repacked ${dtype} kernel`);
+  }
+  const tiled = order === "tiled";
+  const repack = order === "repack";
   const C = columns;
   const R = columns === 1 ? DECODE_ROWS : EXACT_ROWS;
   const S = superBlocksPerChunk(columns);
@@ -290,8 +373,8 @@ var<workgroup> ybs: array<i32, ${S * C * 16}>;
 var<workgroup> gmax: array<f32, ${S * C * 16}>;
 ${BYTE_DOT}
 ${SUPER_BLOCK_WGSL[dtype]}
-${tiled ? F32_RNE : ""}
-${accumulate(dtype, tiled)}
+${tiled || repack ? F32_RNE : ""}
+${accumulate(dtype, order)}
 
 // The first of the 16 f32s at byte x of S1 with the largest magnitude (0 if all are zero).
 fn group_max(x: u32) -> f32 {
@@ -355,7 +438,14 @@ fn main(
   @builtin(local_invocation_index) lid: u32,
 ) {
 ${exactMatmulHead(256)}
-  var accm = vec4<f32>(0.0);
+  var accm = vec4<f32>(0.0);${
+    repack
+      ? `
+  // forward_mul_mat: the gemm takes each batch's columns below N - N % 4, the gemv the rest
+  // (all of them where N is 1: the one-column kernel).
+  let gemm = ${columns === 1 ? "false" : "n0 + col < N - N % 4u"};`
+      : ""
+  }
   // This thread's group of the chunk: column qc, super-block qs, elements 16 qe.. of it.
   let qc = lid / (16u * S);
   let qs = (lid / 16u) % S;
@@ -375,13 +465,21 @@ ${exactMatmulHead(256)}
     workgroupBarrier();
     if (m < M && col < nc) {
       for (var j = 0u; j < nbk; j = j + 1u) {
-        accumulate(rb + (b0 + j) * nb0, col * S + j, &acc, &accm);
+        ${
+    repack
+      ? "accumulate_repack(rb + (b0 + j) * nb0, col * S + j, gemm, &acc, &accm);"
+      : "accumulate(rb + (b0 + j) * nb0, col * S + j, &acc, &accm);"
+  }
       }
     }
   }
   if (m < M && col < nc) {
     ${
-    tiled ? "D_set_f32(at(0u, vec4<u32>(m, n0 + col, i2, i3)), acc[0]);" : `${HSUM}
+    repack
+      ? "D_set_f32(at(0u, vec4<u32>(m, n0 + col, i2, i3)), acc[0] - accm.x);"
+      : tiled
+      ? "D_set_f32(at(0u, vec4<u32>(m, n0 + col, i2, i3)), acc[0]);"
+      : `${HSUM}
     D_set_f32(at(0u, vec4<u32>(m, n0 + col, i2, i3)), sum${MIN_TERM[dtype]});`
   }
   }
@@ -389,20 +487,25 @@ ${exactMatmulHead(256)}
 }
 
 /**
- * The kernel of a mulMat node that asks for ggml's arithmetic (params[1] = 1, see `mulMat`'s
- * `ggml` option) with q4_K, q5_K or q6_K weights and S1 rows of adjacent f32s; null for any
- * other node, which keeps the other kernels.
+ * The kernel of a mulMat node that asks for ggml's arithmetic (`asksGgml`: params[1] = 1 or 2,
+ * see `mulMat`'s `ggml` and `repack` options) with q4_K, q5_K or q6_K weights and S1 rows of
+ * adjacent f32s (q4_K in the repacked kernels' order where `repackTakes`); null for any other
+ * node, which keeps the other kernels.
  */
 export function exactKQuantKernel(node: Tensor): Kernel | null {
   const [a, b] = node.src as [Tensor, Tensor];
-  if (node.params[1] !== 1 || !isExactKQuant(a.dtype) || b.nb[0] !== 4) return null;
+  if (!asksGgml(node) || !isExactKQuant(a.dtype) || b.nb[0] !== 4) return null;
   const columns = b.ne[1] === 1 ? 1 : EXACT_COLUMNS;
-  const tiled = b.ne[1] >= TILED_MIN_COLUMNS;
+  const order: KQuantOrder = repackTakes(node)
+    ? "repack"
+    : b.ne[1] >= TILED_MIN_COLUMNS
+    ? "tiled"
+    : "vec";
   const workgroups = matmulGrid(node, columns === 1 ? DECODE_ROWS : EXACT_ROWS, columns);
   const dtype = a.dtype;
   return {
-    key: `mulMatExactK:${dtype}:${columns}:${tiled ? "tiled" : "vec"}`,
-    source: () => exactKQuantShader(dtype, columns, tiled),
+    key: `mulMatExactK:${dtype}:${columns}:${order}`,
+    source: () => exactKQuantShader(dtype, columns, order),
     tensors: [node, a, b],
     status: false,
     count: 0,

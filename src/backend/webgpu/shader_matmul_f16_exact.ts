@@ -32,6 +32,7 @@
 
 import type { Tensor } from "../../tensor.ts";
 import { type Kernel, matmulGrid } from "./kernels.ts";
+import { asksGgml } from "./shader_matmul_exact.ts";
 import { matmulPrologue, PARAMS_WGSL, tensorBindings } from "./wgsl_common.ts";
 import { EXACT_WGSL } from "./wgsl_exact.ts";
 
@@ -53,12 +54,13 @@ export function f16Order(m: number, n: number, k: number): F16Order {
 
 /**
  * Whether `node` (a mulMat) takes this kernel: f16 weights, ggml's arithmetic asked for
- * (`node.params[1] === 1`), and adjacent elements in the rows of both sources (the CPU's dot
- * path; other strides take its GEMM, whose order is not ggml's).
+ * (`asksGgml`: params[1] 1, or 2, which f16 weights compute as 1), and adjacent elements in the
+ * rows of both sources (the CPU's dot path; other strides take its GEMM, whose order is not
+ * ggml's).
  */
 export function f16ExactTakes(node: Tensor): boolean {
   const [a, b] = node.src as [Tensor, Tensor];
-  return a.dtype === "f16" && node.params[1] === 1 && a.nb[0] === 2 && b.nb[0] === 4;
+  return a.dtype === "f16" && asksGgml(node) && a.nb[0] === 2 && b.nb[0] === 4;
 }
 
 /**

@@ -8,7 +8,8 @@
  *
  * The same holds for the prompts' prefill (long prompts, teacher forced a few steps), for layers
  * split between an AVX2 CPU backend and WebGPU, and for SmolLM2 requantized to the k-quant mixes
- * Q4_K_M and Q5_K_M (tests/llm_requant_test.ts's models and fixtures). Flash attention is not
+ * Q4_K_M and Q5_K_M and to Q4_0, with llama.cpp's `--no-repack` and with its default repacked
+ * q4_0/q4_K weights (tests/llm_requant_test.ts's models and fixtures). Flash attention is not
  * ggml's arithmetic on WebGPU (its fused kernel sums in its own order), so that test follows the
  * CPU's flash-attention ids teacher forced, where a step may go the other way only where the
  * CPU's own top two are within NEAR_TIE. Skipped without a WebGPU adapter or without the cached model.
@@ -108,8 +109,8 @@ Deno.test({
 });
 
 Deno.test({
-  name: "webgpu llm: k-quant models (SmolLM2 requantized to Q4_K_M, Q5_K_M) give llama.cpp's " +
-    "AVX2 logits and greedy ids",
+  name: "webgpu llm: requantized models (SmolLM2 to Q4_K_M, Q5_K_M, Q4_0; weights repacked or " +
+    "not) give llama.cpp's AVX2 logits and greedy ids",
   ignore: gpu === null || !haveModel,
   async fn(): Promise<void> {
     // Decode takes vec_dot's order, a prefill of 8 or more tokens ggml's tiled k-quant matmul
@@ -117,15 +118,25 @@ Deno.test({
     const dir = await Deno.makeTempDir({ prefix: "graft-webgpu-kquant-" });
     try {
       const report: string[] = [];
-      for (const type of ["q4_K_M", "q5_K_M"] as const) {
-        const want = readLlamaFixture(`smollm2_${type}_greedy_avx2.json`)!;
+      // llama.cpp's --no-repack runs of the k-quant mixes, and its default runs (q4_0 and q4_K
+      // matrices repacked: shader_matmul_exact*.ts's repack order) of Q4_K_M and Q4_0.
+      const runs = [
+        { type: "q4_K_M", repack: false },
+        { type: "q5_K_M", repack: false },
+        { type: "q4_K_M", repack: true },
+        { type: "q4_0", repack: true },
+      ] as const;
+      for (const { type, repack } of runs) {
+        const want = readLlamaFixture(
+          `smollm2_${type}_greedy${repack ? "_repack" : ""}_avx2.json`,
+        )!;
         const path = await requantizedSmolLM2(type, dir, want);
-        // The fixtures are llama.cpp's --no-repack runs.
-        using web = await LLM.load(path, { backend: gpu!, nCtx: 256, repack: false });
+        using web = await LLM.load(path, { backend: gpu!, nCtx: 256, repack });
         const short = want.cases.find((c) => c.prompt_ids.length <= 10)!;
         const long = want.cases.find((c) => c.prompt_ids.length > 100)!;
-        report.push(`${type} ${await assertMatchesLlama(web, want, short, 16, true)}`);
-        report.push(`${type} ${await assertMatchesLlama(web, want, long, 2, false)}`);
+        const label = `${type}${repack ? " repacked" : ""}`;
+        report.push(`${label} ${await assertMatchesLlama(web, want, short, 16, true)}`);
+        report.push(`${label} ${await assertMatchesLlama(web, want, long, 2, false)}`);
         await Deno.remove(path);
       }
       console.log(`WebGPU against llama.cpp's AVX2 build:\n${report.join("\n")}`);

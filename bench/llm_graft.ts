@@ -27,8 +27,7 @@ import { type GGUFArray, metadataValue } from "../src/gguf/reader.ts";
 import { arrayLength } from "../src/gguf/lazy_array.ts";
 import { tokenStream } from "./llm_tokens.ts";
 
-const [model, threads, nPrompt, nGen, nCtxPP, nCtxTG, reps, seed, fa, depthArg, repack] =
-  Deno.args;
+const [model, threads, nPrompt, nGen, nCtxPP, nCtxTG, reps, seed, fa, depthArg, repack] = Deno.args;
 const depth = Number(depthArg ?? 0);
 if (seed === undefined) {
   throw new Error("usage: llm_graft.ts MODEL THREADS N_PROMPT N_GEN N_CTX_PP N_CTX_TG REPS SEED");

@@ -17,11 +17,7 @@
 import assert from "node:assert/strict";
 import { CpuBackend, LLM } from "../mod.ts";
 import { SMOLLM2_PATH, smolLM2Cached } from "../tools/model_cache.ts";
-import {
-  assertMatchesLlama,
-  readLlamaFixture,
-  requantizedSmolLM2,
-} from "./llm_fixture.ts";
+import { assertMatchesLlama, readLlamaFixture, requantizedSmolLM2 } from "./llm_fixture.ts";
 import { closeSharedWebGpuTest, sharedWebGpu, WEBGPU_LLM_NEAR_TIE as NEAR_TIE } from "./gpu.ts";
 
 const gpu = await sharedWebGpu();

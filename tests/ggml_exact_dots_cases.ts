@@ -40,6 +40,12 @@ export interface Case {
    */
   repack?: boolean;
   batch?: number;
+  /**
+   * Every 256-block of src1 holds -256 before +256 (plant_ties in the C harness, after the
+   * generation): the tie where ggml's 4x8 q8_K quantizer and quantize_row_q8_K take opposite
+   * signs.
+   */
+  ties?: boolean;
   /** ggml's output, f32 little-endian, base64. */
   bits: string;
 }
@@ -188,14 +194,25 @@ export function build(c: Case, ggml = false): CaseGraph {
       ? rng.signed()
       : rng.unit();
   }
+  if (c.ties) plantTies(rng, bValues);
   return { ctx, inputs: [[a, aBytes], [b, new Uint8Array(bValues.buffer)]], output };
+}
+
+/** plant_ties: in each 256-block, element i = -256 and element j > i = +256. */
+function plantTies(rng: XorShift, x: Float32Array): void {
+  for (let at = 0; at + 256 <= x.length; at += 256) {
+    const i = rng.u32() % 255;
+    const j = i + 1 + rng.u32() % (255 - i);
+    x[at + i] = -256;
+    x[at + j] = 256;
+  }
 }
 
 /** A short name of the case for messages. */
 export function label(c: Case): string {
   return c.kind === "quant"
     ? `${c.type} [${c.k}, ${c.m}] x [${c.k}, ${c.n}${c.batch ? `, ${c.batch}` : ""}]` +
-      (c.repack ? " repacked" : "")
+      (c.repack ? " repacked" : "") + (c.ties ? " with -amax, +amax ties" : "")
     : `${c.kind} n_kv=${c.n_kv} n=${c.n}`;
 }
 

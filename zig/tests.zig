@@ -14,6 +14,7 @@ test {
     _ = @import("kernels/gemv_quant.zig");
     _ = @import("kernels/dot_quant.zig");
     _ = @import("kernels/dot_repack.zig");
+    _ = @import("kernels/dot_repack_test.zig");
     _ = @import("mapping.zig");
     _ = @import("target.zig");
     _ = @import("guard.zig");

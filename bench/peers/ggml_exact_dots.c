@@ -154,11 +154,27 @@ struct spec {
 };
 
 // A quant case with src0 in the CPU_REPACK buffer type (ggml's repacked 8x8 kernels) and src1
-// [k, n, batch] (ne12 = batch; src0, 2-D, broadcast over it).
+// [k, n, batch] (ne12 = batch; src0, 2-D, broadcast over it); `ties`: plant_ties on src1.
 struct repack_spec {
   struct spec s;
   int batch;
+  int ties;
 };
+
+// After src1's generation, each of its 256-blocks (a q8_K super-block of one column) gets
+// element i = -256 and element j > i = +256, larger than every other value (at most 128 in
+// size): the tie where ggml_quantize_mat_q8_K_4x8 (iscale -127 / amax when some element is
+// +amax) and quantize_row_q8_K (the sign of the first largest element) take opposite signs.
+// (The other sign negates d and every quant exactly, so no output bit depends on it; the cases
+// check that the tie changes nothing else.)
+static void plant_ties(float *x, size_t count) {
+  for (size_t at = 0; at + 256 <= count; at += 256) {
+    uint32_t i = next_u32() % 255;
+    uint32_t j = i + 1 + next_u32() % (255 - i);
+    x[at + i] = -256.0f;
+    x[at + j] = 256.0f;
+  }
+}
 
 // The CPU backend's CPU_REPACK buffer type (never AMX's, which SIGILLs on this VM), from the
 // CPU device's extra buffer types.
@@ -181,7 +197,8 @@ enum { CELLS = 256, EMBD = 192, HEAD = 64, KV_HEADS = 3, Q_HEADS = 9 };
 
 // Builds the case's graph in a fresh context on `backend`, sets the inputs, computes, and copies
 // the result into `out` (allocated here); returns the element count.
-static size_t run_case(ggml_backend_t backend, const struct spec *s, int repack, int batch, float **out) {
+static size_t run_case(ggml_backend_t backend, const struct spec *s, int repack, int batch, int ties,
+                       float **out) {
   struct ggml_init_params ip = {ggml_tensor_overhead() * 16 + ggml_graph_overhead(), NULL, true};
   struct ggml_context *ctx = ggml_init(ip);
   // A repacked src0 lives in a context (and buffer) of its own, of the CPU_REPACK type.
@@ -229,6 +246,7 @@ static size_t run_case(ggml_backend_t backend, const struct spec *s, int repack,
   else if (strcmp(s->kind, "quant") == 0) gen_activations(bd, b_count);
   else if (strcmp(s->kind, "kq") == 0) for (size_t i = 0; i < b_count; i++) bd[i] = next_signed();
   else for (size_t i = 0; i < b_count; i++) bd[i] = next_unit();
+  if (ties) plant_ties(bd, b_count);
   ggml_backend_tensor_set(a, ad, 0, a_bytes);
   ggml_backend_tensor_set(b, bd, 0, b_count * sizeof(float));
   if (ggml_backend_graph_compute(backend, gf) != GGML_STATUS_SUCCESS) {
@@ -367,6 +385,10 @@ int main(int argc, char **argv) {
       {{"quant", GGML_TYPE_Q4_K, 768, 16, 20, 0, 1111}, 1},
       {{"quant", GGML_TYPE_Q4_K, 512, 24, 64, 0, 1112}, 1},
       {{"quant", GGML_TYPE_Q4_K, 512, 16, 6, 0, 1113}, 3},
+      // -amax before +amax in every src1 super-block (plant_ties), in the gemm's groups of 4
+      // columns and the gemv's columns left, one src1 batch and two.
+      {{"quant", GGML_TYPE_Q4_K, 768, 24, 6, 0, 1114}, 1, 1},
+      {{"quant", GGML_TYPE_Q4_K, 512, 16, 9, 0, 1115}, 2, 1},
   };
   FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
   if (!f) {
@@ -385,12 +407,13 @@ int main(int argc, char **argv) {
     const int repack = i >= n_specs;
     const struct spec *s = repack ? &repack_specs[i - n_specs].s : &specs[i];
     const int batch = repack ? repack_specs[i - n_specs].batch : 1;
+    const int ties = repack ? repack_specs[i - n_specs].ties : 0;
     if (avx2_set && s->type != GGML_TYPE_F16 && !is_k_quant(s->type) && !repack) continue;
     float *one = NULL, *two = NULL;
     ggml_backend_cpu_set_n_threads(backend, 1);
-    size_t count = run_case(backend, s, repack, batch, &one);
+    size_t count = run_case(backend, s, repack, batch, ties, &one);
     ggml_backend_cpu_set_n_threads(backend, 2);
-    run_case(backend, s, repack, batch, &two);
+    run_case(backend, s, repack, batch, ties, &two);
     if (memcmp(one, two, count * sizeof(float)) != 0) {
       fprintf(stderr, "ggml_exact_dots: case %zu: 1 and 2 threads differ\n", i);
       return 1;
@@ -399,6 +422,7 @@ int main(int argc, char **argv) {
             first ? "" : ",\n", s->kind, ggml_type_name(s->type), s->k, s->m, s->n, s->n_kv, s->seed);
     first = 0;
     if (repack) fprintf(f, "\"repack\": true, \"batch\": %d, ", batch);
+    if (ties) fprintf(f, "\"ties\": true, ");
     fprintf(f, "\"bits\": \"");
     put_base64(f, (const uint8_t *)one, count * sizeof(float));
     fprintf(f, "\"}");

@@ -43,6 +43,8 @@
 //! unpacks a chunk of the 8 rows' blocks once (a 4x8 transpose of their 32-bit words puts word t
 //! of every row in one vector; the nibbles are then masked out) into a small panel in L1, and
 //! every column of src1 is then dotted with the panel: the unpacking is shared by all columns.
+//! A lone column (decode) skips the panel: each block's vectors go from the transpose straight
+//! into its dot (the same operations, in the same order).
 //! q4_0's weights are taken as unsigned nibbles and 8 * sum(a) is subtracted from each block's
 //! total (the same integer as ggml's signed dot); the integer sums use vpdpbusd with VNNI,
 //! vpmaddubsw + vpaddw + vpmaddwd without (exact either way), so both kernel builds give ggml's
@@ -260,22 +262,24 @@ inline fn f16_at(p: [*]const u8) f16 {
     return @bitCast(half.*);
 }
 
-fn fill_panel0(w: *const [rows][*]const u8, first: usize, count: usize, panel: *Panel0) void {
-    for (0..count) |i| {
-        const b = first + i;
-        var at: [8][*]const u8 = undefined;
-        var d: @Vector(8, f16) = undefined;
-        inline for (0..rows) |r| {
-            at[r] = w[r] + b * 18 + 2;
-            d[r] = f16_at(w[r] + b * 18);
-        }
-        const words = transpose_words(at);
-        inline for (0..4) |t| {
-            panel.q[i][t] = low_nibbles(words[t]);
-            panel.q[i][4 + t] = high_nibbles(words[t]);
-        }
-        panel.d[i] = common.widen_f16(8, d);
+/// q4_0 block `b` of the 8 rows: its 8 vectors (Panel0's layout) into `q`, the rows' f32 d.
+inline fn unpack_block0(w: *const [rows][*]const u8, b: usize, q: *[8]U8x32) F32x8 {
+    var at: [8][*]const u8 = undefined;
+    var d: @Vector(8, f16) = undefined;
+    inline for (0..rows) |r| {
+        at[r] = w[r] + b * 18 + 2;
+        d[r] = f16_at(w[r] + b * 18);
     }
+    const words = transpose_words(at);
+    inline for (0..4) |t| {
+        q[t] = low_nibbles(words[t]);
+        q[4 + t] = high_nibbles(words[t]);
+    }
+    return common.widen_f16(8, d);
+}
+
+fn fill_panel0(w: *const [rows][*]const u8, first: usize, count: usize, panel: *Panel0) void {
+    for (0..count) |i| panel.d[i] = unpack_block0(w, first + i, &panel.q[i]);
 }
 
 inline fn scale_form(value: U32x8) Scale {
@@ -284,6 +288,12 @@ inline fn scale_form(value: U32x8) Scale {
 }
 
 fn fill_panel_k(w: *const [rows][*]const u8, b: usize, panel: *PanelK) void {
+    fill_head_k(w, b, panel);
+    inline for (0..4) |p| unpack_pair_k(w, b, p, panel.q[2 * p ..][0..2]);
+}
+
+/// Super-block `b`'s d, dmin, scales and mins of the 8 rows into `panel` (not its quants).
+inline fn fill_head_k(w: *const [rows][*]const u8, b: usize, panel: *PanelK) void {
     var at: [8][*]const u8 = undefined;
     inline for (0..rows) |r| at[r] = w[r] + b * 144;
     const head = transpose_words(at);
@@ -312,14 +322,17 @@ fn fill_panel_k(w: *const [rows][*]const u8, b: usize, panel: *PanelK) void {
         const hi47 = (m47 >> @splat(16 * p + 8)) & byte;
         panel.mins[2 + p] = @bitCast(lo47 | (hi47 << @splat(16)));
     }
-    inline for (0..4) |p| {
-        inline for (0..2) |half| {
-            inline for (0..rows) |r| at[r] = w[r] + b * 144 + 16 + 32 * p + 16 * half;
-            const words = transpose_words(at);
-            inline for (0..4) |t| {
-                panel.q[2 * p][4 * half + t] = low_nibbles(words[t]);
-                panel.q[2 * p + 1][4 * half + t] = high_nibbles(words[t]);
-            }
+}
+
+/// Sub-blocks 2p and 2p + 1 of super-block `b` of the 8 rows (PanelK's layout) into `q`.
+inline fn unpack_pair_k(w: *const [rows][*]const u8, b: usize, comptime p: usize, q: *[2][8]U8x32) void {
+    var at: [8][*]const u8 = undefined;
+    inline for (0..2) |half| {
+        inline for (0..rows) |r| at[r] = w[r] + b * 144 + 16 + 32 * p + 16 * half;
+        const words = transpose_words(at);
+        inline for (0..4) |t| {
+            q[0][4 * half + t] = low_nibbles(words[t]);
+            q[1][4 * half + t] = high_nibbles(words[t]);
         }
     }
 }
@@ -380,8 +393,18 @@ inline fn column_q4_0(panel: *const Panel0, count: usize, y: Act0, first: usize,
 }
 
 /// One column's two chains over one q4_K super-block: a step per pair of sub-blocks (gemm) or
-/// one per super-block (gemv).
-inline fn column_q4_K(comptime per_pair: bool, panel: *const PanelK, y: ActK, b: usize, acc: *[2]F32x8) void {
+/// one per super-block (gemv). Each pair's quants come from the panel, or (`unpack`: the
+/// single-column path, whose panel holds only the head) from the rows `w` just before their
+/// dot: the same operations in the same order.
+inline fn column_q4_K(
+    comptime per_pair: bool,
+    comptime unpack: bool,
+    panel: *const PanelK,
+    w: *const [rows][*]const u8,
+    y: ActK,
+    b: usize,
+    acc: *[2]F32x8,
+) void {
     const d_a: F32x8 = @splat(y.d[b]);
     const dd = panel.d * d_a;
     const dmd = panel.dmin * d_a;
@@ -389,8 +412,11 @@ inline fn column_q4_K(comptime per_pair: bool, panel: *const PanelK, y: ActK, b:
     var total: I32x8 = @splat(0);
     var total_min: I32x8 = @splat(0);
     inline for (0..4) |p| {
-        const v = scaled_nibble_dot(&panel.q[2 * p], qs + 64 * p, panel.scale[2 * p]) +
-            scaled_nibble_dot(&panel.q[2 * p + 1], qs + 64 * p + 32, panel.scale[2 * p + 1]);
+        var unpacked: [2][8]U8x32 = undefined;
+        if (unpack) unpack_pair_k(w, b, p, &unpacked);
+        const q: *const [2][8]U8x32 = if (unpack) &unpacked else panel.q[2 * p ..][0..2];
+        const v = scaled_nibble_dot(&q[0], qs + 64 * p, panel.scale[2 * p]) +
+            scaled_nibble_dot(&q[1], qs + 64 * p + 32, panel.scale[2 * p + 1]);
         const sums: I16x16 = @bitCast(@as(U32x8, @splat(y.sums[4 * b + p])));
         const mv = madd16(panel.mins[p], sums);
         if (per_pair) {
@@ -405,6 +431,29 @@ inline fn column_q4_K(comptime per_pair: bool, panel: *const PanelK, y: ActK, b:
         acc[0] = @mulAdd(F32x8, @floatFromInt(total), dd, acc[0]);
         acc[1] = @mulAdd(F32x8, @floatFromInt(total_min), dmd, acc[1]);
     }
+}
+
+/// column_q4_0 over all blocks for a lone column, each block unpacked just before its dot.
+fn single_q4_0(w: *const [rows][*]const u8, k: usize, y: Act0) F32x8 {
+    var acc: F32x8 = @splat(0);
+    for (0..k / qk) |b| {
+        var q: [8]U8x32 = undefined;
+        const d = unpack_block0(w, b, &q);
+        const isum = nibble_dot(&q, y.qs + b * qk) - @as(I32x8, @splat(y.offset[b]));
+        acc = @mulAdd(F32x8, @floatFromInt(isum), d * @as(F32x8, @splat(y.d[b])), acc);
+    }
+    return acc;
+}
+
+/// column_q4_K (gemv steps) over all super-blocks for a lone column.
+fn single_q4_K(w: *const [rows][*]const u8, k: usize, y: ActK) F32x8 {
+    var acc: [2]F32x8 = .{ @splat(0), @splat(0) };
+    var head: PanelK = undefined;
+    for (0..k / qk_k) |b| {
+        fill_head_k(w, b, &head);
+        column_q4_K(false, true, &head, w, y, b, &acc);
+    }
+    return acc[0] - acc[1];
 }
 
 /// Scratch one thread needs for `group` with `cols` columns: the panel and 2 accumulators per
@@ -431,6 +480,12 @@ pub fn dot_group(
 ) void {
     comptime assert(kind == .q4_0 or kind == .q4_K);
     assert(gemm_cols <= cols and gemm_cols % 4 == 0);
+    if (cols == 1) {
+        // Decode: one column (a gemv one: gemm_cols is 0), each block's vectors unpacked right
+        // before their dot instead of through the panel in memory.
+        out[0] = if (kind == .q4_0) single_q4_0(w, k, Act0.at(acts, k)) else single_q4_K(w, k, ActK.at(acts, k));
+        return;
+    }
     const Panel = if (kind == .q4_0) Panel0 else PanelK;
     const panel: *Panel = @ptrCast(scratch);
     const accs: [*][2]F32x8 = @ptrCast(@alignCast(scratch + std.mem.alignForward(usize, @sizeOf(Panel), 64)));
@@ -451,8 +506,8 @@ pub fn dot_group(
     }
     for (0..k / qk_k) |b| {
         fill_panel_k(w, b, panel);
-        for (0..gemm_cols) |c| column_q4_K(true, panel, ActK.at(@alignCast(acts + c * act_bytes), k), b, &accs[c]);
-        for (gemm_cols..cols) |c| column_q4_K(false, panel, ActK.at(@alignCast(acts + c * act_bytes), k), b, &accs[c]);
+        for (0..gemm_cols) |c| column_q4_K(true, false, panel, w, ActK.at(@alignCast(acts + c * act_bytes), k), b, &accs[c]);
+        for (gemm_cols..cols) |c| column_q4_K(false, false, panel, w, ActK.at(@alignCast(acts + c * act_bytes), k), b, &accs[c]);
     }
     for (0..cols) |c| out[c] = accs[c][0] - accs[c][1];
 }

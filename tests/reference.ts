@@ -166,6 +166,34 @@ export function roundF16(x: number): number {
   return f16Scratch[0];
 }
 
+const f32Scratch = new Float32Array(1);
+const u32Scratch = new Uint32Array(f32Scratch.buffer);
+
+/** The f32 next to x (an f32), away from zero (up) or toward it. */
+function nextF32(x: number, up: boolean): number {
+  f32Scratch[0] = x;
+  u32Scratch[0] = u32Scratch[0]! + (up ? 1 : -1);
+  return f32Scratch[0];
+}
+
+/**
+ * a * b + c of f32 values rounded once to f32, as a fused multiply-add (_mm256_fmadd_ps,
+ * `@mulAdd`) gives it: the product is exact in f64 (48 bits), TwoSum gives the sum's f64
+ * rounding error, which decides where the f64 sum lies halfway between two f32s.
+ */
+export function fmaF32Exact(a: number, b: number, c: number): number {
+  const p = a * b;
+  const s = p + c;
+  const bb = s - p;
+  const e = (p - (s - bb)) + (c - bb);
+  const r = Math.fround(s);
+  if (r === s || e === 0) return r;
+  const other = nextF32(r, Math.abs(r) < Math.abs(s));
+  if (Math.abs(s - r) !== Math.abs(other - s)) return r;
+  // s lies halfway between two f32s: the exact sum is on e's side.
+  return (other - s) * e > 0 ? other : r;
+}
+
 /**
  * A tensor's logical values from its raw bytes: element (i0..i3) is read at byte
  * `offsetBytes + Σ i_d·nb[d]` (little-endian), as the engine lays it out.

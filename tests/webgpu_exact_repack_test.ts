@@ -40,7 +40,7 @@ import {
   fixtureBits,
   label,
 } from "./ggml_exact_dots_cases.ts";
-import { decodeF16, Rng, roundF16 } from "./reference.ts";
+import { decodeF16, fmaF32Exact, Rng, roundF16 } from "./reference.ts";
 
 const gpu = await sharedWebGpu();
 const test = exactGpuTests(gpu, "webgpu exact repack");
@@ -53,30 +53,8 @@ function repackMulMat(a: Tensor, b: Tensor): Tensor {
 // ---------------------------------------------------------------------------------------------
 // The emulation of ggml's steps.
 
-const f32 = new Float32Array(1);
-const u32 = new Uint32Array(f32.buffer);
-
-/** The f32 next to x (an f32), away from zero (up) or toward it. */
-function step(x: number, up: boolean): number {
-  f32[0] = x;
-  u32[0] = u32[0]! + (up ? 1 : -1);
-  return f32[0];
-}
-
 /** a * b + c of f32 values rounded once to f32 (_mm256_fmadd_ps). */
-function fma(a: number, b: number, c: number): number {
-  // The product is exact in f64 (48 bits); s + e is the exact sum (TwoSum).
-  const p = a * b;
-  const s = p + c;
-  const bb = s - p;
-  const e = (p - (s - bb)) + (c - bb);
-  const r = Math.fround(s);
-  if (r === s || e === 0) return r;
-  const other = step(r, Math.abs(r) < Math.abs(s));
-  if (Math.abs(s - r) !== Math.abs(other - s)) return r;
-  // s lies halfway between two f32s: the exact sum is on e's side.
-  return (other - s) * e > 0 ? other : r;
-}
+const fma = fmaF32Exact;
 
 /** Round half to even (_mm256_round_ps, nearest_int). */
 function rne(x: number): number {

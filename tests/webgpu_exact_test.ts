@@ -16,7 +16,7 @@ import { closeSharedWebGpuTest, sharedWebGpu } from "./gpu.ts";
 import { EXACT_WGSL, GGML_EXP_WGSL } from "../src/backend/webgpu/wgsl_exact.ts";
 import { SINCOSF_WGSL } from "../src/backend/webgpu/wgsl_sincosf.ts";
 import { PARAMS_WGSL, UNIFORM_SLOT_BYTES } from "../src/backend/webgpu/wgsl_common.ts";
-import { Rng } from "./reference.ts";
+import { fmaF32Exact, Rng } from "./reference.ts";
 import { seeded } from "./ggml_exact_ops.ts";
 
 const gpu = await sharedWebGpu();
@@ -95,34 +95,8 @@ ${body}
 }
 
 const N = 1 << 16;
-const f32 = new Float32Array(1);
-const u32 = new Uint32Array(f32.buffer);
-
-/** The f32 next to x, away from zero (up) or toward it. */
-function step(x: number, up: boolean): number {
-  f32[0] = x;
-  u32[0] = u32[0]! + (up ? 1 : -1);
-  return f32[0];
-}
-
-/** x (an f64) rounded to f32, ties broken by the sign of `below` (the f64's own rounding error). */
-function roundF32(x: number, below: number): number {
-  const r = Math.fround(x);
-  if (r === x || below === 0) return r;
-  const other = step(r, Math.abs(r) < Math.abs(x));
-  if (Math.abs(x - r) !== Math.abs(other - x)) return r;
-  // x is halfway between two floats: the exact value lies on `below`'s side.
-  const towardOther = (other - x) * below > 0;
-  return towardOther ? other : r;
-}
-
-/** a * b + c rounded once: a * b is exact in f64, the sum's f64 error decides a halfway case. */
-function fmaRef(a: number, b: number, c: number): number {
-  const p = a * b;
-  const s = p + c;
-  const bb = s - p;
-  return roundF32(s, (p - (s - bb)) + (c - bb));
-}
+/** a * b + c rounded once (the reference `fma_exact` must give). */
+const fmaRef = fmaF32Exact;
 
 /** Seeded operands over 16 binades; `cancel` makes c nearly -a*b. */
 function operands(

@@ -264,4 +264,3 @@ test "a job of one thread runs on the caller and wakes no worker" {
     // No worker was woken: the job generation never moved.
     try std.testing.expectEqual(@as(u32, 0), pool.job_generation.load(.monotonic));
 }
-

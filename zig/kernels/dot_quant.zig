@@ -401,6 +401,21 @@ inline fn sums45K(comptime kind: KKind, xb: *const [kBytes(kind)]u8, yb: *const 
     return .{ .sums = ggmlLanes(sumi), .mins = minProducts(sm, yb) };
 }
 
+/// Half `half` of a q6_K block's unsigned 6-bit values (ql's nibbles with qh's two bits), in
+/// the two 64-byte vectors that multiply the activation's q8 bytes 128 half .. + 64 and + 64 ..
+/// + 128, as ggml's AVX2 code builds them.
+inline fn q6KValues(xb: *const [q6_K_bytes]u8, comptime half: usize) [2]U8x64 {
+    const ql1: U8x32 = xb[64 * half ..][0..32].*;
+    const ql2: U8x32 = xb[64 * half + 32 ..][0..32].*;
+    const qh: U8x32 = xb[128 + 32 * half ..][0..32].*;
+    const m15 = splat8(32, 0x0f);
+    const v0 = (ql1 & m15) | shl(32, qh & splat8(32, 0x03), 4);
+    const v1 = (ql2 & m15) | shl(32, qh & splat8(32, 0x0c), 2);
+    const v2 = shr(32, ql1, 4) | (qh & splat8(32, 0x30));
+    const v3 = shr(32, ql2, 4) | shr(32, qh & splat8(32, 0xc0), 2);
+    return .{ std.simd.join(v0, v1), std.simd.join(v2, v3) };
+}
+
 /// q6_K as ggml's AVX2 code sums it: unsigned values times q8, less 32 * scale_j * bsums_j.
 inline fn sumsQ6K(xb: *const [q6_K_bytes]u8, yb: *const [q8_K_bytes]u8) KSums {
     const scales8: @Vector(16, i8) = @bitCast(xb[192..208].*);
@@ -409,18 +424,11 @@ inline fn sumsQ6K(xb: *const [q6_K_bytes]u8, yb: *const [q8_K_bytes]u8) KSums {
     const offset = madd(16, bsums, scales) << @splat(5);
     var sumi: I32x16 = @splat(0);
     inline for (0..2) |half| {
-        const ql1: U8x32 = xb[64 * half ..][0..32].*;
-        const ql2: U8x32 = xb[64 * half + 32 ..][0..32].*;
-        const qh: U8x32 = xb[128 + 32 * half ..][0..32].*;
-        const m15 = splat8(32, 0x0f);
-        const v0 = (ql1 & m15) | shl(32, qh & splat8(32, 0x03), 4);
-        const v1 = (ql2 & m15) | shl(32, qh & splat8(32, 0x0c), 2);
-        const v2 = shr(32, ql1, 4) | (qh & splat8(32, 0x30));
-        const v3 = shr(32, ql2, 4) | shr(32, qh & splat8(32, 0xc0), 2);
+        const v = q6KValues(xb, half);
         const q8a: I8x64 = @bitCast(yb[4 + 128 * half ..][0..64].*);
         const q8b: I8x64 = @bitCast(yb[4 + 128 * half + 64 ..][0..64].*);
-        const pa = maddubs(64, std.simd.join(v0, v1), q8a);
-        const pb = maddubs(64, std.simd.join(v2, v3), q8b);
+        const pa = maddubs(64, v[0], q8a);
+        const pb = maddubs(64, v[1], q8b);
         // Lane l of a product vector covers elements 2l, 2l+1: group (2l)/16 = l/8.
         sumi += madd(32, pa, spreadScales(scales, 8 * half, 8));
         sumi += madd(32, pb, spreadScales(scales, 8 * half + 4, 8));
@@ -508,16 +516,9 @@ inline fn unpackK(comptime kind: KKind, xb: *const [kBytes(kind)]u8) KUnpacked {
         const scales8: @Vector(16, i8) = @bitCast(xb[192..208].*);
         u.sm = scales8;
         inline for (0..2) |half| {
-            const ql1: U8x32 = xb[64 * half ..][0..32].*;
-            const ql2: U8x32 = xb[64 * half + 32 ..][0..32].*;
-            const qh: U8x32 = xb[128 + 32 * half ..][0..32].*;
-            const m15 = splat8(32, 0x0f);
-            const v0 = (ql1 & m15) | shl(32, qh & splat8(32, 0x03), 4);
-            const v1 = (ql2 & m15) | shl(32, qh & splat8(32, 0x0c), 2);
-            const v2 = shr(32, ql1, 4) | (qh & splat8(32, 0x30));
-            const v3 = shr(32, ql2, 4) | shr(32, qh & splat8(32, 0xc0), 2);
-            u.values[2 * half] = std.simd.join(v0, v1);
-            u.values[2 * half + 1] = std.simd.join(v2, v3);
+            const v = q6KValues(xb, half);
+            u.values[2 * half] = v[0];
+            u.values[2 * half + 1] = v[1];
             u.scales[2 * half] = spreadScales(u.sm, 8 * half, 8);
             u.scales[2 * half + 1] = spreadScales(u.sm, 8 * half + 4, 8);
         }

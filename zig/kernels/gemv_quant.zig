@@ -395,6 +395,19 @@ inline fn block_scales(
 /// fifth bit per element (the 32 bits after the head, bit j for element j) above the nibble,
 /// and q5_0's offset 16 instead of 8: the same float steps, so the same code with the bits
 /// or'ed into the nibbles (dot_quant.zig's dot_q5_*, which these match bit for bit).
+/// A q4 block's 16 bytes broadcast to both halves, masked to the low nibbles in the low half and
+/// the high nibbles in place (16 times their value) in the high half.
+const in_place_mask: U8x32 = std.simd.join(@as(@Vector(16, u8), @splat(0x0f)), @as(@Vector(16, u8), @splat(0xf0)));
+
+/// The bytes whose dot with a block of activation quants gives the per-lane offset of the
+/// weights' stored values from their signed ones: 16 for q5_0's 5-bit values, 8 for q4_0's
+/// nibbles (128 in the high half where they are taken in place, see dot_q4).
+fn quant_offsets(comptime q5: bool, comptime in_place: bool) U8x32 {
+    if (q5) return @splat(16);
+    if (in_place) return std.simd.join(@as(@Vector(16, u8), @splat(8)), @as(@Vector(16, u8), @splat(128)));
+    return @splat(8);
+}
+
 fn dot_q4(comptime kind: DType, comptime R: usize, comptime C: usize, rows: *const [rows_max][*]const u8, ys: *const [C]Activation, blocks: usize, out: *[C][rows_max]f32) void {
     comptime assert(R <= rows_max and (kind == .q4_0 or kind == .q4_1 or kind == .q5_0 or kind == .q5_1));
     if (comptime has_vnni and C % 2 == 0) return dot_q4_pairs(kind, R, C, rows, ys, blocks, out);
@@ -423,8 +436,8 @@ fn dot_q4(comptime kind: DType, comptime R: usize, comptime C: usize, rows: *con
     // by -16 * sum(y). q5's high nibbles are shifted down: their fifth bit would not fit a byte
     // in place.
     const in_place = comptime has_vnni and !q5;
-    const nibble_mask: U8x32 = comptime std.simd.join(@as(@Vector(16, u8), @splat(0x0f)), @as(@Vector(16, u8), @splat(0xf0)));
-    const eights: U8x32 = comptime if (q5) @splat(16) else if (in_place) std.simd.join(@as(@Vector(16, u8), @splat(8)), @as(@Vector(16, u8), @splat(128))) else @splat(8);
+    const nibble_mask = in_place_mask;
+    const eights = comptime quant_offsets(q5, in_place);
     var acc: [C][R]F32x8 = @splat(@splat(@splat(0)));
     var summs: [C][H]F32x8 = @splat(@splat(@splat(0)));
     var y_bytes: [C][*]align(32) const u8 = undefined;
@@ -481,9 +494,8 @@ fn dot_q4_pairs(comptime kind: DType, comptime R: usize, comptime C: usize, rows
     const in_place = comptime !q5;
     const U8x64 = @Vector(64, u8);
     const I8x64 = @Vector(64, i8);
-    const half_mask: U8x32 = comptime std.simd.join(@as(@Vector(16, u8), @splat(0x0f)), @as(@Vector(16, u8), @splat(0xf0)));
-    const nibble_mask: U8x64 = comptime std.simd.join(half_mask, half_mask);
-    const eights32: U8x32 = comptime if (q5) @splat(16) else std.simd.join(@as(@Vector(16, u8), @splat(8)), @as(@Vector(16, u8), @splat(128)));
+    const nibble_mask: U8x64 = comptime std.simd.join(in_place_mask, in_place_mask);
+    const eights32 = comptime quant_offsets(q5, in_place);
     const eights: U8x64 = comptime std.simd.join(eights32, eights32);
     var acc: [P][R]F32x16 = @splat(@splat(@splat(0)));
     var summs: [C][H]F32x8 = @splat(@splat(@splat(0)));
